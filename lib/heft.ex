@@ -1,0 +1,3 @@
+defmodule Heft do
+  @moduledoc "Heft: an ETS-like table whose records live off the BEAM heap."
+end

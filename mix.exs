@@ -1,0 +1,71 @@
+defmodule Mix.Tasks.Compile.HeftNative do
+  # Builds the Rust NIF (native/heft_nif) with cargo in the release profile and
+  # installs it as priv/native/libheft_nif.so, where Heft.Native loads it.
+  #
+  # The old library is deleted before the new one is copied in: overwriting a
+  # shared object in place changes pages that a running VM has mapped and
+  # crashes it; unlinking keeps the old inode alive for whoever has it mapped.
+  @moduledoc false
+  use Mix.Task.Compiler
+
+  @lib "libheft_nif.so"
+
+  @impl true
+  def run(_args) do
+    root = Path.dirname(Mix.Project.project_file())
+    cargo = System.find_executable("cargo") || Path.expand("~/.cargo/bin/cargo")
+
+    args = ["build", "--release", "--quiet", "-p", "heft_nif"]
+
+    case System.cmd(cargo, args, cd: root, stderr_to_stdout: true, into: IO.stream()) do
+      {_, 0} -> install(root)
+      {_, status} -> Mix.raise("cargo build of heft_nif failed (exit status #{status})")
+    end
+  end
+
+  defp install(root) do
+    built = Path.join([root, "target", "release", @lib])
+    dest = Path.join([root, "priv", "native", @lib])
+    File.mkdir_p!(Path.dirname(dest))
+    # _build/ENV/lib/heft/priv links to priv/ only if priv/ existed when Mix
+    # built the structure; make sure it does before anything loads the NIF.
+    Mix.Project.build_structure()
+
+    if File.exists?(dest) and File.read!(dest) == File.read!(built) do
+      {:noop, []}
+    else
+      _ = File.rm(dest)
+      File.cp!(built, dest)
+      {:ok, []}
+    end
+  end
+end
+
+defmodule Heft.MixProject do
+  use Mix.Project
+
+  def project do
+    [
+      app: :heft,
+      version: "0.1.0",
+      elixir: "~> 1.14",
+      compilers: [:heft_native | Mix.compilers()],
+      deps: [],
+      elixirc_paths: elixirc_paths(Mix.env()),
+      test_paths: ["test"],
+      aliases: aliases(),
+      docs: [main: "Heft"]
+    ]
+  end
+
+  def application do
+    [extra_applications: [:logger]]
+  end
+
+  defp elixirc_paths(:test), do: ["lib", "test/support"]
+  defp elixirc_paths(_), do: ["lib"]
+
+  defp aliases do
+    []
+  end
+end
