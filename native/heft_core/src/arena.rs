@@ -128,7 +128,7 @@ impl Arena {
                 (file, Some(path))
             }
         };
-        let mut arena = Arena {
+        let arena = Arena {
             map: map_file(&file, INITIAL_BYTES, path.is_some())?,
             file,
             path,
@@ -138,7 +138,6 @@ impl Arena {
             free_bytes: 0,
             punched: 0,
         };
-        arena.free.resize_with(CLASSES, Vec::new);
         Ok(arena)
     }
 
@@ -150,6 +149,7 @@ impl Arena {
         let class = class_of(len);
         let reuse = (class..=class + FIT_CLASSES)
             .find(|&c| self.free.get(c).is_some_and(|l| !l.is_empty()));
+        debug_assert!(class < CLASSES);
         if let Some(c) = reuse {
             let entry = self.free[c].pop().unwrap_or_default();
             let loc = entry & !PUNCHED;
@@ -191,9 +191,10 @@ impl Arena {
                 }
             }
         }
-        if let Some(list) = self.free.get_mut(class) {
-            list.push(entry);
+        if self.free.len() <= class {
+            self.free.resize_with(class + 1, Vec::new);
         }
+        self.free[class].push(entry);
         self.live -= size;
         self.free_bytes += size;
     }

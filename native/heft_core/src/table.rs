@@ -13,6 +13,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::io;
 
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::Arc;
 
 use parking_lot::{
     MappedRwLockReadGuard, MappedRwLockWriteGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
@@ -313,7 +314,7 @@ pub struct Table {
     hasher: RandomState,
     compression: Compression,
     state: RwLock<Option<State>>,
-    atoms: RwLock<AtomTable>,
+    atoms: Arc<RwLock<AtomTable>>,
     backing: Backing,
 }
 
@@ -331,7 +332,7 @@ impl Table {
                 raw_bytes: 0,
                 stored_bytes: 0,
             })),
-            atoms: RwLock::new(AtomTable::new()),
+            atoms: Arc::new(RwLock::new(AtomTable::new())),
             backing: opts.backing.clone(),
         })
     }
@@ -357,7 +358,7 @@ impl Table {
     }
 
     /// The table's atom dictionary.
-    pub fn atoms(&self) -> &RwLock<AtomTable> {
+    pub fn atoms(&self) -> &Arc<RwLock<AtomTable>> {
         &self.atoms
     }
 
@@ -509,15 +510,16 @@ impl Table {
         Ok(())
     }
 
-    /// Copies up to `max_records` records (stopping early once `max_bytes`
-    /// of stored bytes are copied) that come after `after` in walk order
+    /// Copies up to `max_records` records (stopping early once they hold
+    /// `max_raw` bytes of key plus uncompressed body, the measure of what
+    /// decoding them will cost) that come after `after` in walk order
     /// (from the start when `None`). Returns where to resume, or `None` when
     /// the walk reached the end.
     pub fn chunk(
         &self,
         after: Option<&Cursor>,
         max_records: usize,
-        max_bytes: usize,
+        max_raw: usize,
         out: &mut RecordBuf,
     ) -> Result<Option<Cursor>, Error> {
         let st = self.read()?;
@@ -528,14 +530,14 @@ impl Table {
                 .seek_after(c.hash, |loc| st.key_at(loc).cmp(&c.key)),
         };
         let first = out.len();
-        let start_bytes = out.bytes.len();
-        loop {
-            if out.len() - first >= max_records || out.bytes.len() - start_bytes >= max_bytes {
-                break;
-            }
+        let mut raw = 0usize;
+        while out.len() - first < max_records && raw < max_raw {
             match st.index.next_occupied(p) {
                 Some(q) => {
                     st.copy_out(q, out);
+                    if let Some(it) = out.items.last() {
+                        raw += it.header.key_len + it.header.raw_len;
+                    }
                     p = q + 1;
                 }
                 None => return Ok(None),

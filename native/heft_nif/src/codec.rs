@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use heft_core::codec::{Builder, DecodeError, Writer};
 use rustler::types::tuple::{get_tuple, make_tuple};
+use rustler::sys::ErlNifTerm;
 use rustler::{Atom, Binary, Encoder, Env, MapIterator, NewBinary, Term, TermType};
 
 use crate::resource::AtomCache;
@@ -56,17 +57,19 @@ impl Hasher for WordHasher {
     fn write_u64(&mut self, v: u64) {
         self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
 }
 
-type IdentityMap = HashMap<u64, u32, BuildHasherDefault<WordHasher>>;
+type IdentityMap = HashMap<ErlNifTerm, u32, BuildHasherDefault<WordHasher>>;
 
 /// Encodes terms for one table.
-pub struct Encoder_<'c> {
+pub struct TermEncoder<'c> {
     atoms: &'c AtomCache,
     /// Work units left; `usize::MAX` on a dirty scheduler.
     pub budget: usize,
     seen: IdentityMap,
-    stack: Vec<u64>,
 }
 
 /// What `record` produces: the key's canonical encoding and the record's.
@@ -75,17 +78,17 @@ pub struct EncodedRecord {
     pub body: Vec<u8>,
 }
 
-impl<'c> Encoder_<'c> {
+impl<'c> TermEncoder<'c> {
     pub fn new(atoms: &'c AtomCache, budget: usize) -> Self {
-        Encoder_ {
+        TermEncoder {
             atoms,
             budget,
             seen: IdentityMap::default(),
-            stack: Vec::new(),
         }
     }
 
-    fn spend(&mut self, units: usize) -> Result<(), EncodeError> {
+    /// Takes `units` from the budget; `TooBig` when it runs out.
+    pub fn spend(&mut self, units: usize) -> Result<(), EncodeError> {
         self.budget = self.budget.checked_sub(units).ok_or(EncodeError::TooBig)?;
         Ok(())
     }
@@ -131,13 +134,9 @@ impl<'c> Encoder_<'c> {
         w: &mut Writer,
         canonical: bool,
     ) -> Result<(), EncodeError> {
-        // The stack holds raw term words of `env`: every one was read from a
-        // term alive for the whole call.
-        let base = self.stack.len();
-        self.stack.push(root.as_c_arg());
-        while self.stack.len() > base {
-            let word = self.stack.pop().unwrap_or_default();
-            let t = term_in(env, word);
+        let mut stack: Vec<Term<'a>> = vec![root];
+        while let Some(t) = stack.pop() {
+            let word = t.as_c_arg();
             self.spend(1)?;
             match t.get_type() {
                 TermType::Atom => {
@@ -174,7 +173,7 @@ impl<'c> Encoder_<'c> {
                     let elems = get_tuple(t).map_err(|_| EncodeError::Unsupported)?;
                     let id = w.tuple(elems.len());
                     self.remember(word, id, canonical);
-                    self.stack.extend(elems.iter().rev().map(|e| e.as_c_arg()));
+                    stack.extend(elems.iter().rev());
                 }
                 TermType::List => {
                     if t.is_empty_list() {
@@ -187,15 +186,15 @@ impl<'c> Encoder_<'c> {
                     let mut elems = Vec::new();
                     let mut rest = t;
                     while let Ok((head, tail)) = rest.list_get_cell() {
-                        elems.push(head.as_c_arg());
+                        elems.push(head);
                         rest = tail;
                     }
                     self.spend(elems.len() / 4)?;
                     let id = w.list(elems.len());
                     self.remember(word, id, canonical);
                     // The tail ([] for a proper list) comes after the elements.
-                    self.stack.push(rest.as_c_arg());
-                    self.stack.extend(elems.iter().rev());
+                    stack.push(rest);
+                    stack.extend(elems.iter().rev());
                 }
                 TermType::Map => {
                     if self.backref(word, w, canonical) {
@@ -211,8 +210,8 @@ impl<'c> Encoder_<'c> {
                     let id = w.map(pairs.len());
                     self.remember(word, id, canonical);
                     for (k, v) in pairs.iter().rev() {
-                        self.stack.push(v.as_c_arg());
-                        self.stack.push(k.as_c_arg());
+                        stack.push(*v);
+                        stack.push(*k);
                     }
                 }
                 TermType::Pid | TermType::Port | TermType::Ref | TermType::Fun => {
@@ -252,7 +251,7 @@ impl<'c> Encoder_<'c> {
         Ok(())
     }
 
-    fn backref(&self, word: u64, w: &mut Writer, canonical: bool) -> bool {
+    fn backref(&self, word: ErlNifTerm, w: &mut Writer, canonical: bool) -> bool {
         if canonical {
             return false;
         }
@@ -265,7 +264,7 @@ impl<'c> Encoder_<'c> {
         }
     }
 
-    fn remember(&mut self, word: u64, id: u32, canonical: bool) {
+    fn remember(&mut self, word: ErlNifTerm, id: u32, canonical: bool) {
         if !canonical {
             self.seen.insert(word, id);
         }
@@ -278,14 +277,6 @@ impl<'c> Encoder_<'c> {
         self.remember(t.as_c_arg(), id, canonical);
         Ok(())
     }
-}
-
-/// Rebuilds a term of `env` from a word read out of a term of `env`.
-fn term_in(env: Env<'_>, word: u64) -> Term<'_> {
-    // SAFETY: every word on the encoder's stack was taken with `as_c_arg`
-    // from a term of this same `env` during this call, and terms of a NIF
-    // call's env stay valid until the call returns.
-    unsafe { Term::new(env, word) }
 }
 
 /// True if the term holds a float -0.0 anywhere (such a key is stored
