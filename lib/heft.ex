@@ -129,8 +129,11 @@ defmodule Heft do
       end
 
     case result do
-      {:error, reason} -> raise Heft.Error, reason: reason, action: "create the arena of #{inspect(name)}"
-      tab -> tab
+      {:error, reason} ->
+        raise Heft.Error, reason: reason, action: "create the arena of #{inspect(name)}"
+
+      tab ->
+        tab
     end
   end
 
