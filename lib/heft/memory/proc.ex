@@ -128,7 +128,9 @@ defmodule Heft.Memory.Proc do
   # point, options, optional fields, "-", fstype, source, super options.
   # A v1 mount's controllers are in its super options. Octal escapes ("\040"
   # for space) in paths are decoded.
-  @spec cgroup_mounts(binary) :: [%{version: 1 | 2, root: String.t(), mount: String.t(), controllers: [String.t()]}]
+  @spec cgroup_mounts(binary) :: [
+          %{version: 1 | 2, root: String.t(), mount: String.t(), controllers: [String.t()]}
+        ]
   def cgroup_mounts(text) do
     for line <- String.split(text, "\n", trim: true),
         {pre, [fstype, _source, super | _]} <- [split_mountinfo(line)],
@@ -179,12 +181,17 @@ defmodule Heft.Memory.Proc do
         do: {k, n}
   end
 
+  # /proc/<pid>/status has the same "VmRSS:\t   47756 kB" lines (tab
+  # separated); used where smaps_rollup (Linux 4.14+) is missing.
+  @spec status(binary) :: %{String.t() => non_neg_integer}
+  def status(text), do: fields(text)
+
   # "Key:   N kB" / "Key: N" lines, as in meminfo and smaps. "kB" values are
   # converted to bytes; lines with other shapes (VmFlags) are skipped.
   defp fields(text) do
     for line <- String.split(text, "\n", trim: true),
         [key, rest] <- [String.split(line, ":", parts: 2)],
-        {k, v} <- [field(key, String.split(rest, " ", trim: true))],
+        {k, v} <- [field(key, String.split(rest))],
         into: %{},
         do: {k, v}
   end

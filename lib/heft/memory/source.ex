@@ -9,9 +9,11 @@ defmodule Heft.Memory.Source do
   # its root.
   @moduledoc false
 
-  defstruct root: "/", node: nil
+  # heft?: false makes the collectors treat Heft as absent there (see
+  # Heft.Memory.Remote: its handles do not work from another VM).
+  defstruct root: "/", node: nil, heft?: true
 
-  @type t :: %__MODULE__{root: Path.t(), node: node | nil}
+  @type t :: %__MODULE__{root: Path.t(), node: node | nil, heft?: boolean}
 
   @doc false
   def local(root \\ "/"), do: %__MODULE__{root: root}

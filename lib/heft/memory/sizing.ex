@@ -1,0 +1,175 @@
+defmodule Heft.Memory.Sizing do
+  # Predicts what `count` records like the samples need, by storing the
+  # samples for real and scaling (Heft.Memory.sizing/3 documents the result).
+  #
+  # ETS (set, and set with :compressed): memory of an empty table (the fixed
+  # overhead) plus the growth per record the samples caused, in words times
+  # the word size. Refc binaries (> 64 bytes) are not in ets:info memory: the
+  # table holds a reference and the bytes live in binary_alloc, in ETS sets
+  # compressed or not. They are counted separately from the samples' terms.
+  # Measured as a slope: growth from the first half of the samples to all
+  # of them, so the hash table's bucket array, which grows with the table,
+  # is priced per record instead of hidden in the empty table.
+  #
+  # Heft: a temporary memory-arena Heft table holds the samples; the arena
+  # cost per record (info :memory minus :index_bytes) scales linearly. The
+  # index is a hash table of 16-byte slots kept at most 80% full, doubling
+  # when it grows: at `count` it has the smallest power of two of slots
+  # (at least the empty table's) that keeps count/slots <= 0.8. If the
+  # table's own :index_bytes at the sample size disagrees with that rule,
+  # the rule is not trusted and the index is scaled per record instead
+  # (:index_model says which).
+  @moduledoc false
+
+  alias Heft.Memory.Tables
+
+  @slot_bytes 16
+  @max_load 0.8
+  @headroom 0.85
+  @proc_bin_threshold 64
+
+  def run(samples, count, opts) do
+    host = Keyword.get_lazy(opts, :host, fn -> Heft.Memory.host() end)
+    headroom = Keyword.get(opts, :headroom, @headroom)
+    word_size = :erlang.system_info(:wordsize)
+    off_heap = off_heap_bytes(samples)
+
+    entries = %{
+      ets: ets(samples, count, [], word_size, off_heap),
+      ets_compressed: ets(samples, count, [:compressed], word_size, off_heap),
+      heft: heft(samples, count, opts)
+    }
+
+    entries = Map.new(entries, fn {k, e} -> {k, e && shares(e, host, headroom)} end)
+    Map.merge(entries, %{count: count, samples: length(samples), verdict: verdict(entries)})
+  end
+
+  defp ets(samples, count, extra, word_size, off_heap) do
+    {half, _} = Enum.split(samples, div(length(samples), 2))
+    t = :ets.new(:heft_sizing, [:set, :private | extra])
+
+    try do
+      empty = :ets.info(t, :memory)
+      :ets.insert(t, half)
+      {n1, w1} = {:ets.info(t, :size), :ets.info(t, :memory)}
+      :ets.insert(t, samples)
+      {n2, w2} = {:ets.info(t, :size), :ets.info(t, :memory)}
+      # Fewer than two distinct keys leave no slope: use the whole growth.
+      per_record = if n2 > n1, do: (w2 - w1) / (n2 - n1), else: (w2 - empty) / max(n2, 1)
+
+      table = round((empty + per_record * count) * word_size)
+      binaries = round(off_heap / max(length(samples), 1) * count)
+
+      %{
+        bytes: table + binaries,
+        table_bytes: table,
+        off_heap_binary_bytes: binaries,
+        fixed_bytes: empty * word_size,
+        bytes_per_record: per_record * word_size,
+        distinct_samples: n2
+      }
+    after
+      :ets.delete(t)
+    end
+  end
+
+  defp heft(samples, count, opts) do
+    if Tables.heft_available?(Heft.Memory.Source.local()), do: heft_measure(samples, count, opts)
+  end
+
+  defp heft_measure(samples, count, opts) do
+    name = :"heft_sizing_#{System.unique_integer([:positive])}"
+    # Called through apply/3: Heft's table API is not in every build this
+    # module compiles against, and heft_available?/1 has checked it is here.
+    t =
+      apply(Heft, :new, [
+        name,
+        [compression: Keyword.get(opts, :compression, :zlib), arena: :memory]
+      ])
+
+    try do
+      empty = Map.new(apply(Heft, :info, [t]))
+      apply(Heft, :insert, [t, samples])
+      full = Map.new(apply(Heft, :info, [t]))
+      n = max(full.size, 1)
+      arena_empty = empty.memory - empty.index_bytes
+      arena_per_record = (full.memory - full.index_bytes - arena_empty) / n
+      initial_slots = div(empty.index_bytes, @slot_bytes)
+
+      {model, index} =
+        if index_bytes(n, initial_slots) == full.index_bytes,
+          do: {:doubling, index_bytes(count, initial_slots)},
+          else: {:linear, round(full.index_bytes / n * count)}
+
+      arena = round(arena_empty + arena_per_record * count)
+
+      %{
+        bytes: arena + index,
+        arena_bytes: arena,
+        index_bytes: index,
+        index_model: model,
+        bytes_per_record: arena_per_record,
+        compression_ratio: ratio(full[:payload_raw_bytes], full[:payload_stored_bytes]),
+        distinct_samples: full.size
+      }
+    after
+      apply(Heft, :delete, [t])
+    end
+  end
+
+  defp ratio(raw, stored) when is_integer(raw) and is_integer(stored) and stored > 0,
+    do: raw / stored
+
+  defp ratio(_, _), do: nil
+
+  # Slots of a table holding `n` records: doubling from `initial` until
+  # n <= 0.8 * slots.
+  defp index_bytes(n, initial) do
+    slots = Stream.iterate(max(initial, 1), &(&1 * 2)) |> Enum.find(&(n <= @max_load * &1))
+    slots * @slot_bytes
+  end
+
+  defp shares(entry, host, headroom) do
+    avail = host[:mem_available]
+    limit = host[:cgroup_limit]
+    cg = host[:cgroup]
+    bytes = entry.bytes
+
+    fits_host =
+      is_integer(host[:mem_total]) and is_integer(avail) and
+        host.mem_total - avail + bytes <= headroom * host.mem_total
+
+    fits_cgroup =
+      not is_integer(limit) or (cg.working_set || cg.usage) + bytes <= headroom * limit
+
+    Map.merge(entry, %{
+      share_of_available: if(is_integer(avail) and avail > 0, do: bytes / avail),
+      share_of_cgroup_limit: if(is_integer(limit) and limit > 0, do: bytes / limit),
+      fits: fits_host and fits_cgroup
+    })
+  end
+
+  defp verdict(%{ets: ets, ets_compressed: etc, heft: heft}) do
+    cond do
+      ets.fits or etc.fits -> :fits
+      heft != nil and heft.fits -> :fits_in_heft_only
+      true -> :does_not_fit
+    end
+  end
+
+  # Bytes of refc binaries (> 64 bytes) in the samples: stored outside the
+  # ETS table, in binary_alloc.
+  defp off_heap_bytes(term) when is_binary(term) do
+    if byte_size(term) > @proc_bin_threshold, do: byte_size(term), else: 0
+  end
+
+  defp off_heap_bytes(term) when is_tuple(term),
+    do: term |> Tuple.to_list() |> off_heap_bytes()
+
+  defp off_heap_bytes([h | t]), do: off_heap_bytes(h) + off_heap_bytes(t)
+
+  defp off_heap_bytes(term) when is_map(term),
+    do: Enum.reduce(term, 0, fn {k, v}, acc -> acc + off_heap_bytes(k) + off_heap_bytes(v) end)
+
+  defp off_heap_bytes(_), do: 0
+end
