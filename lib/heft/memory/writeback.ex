@@ -103,8 +103,9 @@ defmodule Heft.Memory.Writeback do
   # total RAM"; prefer the *_bytes knobs, which do not move when RAM changes):
   #
   #   background = working set + the dirty data others already keep
-  #                (meminfo Dirty), rounded up to a whole GiB: no background
-  #                flush starts while the arena is all that is dirty;
+  #                (meminfo Dirty), then the next whole GiB above that, so
+  #                no background flush starts while the arena is dirty and
+  #                the others write a little more;
   #   dirty      = 2 x background (the article's 16 GiB / 32 GiB shape), so
   #                the writer is not throttled at the background line;
   #   ceiling    = half of MemTotal for dirty, a quarter for background (the
@@ -139,6 +140,7 @@ defmodule Heft.Memory.Writeback do
     }
   end
 
-  defp round_up(b, unit), do: max(div(b + unit - 1, unit), 1) * unit
+  # The next multiple of unit strictly above b.
+  defp round_up(b, unit), do: (div(b, unit) + 1) * unit
   defp round_down(b, unit), do: div(b, unit) * unit
 end
