@@ -2,14 +2,19 @@ defmodule Heft.Memory.Sizing do
   # Predicts what `count` records like the samples need, by storing the
   # samples for real and scaling (Heft.Memory.sizing/3 documents the result).
   #
-  # ETS (set, and set with :compressed): memory of an empty table (the fixed
-  # overhead) plus the growth per record the samples caused, in words times
-  # the word size. Refc binaries (> 64 bytes) are not in ets:info memory: the
-  # table holds a reference and the bytes live in binary_alloc, in ETS sets
-  # compressed or not. They are counted separately from the samples' terms.
-  # Measured as a slope: growth from the first half of the samples to all
-  # of them, so the hash table's bucket array, which grows with the table,
-  # is priced per record instead of hidden in the empty table.
+  # ETS (set, and set with :compressed), in words times the word size:
+  #   table(count) = probe(count) + count * (sample slope - probe slope)
+  # probe(count) is a real table of `count` minimal records {i} with the
+  # same options: the fixed overhead and the bucket array as it is at that
+  # size (ETS is a linear hash table whose buckets grow with the records;
+  # 1,000 samples never show that growth). The slopes (words per record from
+  # half the samples to all of them, and for as many probe records) differ
+  # only by what a sample record costs beyond a minimal one. The probe is
+  # measured up to 1,000,000 records (~50 MB, under a second) and
+  # extrapolated beyond.
+  # Refc binaries (> 64 bytes) are not in ets:info memory: the table holds
+  # a reference and the bytes live in binary_alloc, in ETS sets compressed
+  # or not. They are counted separately from the samples' terms.
   #
   # Heft: a temporary memory-arena Heft table holds the samples; the arena
   # cost per record (info :memory minus :index_bytes) scales linearly. The
@@ -27,6 +32,7 @@ defmodule Heft.Memory.Sizing do
   @max_load 0.8
   @headroom 0.85
   @proc_bin_threshold 64
+  @probe_cap 1_000_000
 
   def run(samples, count, opts) do
     host = Keyword.get_lazy(opts, :host, fn -> Heft.Memory.host() end)
@@ -45,29 +51,72 @@ defmodule Heft.Memory.Sizing do
   end
 
   defp ets(samples, count, extra, word_size, off_heap) do
-    {half, _} = Enum.split(samples, div(length(samples), 2))
+    n = length(samples)
+    {half, _} = Enum.split(samples, div(n, 2))
+    # The samples' own slope (object cost) and a probe table's: same option,
+    # same record counts, minimal records {i}.
+    {empty, sample_slope, distinct} = slope(extra, half, samples)
+    {_, probe_slope, _} = slope(extra, probe_records(1, div(n, 2)), probe_records(1, n))
+    object_extra = sample_slope - probe_slope
+    table = round((probe_words(extra, count) + object_extra * count) * word_size)
+    binaries = round(off_heap / max(n, 1) * count)
+
+    %{
+      bytes: table + binaries,
+      table_bytes: table,
+      off_heap_binary_bytes: binaries,
+      fixed_bytes: empty * word_size,
+      bytes_per_record: (table - empty * word_size) / max(count, 1),
+      distinct_samples: distinct
+    }
+  end
+
+  # Words per record from growing a table from `first` to `all` records, and
+  # the empty table's words. Fewer than two distinct keys leave no slope:
+  # the whole growth is used instead.
+  defp slope(extra, first, all) do
+    with_table(extra, fn t ->
+      empty = :ets.info(t, :memory)
+      :ets.insert(t, first)
+      {n1, w1} = {:ets.info(t, :size), :ets.info(t, :memory)}
+      :ets.insert(t, all)
+      {n2, w2} = {:ets.info(t, :size), :ets.info(t, :memory)}
+      s = if n2 > n1, do: (w2 - w1) / (n2 - n1), else: (w2 - empty) / max(n2, 1)
+      {empty, s, n2}
+    end)
+  end
+
+  # Words of a table holding `count` minimal records: the table itself with
+  # its bucket array at that size. Measured up to @probe_cap records,
+  # extrapolated linearly (by the probe's own slope) beyond.
+  defp probe_words(extra, count) do
+    measured = min(count, @probe_cap)
+
+    with_table(extra, fn t ->
+      half = div(measured, 2)
+      insert_probe(t, 1, half)
+      w1 = :ets.info(t, :memory)
+      insert_probe(t, half + 1, measured)
+      w2 = :ets.info(t, :memory)
+      beyond = count - measured
+      if beyond > 0, do: w2 + (w2 - w1) / max(measured - half, 1) * beyond, else: w2
+    end)
+  end
+
+  # In chunks: one insert per record is slow, one list of a million large.
+  defp insert_probe(t, from, to) do
+    from..to//10_000
+    |> Enum.each(&:ets.insert(t, probe_records(&1, min(&1 + 9_999, to))))
+  end
+
+  defp probe_records(from, to) when to < from, do: []
+  defp probe_records(from, to), do: Enum.map(from..to, &{&1})
+
+  defp with_table(extra, fun) do
     t = :ets.new(:heft_sizing, [:set, :private | extra])
 
     try do
-      empty = :ets.info(t, :memory)
-      :ets.insert(t, half)
-      {n1, w1} = {:ets.info(t, :size), :ets.info(t, :memory)}
-      :ets.insert(t, samples)
-      {n2, w2} = {:ets.info(t, :size), :ets.info(t, :memory)}
-      # Fewer than two distinct keys leave no slope: use the whole growth.
-      per_record = if n2 > n1, do: (w2 - w1) / (n2 - n1), else: (w2 - empty) / max(n2, 1)
-
-      table = round((empty + per_record * count) * word_size)
-      binaries = round(off_heap / max(length(samples), 1) * count)
-
-      %{
-        bytes: table + binaries,
-        table_bytes: table,
-        off_heap_binary_bytes: binaries,
-        fixed_bytes: empty * word_size,
-        bytes_per_record: per_record * word_size,
-        distinct_samples: n2
-      }
+      fun.(t)
     after
       :ets.delete(t)
     end
