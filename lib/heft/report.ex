@@ -43,7 +43,9 @@ defmodule Heft.Report do
   def print(snapshot) when is_map(snapshot), do: print(snapshot, [])
   def print(opts) when is_list(opts), do: print(snapshot(opts), opts)
 
-  defp print(snapshot, opts) do
+  @doc "Prints `snapshot` with `opts` (`:width`, `:tables`, `:device`) as in `print/1`."
+  @spec print(map, keyword) :: :ok
+  def print(snapshot, opts) when is_map(snapshot) do
     IO.write(Keyword.get(opts, :device, :stdio), render(snapshot, opts))
   end
 
