@@ -83,15 +83,17 @@ defmodule Heft.Report do
   defp loop(_opts, _device, _interval, 0, _reader, last), do: last
 
   defp loop(opts, device, interval, n, reader, _last) do
-    text = render(snapshot(opts), opts)
+    snapshot = snapshot(opts)
+    rows = rows(device)
     footer = "refreshing every #{interval / 1000} s; q + Enter quits"
-    lines = String.split(text, "\n", trim: true) ++ [footer]
-    lines = Enum.take(lines, rows(device) - 1)
+    lines = fit_rows(snapshot, opts, rows - 1) ++ [footer]
     # Home, each line then erase-to-end-of-line, then erase below: no full
     # clear (tmux and others copy a cleared screen into the scrollback).
-    IO.write(device, ["\e[H", Enum.map(lines, &[&1, "\e[K\n"]), "\e[J"])
+    # No newline after the last line: on the bottom row it would scroll.
+    IO.write(device, ["\e[H", Enum.intersperse(Enum.map(lines, &[&1, "\e[K"]), "\n"), "\e[J"])
 
     next = if n == :infinity, do: n, else: n - 1
+    text = render(snapshot, opts)
 
     receive do
       {:heft_top, :quit} -> text
@@ -100,10 +102,45 @@ defmodule Heft.Report do
     end
   end
 
+  # The report in at most `rows` lines: fewer table rows first, then cut.
+  # A frame taller than the screen would scroll, and the next frame would
+  # start lower than home.
+  defp fit_rows(snapshot, opts, rows) do
+    lines = snapshot |> render(opts) |> String.split("\n", trim: true)
+    over = length(lines) - rows
+    tables = Keyword.get(opts, :tables, 15)
+
+    lines =
+      if over > 0 and tables > 0,
+        do:
+          snapshot
+          |> render(Keyword.put(opts, :tables, max(tables - over, 1)))
+          |> String.split("\n", trim: true),
+        else: lines
+
+    Enum.take(lines, max(rows, 1))
+  end
+
+  # The terminal's height: the io server knows it in a shell (iex); under
+  # `elixir -e` or `mix` it does not, so ask the controlling terminal.
   defp rows(device) do
     case :io.rows(device) do
       {:ok, rows} -> rows
-      _ -> 1000
+      _ -> tty_rows()
+    end
+  end
+
+  # The terminal our stdout is (/proc/self/fd/1 -> /dev/pts/N), asked with
+  # stty -F: a port's child has no controlling terminal, so /dev/tty would
+  # not do. 24 rows when stdout is no terminal.
+  defp tty_rows do
+    with {:ok, "/dev/" <> _ = tty} <- File.read_link("/proc/self/fd/1"),
+         stty when is_binary(stty) <- System.find_executable("stty"),
+         {out, 0} <- System.cmd(stty, ["-F", tty, "size"], stderr_to_stdout: true),
+         [{rows, ""}, {_cols, ""}] when rows > 0 <- Enum.map(String.split(out), &Integer.parse/1) do
+      rows
+    else
+      _ -> 24
     end
   end
 
