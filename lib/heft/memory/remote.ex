@@ -63,8 +63,16 @@ defmodule Heft.Memory.Remote do
   def snapshot(node) do
     source = Source.remote(node)
 
-    if Source.exported?(source, Heft.Memory, :snapshot, 0),
-      do: :erpc.call(node, Heft.Memory, :snapshot, []),
-      else: Heft.Memory.collect(%{source | heft?: false})
+    if Source.exported?(source, Heft.Memory, :snapshot, 0) do
+      :erpc.call(node, Heft.Memory, :snapshot, [])
+    else
+      fallback(source)
+    end
+  catch
+    # Heft.Memory is there but cannot run (an Erlang node without Elixir's
+    # own modules, a version that differs): take the OTP parts instead.
+    :error, {:exception, _, _} -> fallback(Source.remote(node))
   end
+
+  defp fallback(source), do: Heft.Memory.collect(%{source | heft?: false})
 end
