@@ -34,33 +34,28 @@ defmodule Heft.Memory.Warnings do
 
   defp oom_host(%{mem_total: total, mem_available: avail}, node)
        when is_integer(total) and is_integer(avail) and total > 0 do
-    used = total - avail
-
-    if used > @oom_share * total do
-      {:error, :oom_risk_host,
-       "host memory #{pct(used, total)} used (#{b(used)} of #{b(total)}, " <>
-         "#{b(avail)} available)#{node_share(node)}: above #{pct(@oom_share)} " <>
-         "the OOM killer is near"}
-    else
-      []
-    end
+    oom(:oom_risk_host, "host memory", total - avail, total, "#{b(avail)} available", node)
   end
 
   defp oom_host(_, _), do: []
 
   defp oom_cgroup(%{limit: limit, working_set: ws} = cg, node)
        when is_integer(limit) and is_integer(ws) and limit > 0 do
-    if ws > @oom_share * limit do
-      {:error, :oom_risk_cgroup,
-       "cgroup #{cg.path} at #{pct(ws, limit)} of its limit (#{b(ws)} of " <>
-         "#{b(limit)}, not counting reclaimable file cache)#{node_share(node)}: " <>
-         "above #{pct(@oom_share)} the OOM killer is near"}
+    note = "not counting reclaimable file cache"
+    oom(:oom_risk_cgroup, "cgroup #{cg.path}", ws, limit, note, node)
+  end
+
+  defp oom_cgroup(_, _), do: []
+
+  defp oom(code, what, used, limit, note, node) do
+    if used > @oom_share * limit do
+      {:error, code,
+       "#{what} at #{pct(used, limit)} of #{b(limit)} (#{b(used)} used, #{note})" <>
+         "#{node_share(node)}: above #{pct(@oom_share)} the OOM killer is near"}
     else
       []
     end
   end
-
-  defp oom_cgroup(_, _), do: []
 
   defp node_share(%{rss: rss}) when is_integer(rss), do: "; this node holds #{b(rss)}"
   defp node_share(_), do: ""
