@@ -144,8 +144,9 @@ defmodule Heft.Memory do
       allocators and Heft's index live. nil if smaps cannot be read.
     * `:heft`: Heft's native memory summed over its tables (`:tables`,
       `:memory`, `:index_bytes`, `:arena_mapped_bytes`, `:arena_live_bytes`,
-      `:arena_resident_bytes`, `:arena_dirty_bytes`, each as `Heft.info/2`
-      defines it), or nil when Heft is not loaded.
+      `:arena_resident_bytes`, `:arena_dirty_bytes`, `:arena_swap_bytes`,
+      each as `Heft.info/1` defines it; a figure Heft could not read counts
+      as 0), or nil when Heft is not loaded.
     * `:parts`: the RSS split so it adds up exactly:
       `%{erlang: e, heft_index: i, heft_arenas: a, unexplained: u}` with
       `e + i + a + u == rss`. `e` is `:erlang.memory(:total)`, `i` the Heft
@@ -176,10 +177,11 @@ defmodule Heft.Memory do
   only references (they are in `:erlang.memory(:binary)`).
 
   A Heft table is `Heft.info/1` as a map plus `:id` and `:owner_name`:
-  `:memory` (bytes: index plus arena space taken), `:index_bytes`, `:arena`,
+  `:memory` (bytes: index, metadata and arena space handed out; not the
+  mapped-but-untouched pages), `:index_bytes`, `:arena`,
   `:arena_mapped_bytes`, `:arena_live_bytes`, `:arena_resident_bytes`,
-  `:arena_dirty_bytes`, `:payload_raw_bytes`, `:payload_stored_bytes` and
-  the rest, as `Heft.info/2` documents them. `:heft` is nil when Heft is not
+  `:arena_dirty_bytes`, `:arena_swap_bytes`, `:payload_raw_bytes`,
+  `:payload_stored_bytes` and the rest, as `Heft.info/1` documents them. `:heft` is nil when Heft is not
   loaded (unavailable, which is not the same as no tables).
   """
   @spec ets() :: %{word_size: pos_integer, ets: [map], heft: [map] | nil}
@@ -210,8 +212,10 @@ defmodule Heft.Memory do
     * `:bytes_per_record` and details: ETS entries carry `:table_bytes`
       (words x word size, with the empty table's `:fixed_bytes`) and
       `:off_heap_binary_bytes` (refc binaries, stored outside the table);
-      the Heft entry carries `:arena_bytes`, `:index_bytes`, `:index_model`
-      and `:compression_ratio`.
+      the Heft entry carries `:arena_bytes`, `:index_bytes` (by Heft's
+      growth rule, `:index_model` `:doubling`, or scaled per record,
+      `:linear`, if the rule does not match what the table reports) and
+      `:compression_ratio` (raw payload / stored payload of the samples).
 
   `:heft` is nil when Heft is not loaded. Also `:count`, `:samples` and a
   `:verdict`: `:fits` (an ETS set, plain or compressed, fits),

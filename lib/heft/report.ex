@@ -340,8 +340,11 @@ defmodule Heft.Report do
 
     "arena #{arena}: mapped #{b(t[:arena_mapped_bytes])}, live #{b(t[:arena_live_bytes])}; " <>
       "index #{b(t[:index_bytes])}; payload #{b(t[:payload_raw_bytes])} stored as " <>
-      "#{b(t[:payload_stored_bytes])} (#{t[:compression]})"
+      "#{b(t[:payload_stored_bytes])} (#{compression(t[:compression])})"
   end
+
+  defp compression({algo, level}), do: "#{algo} level #{level}"
+  defp compression(other), do: "#{other}"
 
   defp more([]), do: []
 

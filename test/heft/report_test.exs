@@ -71,7 +71,9 @@ defmodule Heft.ReportTest do
     assert text =~ "I/O pressure: n/a"
     assert text =~ "swap none"
 
-    nonheft = Report.render(put_in(Memory.snapshot().tables.heft, nil))
+    # A node without Heft: both its table list and its native memory nil.
+    s = Memory.snapshot()
+    nonheft = Report.render(%{s | tables: %{s.tables | heft: nil}, node: %{s.node | heft: nil}})
     assert nonheft =~ "heft: not loaded on this node"
   end
 

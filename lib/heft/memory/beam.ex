@@ -99,7 +99,8 @@ defmodule Heft.Memory.Beam do
       arena_mapped_bytes: sum.(:arena_mapped_bytes),
       arena_live_bytes: sum.(:arena_live_bytes),
       arena_resident_bytes: sum.(:arena_resident_bytes),
-      arena_dirty_bytes: sum.(:arena_dirty_bytes)
+      arena_dirty_bytes: sum.(:arena_dirty_bytes),
+      arena_swap_bytes: sum.(:arena_swap_bytes)
     }
   end
 

@@ -19,16 +19,19 @@ defmodule Heft.Memory.Sizing do
   # Heft: a temporary memory-arena Heft table holds the samples; the arena
   # cost per record (info :memory minus :index_bytes) scales linearly. The
   # index is a hash table of 16-byte slots kept at most 80% full, doubling
-  # when it grows: at `count` it has the smallest power of two of slots
-  # (at least the empty table's) that keeps count/slots <= 0.8. If the
-  # table's own :index_bytes at the sample size disagrees with that rule,
-  # the rule is not trusted and the index is scaled per record instead
-  # (:index_model says which).
+  # when it grows (native/heft_core/src/index.rs): 2^bits home slots, bits
+  # at least 4 and the smallest with count <= 0.8 * 2^bits, plus a tail of
+  # min(2^bits, 256) slots for probe runs past the last home slot. If the
+  # table's own :index_bytes at the sample size (and empty) disagrees with
+  # that rule, the rule is not trusted and the index is scaled per record
+  # instead (:index_model says which).
   @moduledoc false
 
   alias Heft.Memory.Tables
 
   @slot_bytes 16
+  @min_home_slots 16
+  @max_tail_slots 256
   @max_load 0.8
   @headroom 0.85
   @proc_bin_threshold 64
@@ -143,11 +146,11 @@ defmodule Heft.Memory.Sizing do
       n = max(full.size, 1)
       arena_empty = empty.memory - empty.index_bytes
       arena_per_record = (full.memory - full.index_bytes - arena_empty) / n
-      initial_slots = div(empty.index_bytes, @slot_bytes)
+      rule_holds = index_bytes(0) == empty.index_bytes and index_bytes(n) == full.index_bytes
 
       {model, index} =
-        if index_bytes(n, initial_slots) == full.index_bytes,
-          do: {:doubling, index_bytes(count, initial_slots)},
+        if rule_holds,
+          do: {:doubling, index_bytes(count)},
           else: {:linear, round(full.index_bytes / n * count)}
 
       arena = round(arena_empty + arena_per_record * count)
@@ -171,11 +174,10 @@ defmodule Heft.Memory.Sizing do
 
   defp ratio(_, _), do: nil
 
-  # Slots of a table holding `n` records: doubling from `initial` until
-  # n <= 0.8 * slots.
-  defp index_bytes(n, initial) do
-    slots = Stream.iterate(max(initial, 1), &(&1 * 2)) |> Enum.find(&(n <= @max_load * &1))
-    slots * @slot_bytes
+  # Index bytes of a table holding `n` records, by the rule above.
+  defp index_bytes(n) do
+    cap = Stream.iterate(@min_home_slots, &(&1 * 2)) |> Enum.find(&(n <= @max_load * &1))
+    (cap + min(cap, @max_tail_slots)) * @slot_bytes
   end
 
   defp shares(entry, host, headroom) do
