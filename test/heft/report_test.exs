@@ -116,6 +116,13 @@ defmodule Heft.ReportTest do
     assert StringIO.contents(io) |> elem(1) == Report.render(s)
   end
 
+  test "mix heft.report prints this node's report" do
+    out = ExUnit.CaptureIO.capture_io(fn -> Mix.Tasks.Heft.Report.run(["--tables", "3"]) end)
+    assert out =~ "Heft memory report: #{node()}"
+    assert out =~ ~r/\.\.\. \d+ more tables/
+    assert_raise Mix.Error, fn -> Mix.Tasks.Heft.Report.run(["--bogus"]) end
+  end
+
   test "top/1 redraws in place and leaves one report behind" do
     {:ok, io} = StringIO.open("")
     assert Report.top(device: io, interval: 0.01, iterations: 3) == :ok

@@ -61,10 +61,18 @@ defmodule Heft.Memory.RemoteTest do
     paths = [Mix.Project.compile_path(), Path.join(:code.lib_dir(:elixir), "ebin")]
     node = peer(Enum.flat_map(paths, &[~c"-pa", String.to_charlist(&1)]))
     remote_table(node, :remote_small, [{1, :a}])
+    # A Heft table there, kept alive by an heir as the ETS one is.
+    owner = Node.spawn(node, :timer, :sleep, [:infinity])
+    :erpc.call(node, Heft, :new, [:remote_heft, [:named_table, :public, {:heir, owner, nil}]])
+    true = :erpc.call(node, Heft, :insert, [:remote_heft, for(i <- 1..1000, do: {i, "v#{i}"})])
+
     s = Remote.snapshot(node)
     assert :erpc.call(node, :code, :is_loaded, [Heft.Memory]) != false
     assert s.node_name == node
     assert Enum.any?(s.tables.ets, &(&1.name == :remote_small))
+    [heft] = s.tables.heft
+    assert heft.name == :remote_heft and heft.size == 1000
+    assert s.node.heft.memory == heft.memory
   end
 
   test "mix heft.report --node prints the peer's report" do
