@@ -8,11 +8,10 @@ defmodule Heft.Bench do
   # Order: count by count (ascending); within a count, every kind and store.
   # Counts up to 100,000 run `runs` times (median, min–max); larger counts
   # run once. A cell is skipped, with the reason, when its store's API is
-  # missing, when the child's pilot predicts it would pass 60% of available
-  # RAM or a store limit, or when it is predicted (from the previous count,
-  # else from the pilot) to take longer than its share of the time budget
-  # (`--budget`, 540 s by default so that the run ends within 10 minutes;
-  # none with `--full`).
+  # missing; when it is predicted (from the previous count, else from the
+  # child's pilot) to pass 60% of the available RAM or a store limit; or to
+  # take longer than its share of the time budget (`--budget`, 540 s by
+  # default so that the run ends within 10 minutes; none with `--full`).
   @moduledoc false
 
   alias Heft.Bench.{Kinds, Plot, Report, Store, Sys}
@@ -20,8 +19,12 @@ defmodule Heft.Bench do
   @counts [10_000, 100_000, 1_000_000]
   @full_counts @counts ++ [10_000_000]
   @repeat_up_to 100_000
-  # Seconds for the whole default run (the issue allows 10 minutes).
+  # Seconds for the whole default run (the issue allows 10 minutes), and
+  # the share of it a cell of the first count may take (nothing predicts
+  # their cost yet; the child's pilot checks it).
   @budget_s 540
+  @first_count_share 0.06
+  @mem_share 0.6
 
   @switches [
     full: :boolean,
@@ -84,14 +87,7 @@ defmodule Heft.Bench do
 
     cells =
       counts
-      |> Enum.with_index()
-      |> Enum.reduce([], fn {count, i}, done ->
-        # This count's share of the time left: weighted by log10 of the count
-        # against the counts still to come; what it leaves flows on.
-        share = :math.log10(count) / Enum.sum(Enum.map(Enum.drop(counts, i), &:math.log10/1))
-        stage_end = deadline && now_s() + (deadline - now_s()) * share
-        run_stage(count, stage_end, opts, done)
-      end)
+      |> Enum.reduce([], &run_stage(&1, opts, &2, deadline))
       |> Enum.reverse()
 
     wall_s = now_s() - t0
@@ -116,11 +112,13 @@ defmodule Heft.Bench do
     cells
   end
 
-  # The cells of one record count. Those that can run go cheapest first
-  # (predicted from the same store and kind at the previous count), each
-  # allowed an equal share of the stage's time left: the cheap ones leave
-  # time to the dear ones, and those predicted over their share are skipped.
-  defp run_stage(count, stage_end, opts, done) do
+  # The cells of one record count, cheapest first (as predicted from the
+  # previous count). A predicted cell runs if it fits under the water level
+  # of the time left: the level L at which the remaining cells, this count's
+  # and the larger counts', each allowed min(its prediction, L), use exactly
+  # the time left. So the cheap cells all run and the dearest are skipped.
+  # The first count has no predictions: its runs are capped by the pilot.
+  defp run_stage(count, opts, done, deadline) do
     planned =
       for kind <- opts.kinds,
           store <- opts.stores,
@@ -130,28 +128,43 @@ defmodule Heft.Bench do
 
     done =
       Enum.reduce(skips, done, fn {kind, store, {:skip, why, reason}}, done ->
-        emit(
-          %{
-            kind: kind,
-            store: store,
-            count: count,
-            runs: 0,
-            status: :skip,
-            why: why,
-            reason: reason
-          },
-          opts,
-          done
-        )
+        cell = %{kind: kind, store: store, count: count, runs: 0, status: :skip, why: why, reason: reason}
+        emit(cell, opts, done)
       end)
 
     runs
     |> Enum.sort_by(fn {_, _, {:run, predicted}} -> predicted || 0 end)
-    |> Enum.with_index()
-    |> Enum.reduce(done, fn {{kind, store, {:run, predicted}}, i}, done ->
-      allowed = stage_end && (stage_end - now_s()) / (length(runs) - i)
+    |> Enum.reduce(done, fn {kind, store, {:run, predicted}}, done ->
+      allowed = allowance(predicted, count, opts, done, deadline)
       emit(cell(kind, store, count, opts, predicted, allowed), opts, done)
     end)
+  end
+
+  defp allowance(_, _, _, _, nil), do: nil
+  defp allowance(nil, _, opts, _, _), do: opts.budget_s * @first_count_share
+
+  defp allowance(_predicted, count, opts, done, deadline) do
+    ran = MapSet.new(done, &{&1.kind, &1.store, &1.count})
+
+    pending =
+      for c <- opts.counts,
+          c >= count,
+          kind <- opts.kinds,
+          store <- opts.stores,
+          not MapSet.member?(ran, {kind, store, c}),
+          {:run, s} <- [plan(kind, store, c, opts, done)],
+          do: s || 0
+
+    water_level(Enum.sort(pending), deadline - now_s(), 0)
+  end
+
+  # The level L with sum(min(p, L)) = time over the sorted predictions p.
+  defp water_level([], _time, _used), do: :infinity
+
+  defp water_level([p | rest] = all, time, used) do
+    if used + p * length(all) > time,
+      do: max(time - used, 0) / length(all),
+      else: water_level(rest, time, used + p)
   end
 
   defp emit(cell, opts, done) do
@@ -161,26 +174,46 @@ defmodule Heft.Bench do
     done
   end
 
-  # {:run, predicted seconds or nil} or {:skip, why, reason}. A cell whose
-  # store and kind did not measure at a smaller count is skipped for the same
-  # reason; one that did is predicted from it, scaled by the record count.
+  # {:run, predicted seconds or nil} or {:skip, why, reason}, from the same
+  # store and kind at the largest smaller count: a cell that did not measure
+  # there is skipped for the same reason; one that did is predicted from it,
+  # scaled by the record count, and skipped if its bytes per record times
+  # this count pass 60% of the available RAM or the store's limit.
   defp plan(kind, store, count, opts, done) do
-    with :ok <- Store.check(store) do
-      case Enum.find(done, &(&1.kind == kind and &1.store == store)) do
-        nil ->
-          {:run, nil}
+    {mod, store_opts} = Store.fetch!(store)
 
-        %{status: :ok} = prev ->
-          scaled = prev.wall_run - prev.run_s + prev.run_s * count / prev.count
-          {:run, runs(count, opts) * scaled}
-
-        prev ->
-          {:skip, prev.why, "as at #{Report.int(prev.count)}: #{prev.reason}"}
+    with :ok <- mod.check(store_opts) do
+      case Enum.find(done, &(&1.kind == kind and &1.store == store and &1.count < count)) do
+        nil -> {:run, nil}
+        %{status: :ok} = prev -> predict(prev, count, runs(count, opts), mod.limit(store_opts))
+        prev -> {:skip, prev.why, carried(prev)}
       end
     else
       {:skip, reason} -> {:skip, :api, reason}
     end
   end
+
+  defp predict(prev, count, runs, limit) do
+    per = max(Report.value(prev, :bytes), Report.value(prev, :rss_bytes) || 0)
+    bytes = per * count
+    available = Sys.mem_available()
+    from = "#{round(per)} B/record at #{Report.int(prev.count)}"
+
+    cond do
+      bytes > @mem_share * available ->
+        {:skip, :memory,
+         "predicted #{Report.gb(bytes)} (#{from}) > 60% of the #{Report.gb(available)} of RAM available"}
+
+      limit != nil and bytes > elem(limit, 0) ->
+        {:skip, :limit, "predicted #{Report.gb(bytes)} (#{from}): #{elem(limit, 1)}"}
+
+      true ->
+        {:run, runs * (prev.wall_run - prev.run_s + prev.run_s * count / prev.count)}
+    end
+  end
+
+  defp carried(%{reason: "as at " <> _ = reason}), do: reason
+  defp carried(prev), do: "as at #{Report.int(prev.count)}: #{prev.reason}"
 
   defp runs(count, opts), do: if(count <= @repeat_up_to, do: opts.runs, else: 1)
 
@@ -194,7 +227,7 @@ defmodule Heft.Bench do
       store: store,
       kind: kind,
       count: count,
-      budget_s: allowed && allowed / runs,
+      budget_s: if(is_number(allowed), do: allowed / runs),
       predicted_s: predicted && predicted / runs
     }
 

@@ -85,11 +85,11 @@ defmodule Heft.Bench.Cell do
     cond do
       predicted > @mem_share * available ->
         {:skip, :memory,
-         "predicted #{bytes(predicted)} (#{round(per)} B/record) > 60% of the #{bytes(available)} of RAM available"}
+         "predicted #{Heft.Bench.Report.gb(predicted)} (#{round(per)} B/record) > 60% of the #{Heft.Bench.Report.gb(available)} of RAM available"}
 
       limit != nil and predicted > elem(limit, 0) ->
         {:skip, :limit,
-         "predicted #{bytes(predicted)} (#{round(per)} B/record): #{elem(limit, 1)}"}
+         "predicted #{Heft.Bench.Report.gb(predicted)} (#{round(per)} B/record): #{elem(limit, 1)}"}
 
       budget_s != nil and seconds > budget_s ->
         from =
@@ -238,7 +238,4 @@ defmodule Heft.Bench.Cell do
   defp now, do: :erlang.monotonic_time()
   defp ms(n), do: :erlang.convert_time_unit(n, :millisecond, :native)
   defp us(native), do: :erlang.convert_time_unit(native, :native, :nanosecond) / 1000
-
-  defp bytes(b) when b >= 1.0e9, do: "#{Float.round(b / 1.0e9, 1)} GB"
-  defp bytes(b), do: "#{Float.round(b / 1.0e6, 1)} MB"
 end

@@ -301,6 +301,9 @@ defmodule Heft.Bench.Report do
   defp unit(:bytes, x), do: "#{num(x)} B"
   defp unit(_, x), do: "#{num(x)} µs"
 
+  def gb(b) when b >= 1.0e9, do: "#{Float.round(b / 1.0e9, 1)} GB"
+  def gb(b), do: "#{Float.round(b / 1.0e6, 1)} MB"
+
   # 10k, 100k, 1M, 10M.
   def short(n) when n >= 1_000_000, do: "#{div(n, 1_000_000)}M"
   def short(n) when n >= 1_000, do: "#{div(n, 1_000)}k"
