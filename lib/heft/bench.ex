@@ -81,7 +81,8 @@ defmodule Heft.Bench do
     deadline = opts.budget_s && t0 + opts.budget_s
     File.mkdir_p!(opts.out)
     machine = Sys.machine()
-    IO.puts("# mix bench\n\nMachine: #{machine}\n")
+    host = host_state()
+    IO.puts("# mix bench\n\nMachine: #{machine}\nAt start: #{host}\n")
     IO.puts(Report.header(true))
     counts = Enum.sort(opts.counts)
 
@@ -96,6 +97,7 @@ defmodule Heft.Bench do
     plots = write_plots(cells, opts)
 
     run = %{
+      host: "at start: #{host}; at end: #{host_state()}",
       machine: machine,
       args: opts.args,
       wall_s: wall_s,
@@ -113,11 +115,11 @@ defmodule Heft.Bench do
   end
 
   # The cells of one record count, cheapest first (as predicted from the
-  # previous count). A predicted cell runs if it fits under the water level
-  # of the time left: the level L at which the remaining cells, this count's
-  # and the larger counts', each allowed min(its prediction, L), use exactly
-  # the time left. So the cheap cells all run and the dearest are skipped.
-  # The first count has no predictions: its runs are capped by the pilot.
+  # previous count). Each predicted cell runs if it is among the cheapest
+  # pending cells, this count's and the larger counts', whose predictions
+  # add up to no more than the time left (a cell's cost grows with the count,
+  # so a cell too dear now leaves its larger counts out too). The first
+  # count has no predictions; the child's pilot caps its runs.
   defp run_stage(count, opts, done, deadline) do
     planned =
       for kind <- opts.kinds,
@@ -128,7 +130,16 @@ defmodule Heft.Bench do
 
     done =
       Enum.reduce(skips, done, fn {kind, store, {:skip, why, reason}}, done ->
-        cell = %{kind: kind, store: store, count: count, runs: 0, status: :skip, why: why, reason: reason}
+        cell = %{
+          kind: kind,
+          store: store,
+          count: count,
+          runs: 0,
+          status: :skip,
+          why: why,
+          reason: reason
+        }
+
         emit(cell, opts, done)
       end)
 
@@ -155,17 +166,14 @@ defmodule Heft.Bench do
           {:run, s} <- [plan(kind, store, c, opts, done)],
           do: s || 0
 
-    water_level(Enum.sort(pending), deadline - now_s(), 0)
+    level(Enum.sort(pending), deadline - now_s(), 0)
   end
 
-  # The level L with sum(min(p, L)) = time over the sorted predictions p.
-  defp water_level([], _time, _used), do: :infinity
+  # The largest prediction such that it and all smaller ones fit in `time`.
+  defp level([p | rest], time, used) when used + p <= time,
+    do: max(p, level(rest, time, used + p))
 
-  defp water_level([p | rest] = all, time, used) do
-    if used + p * length(all) > time,
-      do: max(time - used, 0) / length(all),
-      else: water_level(rest, time, used + p)
-  end
+  defp level(_, _time, _used), do: 0
 
   defp emit(cell, opts, done) do
     IO.puts(Report.row(cell, true))
@@ -258,6 +266,11 @@ defmodule Heft.Bench do
     if result.status == :ok,
       do: run_cell(spec, runs, i + 1, [result | acc]),
       else: Enum.reverse([result | acc])
+  end
+
+  defp host_state do
+    "load average #{Sys.load_average()} on #{:erlang.system_info(:logical_processors_available)} cores, " <>
+      "#{Report.gb(Sys.mem_available())} of RAM available"
   end
 
   defp now_s, do: System.monotonic_time(:millisecond) / 1000

@@ -22,7 +22,8 @@ defmodule Heft.Bench.Report do
   ]
   @metric_keys Enum.map(@metrics, &elem(&1, 0))
 
-  # The Heft stores the goals are stated for (memory arena).
+  # The Heft stores the goals are stated for (memory arena; zlib is Heft's
+  # default, none is shown beside it).
   @goal_stores ["heft_zlib", "heft_none"]
   @goals [
     {"100-tuple record: bytes/record vs ETS", [:tuple100], :bytes, :bytes, {1 / 80, "1/80"}},
@@ -414,17 +415,19 @@ defmodule Heft.Bench.Report do
 
     Machine: #{run.machine}
 
+    Host #{run.host}. Other processes on the host perturb the timings; the memory figures do not depend on them.
+
     #{Enum.join(sections, "\n")}
     #{goals_markdown(goals)}
     ## How the figures are taken
 
     - Each run of a cell is a fresh OS process; counts up to 100,000 are the median of the runs, with min–max in brackets for times; larger counts run once.
-    - insert: N records, one per call; batch insert: N records in calls of 1,000 (Mnesia: one transaction each), into a fresh table; lookup: 20,000 random existing keys, generated before timing.
+    - insert: N records, one per call; batch insert: N records in calls of 1,000 (Mnesia: one transaction each), into a fresh table; lookup: 20,000 random existing keys (or as many as 2 s allow, at least 1,000), generated before timing.
     - bytes/rec (store): the store's own accounting after inserting N records, plus the growth of the VM's binary memory (the refc binaries ETS and Mnesia point to but do not count), divided by N:
     #{accounting}
     - bytes/rec (RSS): growth of the OS process's VmRSS over the insert phase, divided by N; RSS/store is their ratio (allocator overhead, or memory the store's accounting misses).
     - load ms: close, then reopen until the table answers (Mnesia: stop, start, wait_for_tables; DETS: open_file, which reads lazily).
-    - disk bytes/rec: space allocated in the store's directory after close; written bytes/rec: /proc/self/io write_bytes growth over insert, lookups and close.
+    - disk bytes/rec: space allocated in the store's directory (after close, for the stores that persist); written bytes/rec: /proc/self/io write_bytes growth over insert, lookups and close.
     - A cell is skipped, with its reason, when a 1,000-record pilot predicts more than 60% of the available RAM, a store limit (DETS: 2 GB), or more than the time budget per cell.
     """
   end

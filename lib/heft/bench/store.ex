@@ -238,10 +238,15 @@ defmodule Heft.Bench.Store.Heft do
 
   defp heft_opts(opts, dir) do
     Enum.map(opts, fn
-      {:arena, :file} -> {:arena, {:file, Path.join(dir, "arena")}}
+      {:arena, :file} -> {:arena, {:file, mkdir!(Path.join(dir, "arena"))}}
       {:sync, sync} -> {:sync, sync}
       other -> other
     end) ++ if(persistent?(opts), do: [persist: Path.join(dir, "heft")], else: [])
+  end
+
+  defp mkdir!(dir) do
+    File.mkdir_p!(dir)
+    dir
   end
 
   @impl true

@@ -11,6 +11,11 @@ defmodule Heft.Bench.Sys do
   # the OOM killer.
   def mem_available, do: proc_kb("/proc/meminfo", "MemAvailable")
 
+  # The 1-minute load average: other work on the host perturbs the timings.
+  def load_average do
+    "/proc/loadavg" |> File.read!() |> String.split() |> hd() |> String.to_float()
+  end
+
   def mem_total, do: proc_kb("/proc/meminfo", "MemTotal")
 
   # Bytes this process caused to be sent to the storage layer so far
