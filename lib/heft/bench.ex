@@ -54,7 +54,7 @@ defmodule Heft.Bench do
       runs: o[:runs] || 3,
       budget_s: o[:budget] || if(full, do: nil, else: @budget_s),
       out: o[:out] || "bench/results",
-      args: Enum.join(args, " ")
+      args: Enum.join(["mix bench" | args], " ")
     }
   end
 
@@ -115,11 +115,8 @@ defmodule Heft.Bench do
   end
 
   # The cells of one record count, cheapest first (as predicted from the
-  # previous count). Each predicted cell runs if it is among the cheapest
-  # pending cells, this count's and the larger counts', whose predictions
-  # add up to no more than the time left (a cell's cost grows with the count,
-  # so a cell too dear now leaves its larger counts out too). The first
-  # count has no predictions; the child's pilot caps its runs.
+  # previous count); each runs if it fits in the time left (fits/7). The
+  # first count has no predictions; the child's pilot caps its runs.
   defp run_stage(count, opts, done, deadline) do
     planned =
       for kind <- opts.kinds,
@@ -146,16 +143,43 @@ defmodule Heft.Bench do
     runs
     |> Enum.sort_by(fn {_, _, {:run, predicted}} -> predicted || 0 end)
     |> Enum.reduce(done, fn {kind, store, {:run, predicted}}, done ->
-      allowed = allowance(predicted, count, opts, done, deadline)
-      emit(cell(kind, store, count, opts, predicted, allowed), opts, done)
+      cell =
+        case fits(kind, store, count, predicted, opts, done, deadline) do
+          :ok ->
+            cell(kind, store, count, opts, predicted, allowance(predicted, opts, deadline))
+
+          {:skip, why, reason} ->
+            %{
+              kind: kind,
+              store: store,
+              count: count,
+              runs: 0,
+              status: :skip,
+              why: why,
+              reason: reason
+            }
+        end
+
+      emit(cell, opts, done)
     end)
   end
 
-  defp allowance(_, _, _, _, nil), do: nil
-  defp allowance(nil, _, opts, _, _), do: opts.budget_s * @first_count_share
+  # nil (no time check), or the seconds a first-count cell may take, which
+  # the child's pilot checks.
+  defp allowance(predicted, opts, deadline) do
+    if deadline && predicted == nil, do: opts.budget_s * @first_count_share
+  end
 
-  defp allowance(_predicted, count, opts, done, deadline) do
+  # A predicted cell fits if the pending cells chosen first fit in the time
+  # left with it: the goals' cells (ETS and Heft's defaults) before the
+  # others, the cheapest first within each, skipping those that do not fit.
+  defp fits(_kind, _store, _count, predicted, _opts, _done, deadline)
+       when deadline == nil or predicted == nil,
+       do: :ok
+
+  defp fits(kind, store, count, predicted, opts, done, deadline) do
     ran = MapSet.new(done, &{&1.kind, &1.store, &1.count})
+    time = deadline - now_s()
 
     pending =
       for c <- opts.counts,
@@ -164,16 +188,22 @@ defmodule Heft.Bench do
           store <- opts.stores,
           not MapSet.member?(ran, {kind, store, c}),
           {:run, s} <- [plan(kind, store, c, opts, done)],
-          do: s || 0
+          do: {{kind, store, c}, s || 0}
 
-    level(Enum.sort(pending), deadline - now_s(), 0)
+    {chosen, _} =
+      pending
+      |> Enum.sort_by(fn {{_, store, _}, s} -> {store not in Report.goal_stores(), s} end)
+      |> Enum.reduce({MapSet.new(), 0}, fn {id, s}, {chosen, used} ->
+        if used + s <= time, do: {MapSet.put(chosen, id), used + s}, else: {chosen, used}
+      end)
+
+    if MapSet.member?(chosen, {kind, store, count}),
+      do: :ok,
+      else:
+        {:skip, :budget,
+         "predicted #{round(predicted)} s (scaled from the previous count); the #{round(time)} s " <>
+           "left go first to the goals' stores and to cheaper cells"}
   end
-
-  # The largest prediction such that it and all smaller ones fit in `time`.
-  defp level([p | rest], time, used) when used + p <= time,
-    do: max(p, level(rest, time, used + p))
-
-  defp level(_, _time, _used), do: 0
 
   defp emit(cell, opts, done) do
     IO.puts(Report.row(cell, true))
