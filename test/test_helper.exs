@@ -1,3 +1,5 @@
-# :slow tests run with `mix test --include slow`; :tmpfs tests mount a small
-# tmpfs and need root (they skip themselves otherwise).
-ExUnit.start(exclude: [:slow])
+# Excluded by default:
+# - :slow, long randomized runs:        mix test --include slow
+# - :heft_accounting, loads millions of records (minutes, GiBs):
+#                                       mix test --include heft_accounting
+ExUnit.start(exclude: [:slow, :heft_accounting])

@@ -44,6 +44,7 @@ mod atoms {
         arena_resident_bytes,
         arena_dirty_bytes,
         arena_swap_bytes,
+        index_resident_bytes,
     }
 }
 
@@ -299,32 +300,23 @@ fn info<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
     Term::map_from_pairs(env, &pairs).map_err(|_| badarg("internal error building info"))
 }
 
-/// What the kernel says of the table's arena mapping (from
-/// /proc/self/smaps): resident, dirty and swapped bytes. Reading smaps is
-/// file I/O, hence the dirty I/O scheduler.
+/// What the kernel says of the table's two mappings (from
+/// /proc/self/smaps): the arena's resident, dirty and swapped bytes and the
+/// index's resident bytes. Reading smaps is file I/O, hence the dirty I/O
+/// scheduler.
 #[rustler::nif(schedule = "DirtyIo")]
 fn kernel_view<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
     let t = resolve(tab)?;
     let s = t.core.stats().map_err(errors::core)?;
-    let usage = accounting::mappings(&[s.arena_address])
-        .map_err(|e| errors::io_error(&e))?
-        .into_iter()
-        .next()
-        .flatten()
-        .unwrap_or_default();
+    let found = accounting::mappings(&[s.arena_address, s.index_address])
+        .map_err(|e| errors::io_error(&e))?;
+    let arena = found.first().copied().flatten().unwrap_or_default();
+    let index = found.get(1).copied().flatten().unwrap_or_default();
     let pairs = [
-        (
-            atoms::arena_resident_bytes().encode(env),
-            usage.resident.encode(env),
-        ),
-        (
-            atoms::arena_dirty_bytes().encode(env),
-            usage.dirty.encode(env),
-        ),
-        (
-            atoms::arena_swap_bytes().encode(env),
-            usage.swap.encode(env),
-        ),
+        (atoms::arena_resident_bytes(), arena.resident),
+        (atoms::arena_dirty_bytes(), arena.dirty),
+        (atoms::arena_swap_bytes(), arena.swap),
+        (atoms::index_resident_bytes(), index.resident),
     ];
     Term::map_from_pairs(env, &pairs).map_err(|_| badarg("internal error building info"))
 }

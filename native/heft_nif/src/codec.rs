@@ -289,12 +289,11 @@ fn contains_neg_zero(t: Term) -> bool {
     let mut stack = vec![t];
     while let Some(t) = stack.pop() {
         match t.get_type() {
-            TermType::Float => {
+            TermType::Float
                 if t.decode::<f64>()
-                    .is_ok_and(|f| f == 0.0 && f.is_sign_negative())
-                {
-                    return true;
-                }
+                    .is_ok_and(|f| f == 0.0 && f.is_sign_negative()) =>
+            {
+                return true;
             }
             TermType::Tuple => stack.extend(get_tuple(t).unwrap_or_default()),
             TermType::List => {

@@ -528,7 +528,6 @@ fn rewrite<'a, R>(
         };
         let new = t.core.prepare(&rec.key, &rec.body);
         let expected = found.then(|| (&buf, &buf.items()[0]));
-        let expected = expected.map(|(b, it)| (b, it));
         if t.core
             .replace_if(h, &k, expected, Some(&new))
             .map_err(errors::core)?
