@@ -119,7 +119,7 @@ defmodule Heft.Bench.Cell do
     rss = Sys.rss() - rss0
 
     keys = for _ <- 1..@lookups, do: :rand.uniform(n)
-    verify!(mod, s, kind, Enum.take(keys, 100))
+    verify!(mod, s, kind, Enum.take(keys, 100), "after insert")
     progress("lookup", 0, @lookups)
     lookup_each(Enum.take(keys, 1_000), mod, s)
     {lookups, lookup} = lookups(Enum.chunk_every(keys, 1_000), mod, s, 0, 0)
@@ -132,7 +132,7 @@ defmodule Heft.Bench.Cell do
         t0 = now()
         s = mod.reopen(s, opts, dir)
         load = now() - t0
-        verify!(mod, s, kind, Enum.take(keys, 100))
+        verify!(mod, s, kind, Enum.take(keys, 100), "after reopen")
         {load, disk, s}
       else
         {nil, Sys.disk_bytes(dir) - disk0, s}
@@ -207,17 +207,17 @@ defmodule Heft.Bench.Cell do
 
   # Each looked-up record must be the one inserted (Mnesia's carry the table
   # name first, so the value is the last element).
-  defp verify!(mod, s, kind, keys) do
+  defp verify!(mod, s, kind, keys, phase) do
     for key <- keys do
       case mod.lookup(s, key) do
         [rec] when elem(rec, tuple_size(rec) - 2) == key ->
           value = elem(rec, tuple_size(rec) - 1)
 
           if Kinds.deterministic?(kind) and value != elem(Kinds.record(kind, key), 1),
-            do: raise("lookup(#{key}) returned a different value")
+            do: raise("#{phase}, lookup(#{key}) returned a different value")
 
         other ->
-          raise "lookup(#{key}) returned #{inspect(other, limit: 5)}"
+          raise "#{phase}, lookup(#{key}) returned #{inspect(other, limit: 5)}"
       end
     end
   end

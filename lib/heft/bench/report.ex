@@ -127,7 +127,7 @@ defmodule Heft.Bench.Report do
 
   defp rss_ratio(cell) do
     case {value(cell, :rss_bytes), value(cell, :bytes)} do
-      {r, b} when is_number(r) and is_number(b) and b > 0 -> num(r / b)
+      {r, b} when is_number(r) and is_number(b) and r > 0 and b > 0 -> num(r / b)
       _ -> "–"
     end
   end
@@ -445,7 +445,7 @@ defmodule Heft.Bench.Report do
       cells
       |> Enum.filter(&(&1.status == :ok))
       |> Enum.uniq_by(& &1.store)
-      |> Enum.map_join("\n", &"- #{&1.store}: #{&1.accounting}")
+      |> Enum.map_join("\n", &"  - #{&1.store}: #{&1.accounting}")
 
     """
     # Heft benchmark results
@@ -468,7 +468,7 @@ defmodule Heft.Bench.Report do
     - bytes/rec (RSS): growth of the OS process's VmRSS over the insert phase, divided by N; RSS/store is their ratio (allocator overhead, or memory the store's accounting misses).
     - load ms: close, then reopen until the table answers (Mnesia: stop, start, wait_for_tables; DETS: open_file, which reads lazily).
     - disk bytes/rec: space allocated in the store's directory (after close, for the stores that persist); written bytes/rec: /proc/self/io write_bytes growth over insert, lookups and close.
-    - A cell is skipped, with its reason, when a 1,000-record pilot predicts more than 60% of the available RAM, a store limit (DETS: 2 GB), or more than the time budget per cell.
+    - A cell is skipped, with its reason, when the same store at the previous count (or, at the first count, a 1,000-record pilot) predicts more than 60% of the available RAM or a store limit (DETS: 2 GB), or when it does not fit in the time left: the time goes first to the cells the goals compare (ETS, Heft with its defaults), then to the cheapest.
     """
   end
 end
