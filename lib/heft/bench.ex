@@ -10,7 +10,7 @@ defmodule Heft.Bench do
   # run once. A cell is skipped, with the reason, when its store's API is
   # missing; when it is predicted (from the previous count, else from the
   # child's pilot) to pass 60% of the available RAM or a store limit; or to
-  # take longer than its share of the time budget (`--budget`, 540 s by
+  # take longer than its share of the time budget (`--budget`, 480 s by
   # default so that the run ends within 10 minutes; none with `--full`).
   @moduledoc false
 
@@ -22,7 +22,7 @@ defmodule Heft.Bench do
   # Seconds for the whole default run (the issue allows 10 minutes), and
   # the share of it a cell of the first count may take (nothing predicts
   # their cost yet; the child's pilot checks it).
-  @budget_s 540
+  @budget_s 480
   @first_count_share 0.06
   @mem_share 0.6
 
