@@ -126,18 +126,8 @@ defmodule Heft.Bench do
     {skips, runs} = Enum.split_with(planned, &match?({_, _, {:skip, _, _}}, &1))
 
     done =
-      Enum.reduce(skips, done, fn {kind, store, {:skip, why, reason}}, done ->
-        cell = %{
-          kind: kind,
-          store: store,
-          count: count,
-          runs: 0,
-          status: :skip,
-          why: why,
-          reason: reason
-        }
-
-        emit(cell, opts, done)
+      Enum.reduce(skips, done, fn {kind, store, skip}, done ->
+        emit(skipped(kind, store, count, skip), opts, done)
       end)
 
     runs
@@ -148,21 +138,24 @@ defmodule Heft.Bench do
           :ok ->
             cell(kind, store, count, opts, predicted, allowance(predicted, opts, deadline))
 
-          {:skip, why, reason} ->
-            %{
-              kind: kind,
-              store: store,
-              count: count,
-              runs: 0,
-              status: :skip,
-              why: why,
-              reason: reason
-            }
+          skip ->
+            skipped(kind, store, count, skip)
         end
 
       emit(cell, opts, done)
     end)
   end
+
+  defp skipped(kind, store, count, {:skip, why, reason}),
+    do: %{
+      kind: kind,
+      store: store,
+      count: count,
+      runs: 0,
+      status: :skip,
+      why: why,
+      reason: reason
+    }
 
   # nil (no time check), or the seconds a first-count cell may take, which
   # the child's pilot checks.
