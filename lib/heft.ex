@@ -59,6 +59,8 @@ defmodule Heft do
   > - `next/2` accepts a key that is no longer in the table and continues
   >   from where it was (ETS raises unless the table is fixed), so a
   >   `first/next` walk is safe while other processes write.
+  > - `foldl/3` calls its function for every object, including one whose
+  >   key is `:"$end_of_table"` (ETS's `foldl` skips that one).
   > - Only `:set` tables for now. Counters (`update_counter/3,4`) work up
   >   to ±2^127; ETS has no limit.
   > - `:read_concurrency`, `:write_concurrency` and `:decentralized_counters`
@@ -114,6 +116,10 @@ defmodule Heft do
   def new(name, opts \\ [])
 
   def new(name, opts) when is_atom(name) and is_list(opts) do
+    unless proper_list?(opts) do
+      raise ArgumentError, "Heft.new/2 expects a proper list of options, got: #{inspect(opts)}"
+    end
+
     o = Enum.reduce(opts, default_options(), &option/2)
     compression = if o.compression == :none, do: :none, else: {:zlib, o.level}
 
@@ -144,6 +150,10 @@ defmodule Heft do
     raise ArgumentError,
           "Heft.new/2 expects an atom name and a list of options, got: #{inspect(name)}, #{inspect(opts)}"
   end
+
+  defp proper_list?([]), do: true
+  defp proper_list?([_ | rest]), do: proper_list?(rest)
+  defp proper_list?(_), do: false
 
   defp default_options do
     %{
@@ -509,9 +519,13 @@ defmodule Heft do
 
   def info(_tab, item), do: raise(ArgumentError, "unknown info item: #{inspect(item)}")
 
+  # info/1,2 answer :undefined for a table that no longer exists, and raise
+  # for what cannot name a table at all, as ETS does.
   defp safe_ref(%Heft.Table{ref: ref}), do: {:ok, ref}
   defp safe_ref(name) when is_atom(name), do: {:ok, name}
-  defp safe_ref(_), do: :error
+
+  defp safe_ref(other),
+    do: raise(ArgumentError, "not a Heft table identifier or name: #{inspect(other)}")
 
   defp native_info(ref) do
     map = Native.info(ref)
@@ -539,6 +553,9 @@ defmodule Heft do
   @spec whereis(atom) :: Heft.Table.t() | :undefined
   def whereis(name) when is_atom(name), do: Native.whereis(name)
 
+  def whereis(name),
+    do: raise(ArgumentError, "whereis/1 needs an atom, got: #{inspect(name)}")
+
   @doc "Every table of this node, like `:ets.all/0`."
   @spec all() :: [tab]
   def all, do: Native.all()
@@ -554,8 +571,13 @@ defmodule Heft do
   def give_away(_tab, pid, _data),
     do: raise(ArgumentError, "give_away/3 needs a pid, got: #{inspect(pid)}")
 
-  @doc "Renames the table; returns the new name."
-  @spec rename(tab, atom) :: atom
+  @doc """
+  Renames the table. A named table is then found by its new name only, and
+  `rename/2` returns that name; renaming an unnamed table changes only its
+  `info(tab, :name)` and returns the table. Raises `ArgumentError` if a
+  named table already has that name (including this table itself).
+  """
+  @spec rename(tab, atom) :: tab
   def rename(tab, name) when is_atom(name), do: Native.rename(ref(tab), name)
 
   def rename(_tab, name),

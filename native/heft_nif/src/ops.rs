@@ -7,13 +7,12 @@
 
 use std::cell::RefCell;
 
-use heft_core::codec::{self, Scratch};
 use heft_core::table::{Item, RecordBuf};
 use heft_core::{Backing, Cursor};
 use rustler::types::tuple::get_tuple;
 use rustler::{Atom, Binary, Encoder, Env, NewBinary, NifResult, ResourceArc, Term};
 
-use crate::codec::{EncodeError, EncodedRecord, TermBuilder, TermEncoder, NORMAL_BUDGET};
+use crate::codec::{self, EncodeError, EncodedRecord, TermEncoder, NORMAL_BUDGET};
 use crate::errors::{self, badarg, no_table, retry_cpu, retry_io};
 use crate::resource::{lookup_name, Protection, TableRes};
 
@@ -170,28 +169,16 @@ fn decode_item<'a>(
     buf: &RecordBuf,
     it: &Item,
     scratch: &mut Vec<u8>,
-    s: &mut Scratch<Term<'a>>,
 ) -> NifResult<Term<'a>> {
     let body = buf
         .body(it, scratch)
         .map_err(|_| badarg("internal error: a stored record does not inflate"))?;
-    let mut b = TermBuilder {
-        env,
-        atoms: &t.atoms,
-    };
-    codec::decode_with(body, Some(buf.key(it)), &mut b, s).map_err(|e| {
-        badarg(format!(
-            "internal error: a stored record does not decode: {e}"
-        ))
-    })
+    codec::decode(env, &t.atoms, body, Some(buf.key(it)))
+        .map_err(|e| badarg(format!("internal error: a stored record does not decode: {e}")))
 }
 
 fn decode_key<'a>(env: Env<'a>, t: &TableRes, key: &[u8]) -> NifResult<Term<'a>> {
-    let mut b = TermBuilder {
-        env,
-        atoms: &t.atoms,
-    };
-    codec::decode(key, None, &mut b)
+    codec::decode(env, &t.atoms, key, None)
         .map_err(|e| badarg(format!("internal error: a stored key does not decode: {e}")))
 }
 
@@ -212,16 +199,18 @@ fn objects(objs: Term) -> NifResult<Vec<Term>> {
     if objs.is_tuple() {
         return Ok(vec![objs]);
     }
+    proper_list(objs).ok_or_else(|| badarg("not a tuple or a proper list of tuples"))
+}
+
+/// The elements of a proper list; `None` for anything else.
+fn proper_list(list: Term) -> Option<Vec<Term>> {
     let mut out = Vec::new();
-    let mut rest = objs;
+    let mut rest = list;
     while let Ok((head, tail)) = rest.list_get_cell() {
         out.push(head);
         rest = tail;
     }
-    if !rest.is_empty_list() {
-        return Err(badarg("not a tuple or a proper list of tuples"));
-    }
-    Ok(out)
+    rest.is_empty_list().then_some(out)
 }
 
 fn prepare_all<'a>(
@@ -317,8 +306,8 @@ fn lookup_impl<'a>(
         if it.header.raw_len > sched.decode_budget() && sched == Sched::Normal {
             return Ok(retry_cpu(env));
         }
-        let obj = decode_item(env, &t, buf, &it, scratch, &mut Scratch::default())?;
-        Ok([obj].encode(env))
+        let obj = decode_item(env, &t, buf, &it, scratch)?;
+        Ok(Term::list_new_empty(env).list_prepend(obj))
     })
 }
 
@@ -379,8 +368,8 @@ fn take_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, key: Term<'a>) -> Ni
             return Ok(Term::list_new_empty(env));
         }
         let it = buf.items()[0];
-        let obj = decode_item(env, &t, buf, &it, scratch, &mut Scratch::default())?;
-        Ok([obj].encode(env))
+        let obj = decode_item(env, &t, buf, &it, scratch)?;
+        Ok(Term::list_new_empty(env).list_prepend(obj))
     })
 }
 
@@ -419,7 +408,7 @@ fn delete_object_impl<'a>(
             return Ok(true.encode(env));
         }
         let it = buf.items()[0];
-        let stored = decode_item(env, &t, &buf, &it, &mut scratch, &mut Scratch::default())?;
+        let stored = decode_item(env, &t, &buf, &it, &mut scratch)?;
         // Objects match when their canonical encodings are equal (=:=).
         if encoded!(env, enc.key(env, stored)) != wanted {
             return Ok(true.encode(env));
@@ -510,7 +499,7 @@ fn rewrite<'a, R>(
         let found = t.core.get(h, &k, &mut buf).map_err(errors::core)?;
         let mut elems = if found {
             let it = buf.items()[0];
-            let obj = decode_item(env, t, &buf, &it, &mut scratch, &mut Scratch::default())?;
+            let obj = decode_item(env, t, &buf, &it, &mut scratch)?;
             get_tuple(obj).map_err(|_| badarg("not a tuple"))?
         } else if let Some(d) = default {
             let mut elems = record_elems(d, t.keypos)?;
@@ -546,18 +535,28 @@ fn update_counter_impl<'a>(
     default: Term<'a>,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, true);
-    let (ops_list, is_list) = if ops.is_list() || ops.is_empty_list() {
-        let v: Vec<Term> = ops.decode().map_err(|_| badarg("not a proper list"))?;
-        (v, true)
+    let (parsed, is_list): (Vec<CounterOp>, bool) = if ops.is_list() {
+        let items = proper_list(ops).ok_or_else(|| badarg("not a proper list of operations"))?;
+        let parsed = items
+            .iter()
+            .map(|o| match o.is_tuple() {
+                true => counter_op(*o, t.keypos),
+                // A bare increment is only allowed on its own, as in ETS.
+                false => Err(badarg("not a counter update operation {Pos, Incr}")),
+            })
+            .collect::<NifResult<_>>()?;
+        (parsed, true)
     } else {
-        (vec![ops], false)
+        (vec![counter_op(ops, t.keypos)?], false)
     };
-    let parsed: Vec<CounterOp> = ops_list
-        .iter()
-        .map(|o| counter_op(*o, t.keypos))
-        .collect::<NifResult<_>>()?;
     let default = match get_tuple(default).as_deref() {
-        Ok([tag, d]) if Atom::from_term(*tag).is_ok_and(|a| a == atoms::default()) => Some(*d),
+        Ok([tag, d]) if Atom::from_term(*tag).is_ok_and(|a| a == atoms::default()) => {
+            if !d.is_tuple() {
+                // ETS refuses a non-tuple default even when the key exists.
+                return Err(badarg("the default object is not a tuple"));
+            }
+            Some(*d)
+        }
         _ => None,
     };
     let keypos = t.keypos;
@@ -598,27 +597,13 @@ fn update_element_impl<'a>(
     ops: Term<'a>,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, true);
-    let ops_list: Vec<Term> = if ops.is_tuple() {
-        vec![ops]
-    } else {
-        ops.decode()
-            .map_err(|_| badarg("not an element update or a list of them"))?
-    };
-    let parsed: Vec<(usize, Term)> = ops_list
-        .iter()
-        .map(|op| match get_tuple(*op).as_deref() {
-            Ok([p, v]) => p
-                .decode::<usize>()
-                .ok()
-                .filter(|p| *p >= 1)
-                .map(|p| (p, *v))
-                .ok_or_else(|| badarg("the position is not a positive integer")),
-            _ => Err(badarg("not an element update {Pos, Value}")),
-        })
-        .collect::<NifResult<_>>()?;
+    // As in ETS, a malformed update is only an error when the key exists:
+    // a missing key answers false whatever the update.
+    let parsed: Result<Vec<(usize, Term)>, &'static str> = element_updates(ops);
     let keypos = t.keypos;
     let outcome = rewrite(env, sched, &t, key, None, |elems| {
-        for (pos, value) in &parsed {
+        let parsed = parsed.as_ref().map_err(|why| badarg(*why))?;
+        for (pos, value) in parsed {
             if *pos == keypos || *pos > elems.len() {
                 return Err(badarg(format!("position {pos} cannot be updated")));
             }
@@ -632,22 +617,61 @@ fn update_element_impl<'a>(
     }
 }
 
+/// `{Pos, Value}` or a proper list of them.
+fn element_updates(ops: Term) -> Result<Vec<(usize, Term)>, &'static str> {
+    let items = if ops.is_tuple() {
+        vec![ops]
+    } else {
+        proper_list(ops).ok_or("not an element update or a proper list of them")?
+    };
+    items
+        .iter()
+        .map(|op| match get_tuple(*op).as_deref() {
+            Ok([p, v]) => p
+                .decode::<usize>()
+                .ok()
+                .filter(|p| *p >= 1)
+                .map(|p| (p, *v))
+                .ok_or("the position is not a positive integer"),
+            _ => Err("not an element update {Pos, Value}"),
+        })
+        .collect()
+}
+
 fn first_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
-    match t.core.first_key().map_err(errors::core)? {
-        Some(k) => decode_key(env, &t, &k),
-        None => Ok(atoms::end_of_table().encode(env)),
-    }
+    let k = t.core.first_key().map_err(errors::core)?;
+    stored_key(env, &t, k)
 }
 
 fn next_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, key: Term<'a>) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
     let k = encoded!(env, enc.key(env, key));
-    match t.core.next_key(t.core.hash(&k), &k).map_err(errors::core)? {
-        Some(k) => decode_key(env, &t, &k),
-        None => Ok(atoms::end_of_table().encode(env)),
+    let next = t.core.next_key(t.core.hash(&k), &k).map_err(errors::core)?;
+    stored_key(env, &t, next)
+}
+
+/// The key a walk returns: decoded from the index's canonical bytes, or,
+/// when those may have turned a -0.0 into 0.0, read from the stored object
+/// itself, so the walk gives back the key exactly as inserted.
+fn stored_key<'a>(env: Env<'a>, t: &TableRes, key: Option<Vec<u8>>) -> NifResult<Term<'a>> {
+    let Some(k) = key else {
+        return Ok(atoms::end_of_table().encode(env));
+    };
+    let canonical = decode_key(env, t, &k)?;
+    if !codec::key_may_be_inexact(canonical) {
+        return Ok(canonical);
     }
+    with_buf(|buf, scratch| {
+        if !t.core.get(t.core.hash(&k), &k, buf).map_err(errors::core)? {
+            return Ok(canonical); // deleted meanwhile: the canonical key will do
+        }
+        let it = buf.items()[0];
+        let obj = decode_item(env, t, buf, &it, scratch)?;
+        let elems = get_tuple(obj).map_err(|_| badarg("not a tuple"))?;
+        Ok(elems.get(t.keypos - 1).copied().unwrap_or(canonical))
+    })
 }
 
 /// `{records, cursor}` after `cursor` (`:start` or a cursor returned
@@ -688,10 +712,9 @@ fn chunk_impl<'a>(
         if sched == Sched::Normal && raw > 2 * budget {
             return Ok(retry_cpu(env));
         }
-        let mut s = Scratch::default();
         let mut records = Vec::with_capacity(buf.len());
         for it in buf.items() {
-            records.push(decode_item(env, &t, buf, it, scratch, &mut s)?);
+            records.push(decode_item(env, &t, buf, it, scratch)?);
         }
         let cursor = match next {
             Some(c) => {
