@@ -16,6 +16,7 @@ defmodule Heft.Contract.Case do
 
       contract "bag keeps duplicates", type: :bag do ... end
       contract "select/2", functions: [select: 2] do ... end
+      contract "Heft-only behaviour", only: Heft do ... end
 
   Tests are written inside a `for` comprehension the usual way; the name may
   be an interpolated string and the body may `unquote` loop variables.
@@ -30,7 +31,13 @@ defmodule Heft.Contract.Case do
   end
 
   defmacro contract(name, requirements \\ [], do: body) do
-    for m <- Heft.Contract.backends() do
+    only =
+      case requirements do
+        list when is_list(list) -> list |> Keyword.get(:only) |> Macro.expand(__CALLER__)
+        _ -> nil
+      end
+
+    for m <- Heft.Contract.backends(), only == nil or m == only do
       quote do
         @tag backend: unquote(m)
         requirements = unquote(requirements)

@@ -31,6 +31,14 @@ defmodule Heft.Contract.Differential do
   @doc "The backend compared against :ets: Heft once it exists, else :ets."
   def subject, do: if(Heft.Contract.heft_available?(), do: Heft, else: :ets)
 
+  @doc "Why the differential run for `type` cannot run against the subject, or nil."
+  def skip_reason(type) do
+    case subject() do
+      Heft -> Heft.Contract.skip_reason(Heft, type: type)
+      _ets -> nil
+    end
+  end
+
   @doc """
   Runs `runs` random sequences of up to `max_ops` operations on tables of
   `type`; raises ExUnit.AssertionError on the first mismatch. Returns the
