@@ -1,3 +1,563 @@
 defmodule Heft do
-  @moduledoc "Heft: an ETS-like table whose records live off the BEAM heap."
+  @moduledoc """
+  An ETS-like table whose records live off the BEAM heap, compressed, in a
+  memory-mapped arena, and which reports its memory in **bytes**.
+
+  An ETS set holding `{i, :erlang.make_tuple(100, List.duplicate(:a, 10))}`
+  costs 16,872 bytes per record on a 64-bit VM; Heft stores the same record
+  in under 100. Heft speaks ETS's API: the same function names, arguments,
+  return values and `ArgumentError`s, so porting code is mostly replacing
+  `:ets` with `Heft`. Erlang code calls the same functions as `'Elixir.Heft'`.
+
+  ## Usage
+
+      iex> tab = Heft.new(:users, [:set, :public])
+      iex> Heft.insert(tab, {1, %{name: "Ada"}})
+      true
+      iex> Heft.lookup(tab, 1)
+      [{1, %{name: "Ada"}}]
+      iex> Heft.info(tab, :memory) > 0
+      true
+      iex> Heft.delete(tab)
+      true
+
+  From Erlang:
+
+      T = 'Elixir.Heft':new(users, [set, public]),
+      true = 'Elixir.Heft':insert(T, {1, <<"Ada">>}),
+      [{1, <<"Ada">>}] = 'Elixir.Heft':lookup(T, 1).
+
+  ## How records are stored
+
+  Each record is encoded in the Heft term format (a compact relative of the
+  external term format that keeps atoms as per-table ids and keeps subterms
+  the BEAM shares stored once; see docs/term-format.md), compressed with
+  raw deflate when that saves space, and copied into the table's arena: a
+  memfd (`arena: :memory`, RAM then swap, never written back to a file) or
+  a 0600 file in a directory you name (`arena: {:file, dir}`, for data
+  larger than RAM). The key index lives in native memory. Lookups copy the
+  record to the caller's heap, like ETS.
+
+  ## Table semantics
+
+  Table types: `:set` (the default). Keys compare by match (`=:=`): `1` and
+  `1.0` are different keys, and on OTP 25 `0.0` and `-0.0` are the same, as
+  in an ETS set. Any term can be a key or a value.
+
+  A table belongs to the process that created it and is deleted when that
+  process exits, unless an heir takes it: the heir then receives
+  `{:"HEFT-TRANSFER", tab, from_pid, heir_data}`. `:protected` (the
+  default) lets every process read and only the owner write, `:private`
+  lets only the owner do either, `:public` lets everyone do both.
+
+  > #### Differences from ETS {: .info}
+  >
+  > - `info(tab, :memory)` is in **bytes**; ETS's is in words (multiply by
+  >   `:erlang.system_info(:wordsize)`). `info/1` has more, all in bytes.
+  > - The owner-transfer message is tagged `:"HEFT-TRANSFER"`.
+  > - An unnamed table is a `Heft.Table` struct, not a reference.
+  > - `next/2` accepts a key that is no longer in the table and continues
+  >   from where it was (ETS raises unless the table is fixed), so a
+  >   `first/next` walk is safe while other processes write.
+  > - Only `:set` tables for now. Counters (`update_counter/3,4`) work up
+  >   to ±2^127; ETS has no limit.
+  > - `:read_concurrency`, `:write_concurrency` and `:decentralized_counters`
+  >   are accepted and ignored: readers never block each other, and writers
+  >   hold the table's lock only to copy bytes, not to encode or compress.
+
+  ## Scheduling
+
+  No call runs much longer than a millisecond on a normal scheduler: big
+  batches and big terms move to a dirty CPU scheduler, and every operation
+  on a file-backed table runs on a dirty I/O scheduler.
+  """
+
+  import Heft.Native, only: [call: 1]
+  alias Heft.Native
+
+  @typedoc "A table: a `Heft.Table` identifier, or the name of a named table."
+  @type tab :: Heft.Table.t() | atom
+
+  @typedoc "One record: a tuple holding its key at the table's keypos."
+  @type object :: tuple
+
+  @chunk 256
+
+  @doc """
+  Creates a table. Returns its identifier, or `name` with `:named_table`.
+
+  Options (ETS's, plus Heft's own):
+
+    * `:set` - the table type (the default, and the only one for now).
+    * `:named_table` - register the table under `name`.
+    * `:public`, `:protected` (default), `:private` - who may read and write.
+    * `{:keypos, n}` - the element that holds the key (default 1).
+    * `{:heir, pid, data}` or `{:heir, :none}` (default) - who takes the
+      table when the owner exits.
+    * `compression: :zlib` (default) or `:none` - per-record raw deflate.
+      `:compressed` (ETS's option) means `compression: :zlib`.
+    * `compression_level: 0..9` - deflate level (default 1).
+    * `arena: :memory` (default) or `{:file, dir}` - a memfd in RAM, or a
+      file in the existing directory `dir` (mode 0600, removed with the
+      table).
+    * `{:read_concurrency, _}`, `{:write_concurrency, _}`,
+      `{:decentralized_counters, _}` - accepted for compatibility, ignored.
+
+  Raises `ArgumentError` naming the option for an unknown or ill-typed
+  option, or if a named table called `name` exists. Raises `Heft.Error` if
+  the arena cannot be created (reason `:enoent`, `:eacces`, `:enospc`...).
+  """
+  @spec new(atom, list) :: tab
+  def new(name, opts \\ [])
+
+  def new(name, opts) when is_atom(name) and is_list(opts) do
+    o = Enum.reduce(opts, default_options(), &option/2)
+    compression = if o.compression == :none, do: :none, else: {:zlib, o.level}
+
+    arena =
+      case o.arena do
+        :memory -> :memory
+        {:file, dir} -> {:file, dir}
+      end
+
+    args = {o.named, o.protection, o.keypos, o.heir, compression, arena}
+
+    result =
+      case arena do
+        :memory -> Native.new(name, args)
+        {:file, _} -> Native.new_io(name, args)
+      end
+
+    case result do
+      {:error, reason} ->
+        raise Heft.Error, reason: reason, action: "create the arena of #{inspect(name)}"
+
+      tab ->
+        tab
+    end
+  end
+
+  def new(name, opts) do
+    raise ArgumentError,
+          "Heft.new/2 expects an atom name and a list of options, got: #{inspect(name)}, #{inspect(opts)}"
+  end
+
+  defp default_options do
+    %{
+      named: false,
+      protection: :protected,
+      keypos: 1,
+      heir: :none,
+      compression: :zlib,
+      level: 1,
+      arena: :memory
+    }
+  end
+
+  defp option(:set, o), do: o
+
+  defp option(type, _o) when type in [:ordered_set, :bag, :duplicate_bag],
+    do: raise(ArgumentError, "table type #{inspect(type)} is not supported yet (only :set)")
+
+  defp option(:named_table, o), do: %{o | named: true}
+  defp option(p, o) when p in [:public, :protected, :private], do: %{o | protection: p}
+  defp option({:keypos, n}, o) when is_integer(n) and n >= 1, do: %{o | keypos: n}
+  defp option({:heir, :none}, o), do: %{o | heir: :none}
+
+  defp option({:heir, pid, data}, o) when is_pid(pid) and node(pid) == node(),
+    do: %{o | heir: {pid, data}}
+
+  defp option(:compressed, o), do: %{o | compression: :zlib}
+  defp option({:compression, c}, o) when c in [:zlib, :none], do: %{o | compression: c}
+
+  defp option({:compression_level, l}, o) when is_integer(l) and l in 0..9,
+    do: %{o | level: l}
+
+  defp option({:arena, :memory}, o), do: %{o | arena: :memory}
+
+  defp option({:arena, {:file, dir}}, o) when is_binary(dir) or is_list(dir) do
+    dir = IO.chardata_to_string(dir)
+
+    unless File.dir?(dir) do
+      raise ArgumentError, "option :arena: #{inspect(dir)} is not an existing directory"
+    end
+
+    %{o | arena: {:file, Path.expand(dir)}}
+  end
+
+  defp option({key, v}, o)
+       when key in [:read_concurrency, :write_concurrency, :decentralized_counters] and
+              (is_boolean(v) or v == :auto),
+       do: o
+
+  defp option({key, _} = opt, _o)
+       when key in [
+              :keypos,
+              :heir,
+              :compression,
+              :compression_level,
+              :arena,
+              :read_concurrency,
+              :write_concurrency,
+              :decentralized_counters
+            ],
+       do: raise(ArgumentError, "option #{inspect(key)} has an invalid value: #{inspect(opt)}")
+
+  defp option({:heir, _, _} = opt, _o),
+    do: raise(ArgumentError, "option :heir needs a local pid, got: #{inspect(opt)}")
+
+  defp option(opt, _o), do: raise(ArgumentError, "unknown option: #{inspect(opt)}")
+
+  # The NIF takes the reference of an unnamed table or the name of a
+  # named one.
+  defp ref(%Heft.Table{ref: ref}), do: ref
+  defp ref(name) when is_atom(name), do: name
+
+  defp ref(other),
+    do: raise(ArgumentError, "not a Heft table identifier or name: #{inspect(other)}")
+
+  @doc """
+  Inserts one object or a list of objects, replacing objects with the same
+  key. A list is inserted atomically and in isolation: other processes see
+  all of it or none of it. Within a list, a later object wins over an
+  earlier one with the same key.
+
+  Returns `true`, or `{:error, reason}` if the arena cannot grow (`:enospc`
+  when a file arena's disk is full; nothing is inserted and the table stays
+  readable).
+  """
+  @spec insert(tab, object | [object]) :: true | {:error, atom}
+  def insert(tab, objects) do
+    ref = ref(tab)
+    call(insert(ref, objects))
+  end
+
+  @doc """
+  Like `insert/2`, but inserts nothing and returns `false` if any key is
+  already in the table.
+  """
+  @spec insert_new(tab, object | [object]) :: boolean | {:error, atom}
+  def insert_new(tab, objects) do
+    ref = ref(tab)
+    call(insert_new(ref, objects))
+  end
+
+  @doc "Returns `[object]` for the key, or `[]`."
+  @spec lookup(tab, term) :: [object]
+  def lookup(tab, key) do
+    ref = ref(tab)
+    call(lookup(ref, key))
+  end
+
+  @doc """
+  Returns element `pos` of the object with the key. Raises `ArgumentError`
+  if there is no such object or element.
+  """
+  @spec lookup_element(tab, term, pos_integer) :: term
+  def lookup_element(tab, key, pos) do
+    ref = ref(tab)
+    {element} = call(lookup_element(ref, key, pos))
+    element
+  end
+
+  @doc "True if the key is in the table."
+  @spec member(tab, term) :: boolean
+  def member(tab, key) do
+    ref = ref(tab)
+    call(member(ref, key))
+  end
+
+  @doc "Removes the object with the key and returns `[object]`, or `[]`."
+  @spec take(tab, term) :: [object]
+  def take(tab, key) do
+    ref = ref(tab)
+    call(take(ref, key))
+  end
+
+  @doc "Deletes the whole table. Returns `true`."
+  @spec delete(tab) :: true
+  def delete(tab), do: Native.delete_table(ref(tab))
+
+  @doc "Deletes the object with the key, if any. Returns `true`."
+  @spec delete(tab, term) :: true
+  def delete(tab, key) do
+    ref = ref(tab)
+    call(delete_key(ref, key))
+  end
+
+  @doc "Deletes the object if it is in the table, exactly (`=:=`). Returns `true`."
+  @spec delete_object(tab, object) :: true
+  def delete_object(tab, object) do
+    ref = ref(tab)
+    call(delete_object(ref, object))
+  end
+
+  @doc "Deletes every object; the table stays. Returns `true`."
+  @spec delete_all_objects(tab) :: true
+  def delete_all_objects(tab) do
+    ref = ref(tab)
+    call(delete_all_objects(ref))
+  end
+
+  @doc """
+  Atomically adds to integer elements of the object with the key, as
+  `:ets.update_counter/3`: `incr` (element keypos+1), `{pos, incr}`,
+  `{pos, incr, threshold, set_value}`, or a list of these (returns a list).
+  Raises `ArgumentError` if the key is missing, an element is not an
+  integer, or `pos` is the key's or out of range.
+  """
+  @spec update_counter(tab, term, integer | tuple | [tuple]) :: integer | [integer]
+  def update_counter(tab, key, op) do
+    ref = ref(tab)
+    call(update_counter(ref, key, op, :none))
+  end
+
+  @doc """
+  Like `update_counter/3`, but inserts `default` (with its key element
+  replaced by `key`) first if the key is missing.
+  """
+  @spec update_counter(tab, term, integer | tuple | [tuple], tuple) :: integer | [integer]
+  def update_counter(tab, key, op, default) do
+    ref = ref(tab)
+    default = {:default, default}
+    call(update_counter(ref, key, op, default))
+  end
+
+  @doc """
+  Atomically replaces elements of the object with the key: `{pos, value}`
+  or a list of them. Returns `false` if the key is missing.
+  """
+  @spec update_element(tab, term, {pos_integer, term} | [{pos_integer, term}]) :: boolean
+  def update_element(tab, key, element_spec) do
+    ref = ref(tab)
+    call(update_element(ref, key, element_spec))
+  end
+
+  @doc """
+  The first key of a walk over the table, or `:"$end_of_table"`. The order
+  is unspecified but stable while the table exists.
+  """
+  @spec first(tab) :: term | :"$end_of_table"
+  def first(tab) do
+    ref = ref(tab)
+    call(first(ref))
+  end
+
+  @doc """
+  The key after `key` in a walk, or `:"$end_of_table"`. Works even if
+  `key` has been deleted meanwhile (ETS would raise): every key present
+  for the whole walk is visited exactly once.
+  """
+  @spec next(tab, term) :: term | :"$end_of_table"
+  def next(tab, key) do
+    ref = ref(tab)
+    call(next(ref, key))
+  end
+
+  @doc "Folds `fun.(object, acc)` over every object."
+  @spec foldl((object, acc -> acc), acc, tab) :: acc when acc: term
+  def foldl(fun, acc, tab) when is_function(fun, 2) do
+    ref = ref(tab)
+    fold_chunks(ref, :start, acc, fn records, acc -> List.foldl(records, acc, fun) end)
+  end
+
+  @doc "All objects, as a list."
+  @spec tab2list(tab) :: [object]
+  def tab2list(tab) do
+    ref = ref(tab)
+
+    ref
+    |> fold_chunks(:start, [], fn records, acc -> [records | acc] end)
+    |> Enum.reverse()
+    |> Enum.concat()
+  end
+
+  defp fold_chunks(_ref, :"$end_of_table", acc, _fun), do: acc
+
+  defp fold_chunks(ref, cursor, acc, fun) do
+    size = @chunk
+    {records, next} = call(chunk(ref, cursor, size))
+    fold_chunks(ref, next, fun.(records, acc), fun)
+  end
+
+  @doc """
+  A lazy stream of all objects, read in chunks of a few hundred. Safe
+  while other processes write: every object present for the whole walk is
+  emitted exactly once; objects inserted or deleted meanwhile may or may
+  not be.
+  """
+  @spec stream(tab) :: Enumerable.t()
+  def stream(tab) do
+    ref = ref(tab)
+
+    Stream.resource(
+      fn -> :start end,
+      fn
+        :"$end_of_table" ->
+          {:halt, :"$end_of_table"}
+
+        cursor ->
+          size = @chunk
+          call(chunk(ref, cursor, size))
+      end,
+      fn _ -> :ok end
+    )
+  end
+
+  @info_order [
+    :name,
+    :named_table,
+    :type,
+    :keypos,
+    :protection,
+    :owner,
+    :heir,
+    :node,
+    :size,
+    :memory,
+    :compression,
+    :arena,
+    :index_bytes,
+    :meta_bytes,
+    :arena_mapped_bytes,
+    :arena_used_bytes,
+    :arena_live_bytes,
+    :arena_free_bytes,
+    :arena_resident_bytes,
+    :arena_dirty_bytes,
+    :arena_swap_bytes,
+    :payload_raw_bytes,
+    :payload_stored_bytes
+  ]
+  @kernel_items [:arena_resident_bytes, :arena_dirty_bytes, :arena_swap_bytes]
+
+  @doc """
+  Facts and figures about the table as a keyword list, or `:undefined` if
+  it does not exist. Every size is in **bytes** (ETS reports words):
+
+    * `:size` - objects in the table.
+    * `:memory` - what the table holds: `:index_bytes + :meta_bytes +
+      :arena_used_bytes`. Not counted: the memfd or file pages the kernel
+      has not been asked for (mapped but never touched), and the allocator's
+      own bookkeeping.
+    * `:index_bytes` - the key index's slot array, exactly (16 bytes a slot,
+      kept at most 80% full).
+    * `:meta_bytes` - the atom dictionary (estimated from capacities) and
+      the arena's free lists.
+    * `:arena_mapped_bytes` - length of the arena mapping (address space;
+      pages are only allocated when touched).
+    * `:arena_used_bytes` - arena space handed out: blocks holding objects,
+      freed blocks waiting for reuse, and an 8-byte head; whole pages of
+      freed large blocks that were given back to the kernel are left out.
+    * `:arena_live_bytes` - blocks holding objects, size-class slack (at
+      most 12.5%) included.
+    * `:arena_free_bytes` - freed blocks waiting for reuse.
+    * `:arena_resident_bytes`, `:arena_dirty_bytes`, `:arena_swap_bytes` -
+      the kernel's view of the arena mapping, from /proc/self/smaps: pages
+      in RAM, pages modified and not written back (for a memory arena, all
+      resident pages: they are never written back, only swapped), pages in
+      swap.
+    * `:payload_raw_bytes` - sum over objects of their encoded key and
+      body before compression.
+    * `:payload_stored_bytes` - the same as stored: headers, keys and
+      (compressed) bodies, without size-class slack.
+    * `:compression` - `:none` or `{:zlib, level}`; `:arena` - `:memory`
+      or `{:file, path}`.
+
+  And as in ETS: `:name`, `:named_table`, `:type`, `:keypos`,
+  `:protection`, `:owner`, `:heir`, `:node`.
+  """
+  @spec info(tab) :: keyword | :undefined
+  def info(tab) do
+    with {:ok, ref} <- safe_ref(tab),
+         {:ok, map} <- native_info(ref),
+         {:ok, kernel} <- kernel_view(ref) do
+      map = Map.merge(map, kernel)
+      Enum.map(@info_order, &{&1, Map.fetch!(map, &1)})
+    else
+      _ -> :undefined
+    end
+  end
+
+  @doc """
+  One item of `info/1`, or `:undefined` if the table does not exist.
+  Raises `ArgumentError` for an unknown item.
+  """
+  @spec info(tab, atom) :: term | :undefined
+  def info(tab, item) when item in @info_order do
+    with {:ok, ref} <- safe_ref(tab),
+         {:ok, map} <- native_info(ref),
+         {:ok, map} <- if(item in @kernel_items, do: kernel_view(ref), else: {:ok, map}) do
+      Map.fetch!(map, item)
+    else
+      _ -> :undefined
+    end
+  end
+
+  def info(_tab, item), do: raise(ArgumentError, "unknown info item: #{inspect(item)}")
+
+  defp safe_ref(%Heft.Table{ref: ref}), do: {:ok, ref}
+  defp safe_ref(name) when is_atom(name), do: {:ok, name}
+  defp safe_ref(_), do: :error
+
+  defp native_info(ref) do
+    map = Native.info(ref)
+
+    {:ok,
+     Map.merge(map, %{
+       type: :set,
+       node: node(),
+       memory: map.index_bytes + map.meta_bytes + map.arena_used_bytes
+     })}
+  rescue
+    ArgumentError -> :error
+  end
+
+  defp kernel_view(ref) do
+    case Native.kernel_view(ref) do
+      %{} = view -> {:ok, view}
+      {:error, _} -> {:ok, Map.new(@kernel_items, &{&1, nil})}
+    end
+  rescue
+    ArgumentError -> :error
+  end
+
+  @doc "The identifier of the named table `name`, or `:undefined`."
+  @spec whereis(atom) :: Heft.Table.t() | :undefined
+  def whereis(name) when is_atom(name), do: Native.whereis(name)
+
+  @doc "Every table of this node, like `:ets.all/0`."
+  @spec all() :: [tab]
+  def all, do: Native.all()
+
+  @doc """
+  Makes `pid` the owner and sends it
+  `{:"HEFT-TRANSFER", tab, self(), data}`. Only the owner may give a table
+  away, and not to itself or to a dead process. Returns `true`.
+  """
+  @spec give_away(tab, pid, term) :: true
+  def give_away(tab, pid, data) when is_pid(pid), do: Native.give_away(ref(tab), pid, data)
+
+  def give_away(_tab, pid, _data),
+    do: raise(ArgumentError, "give_away/3 needs a pid, got: #{inspect(pid)}")
+
+  @doc "Renames the table; returns the new name."
+  @spec rename(tab, atom) :: atom
+  def rename(tab, name) when is_atom(name), do: Native.rename(ref(tab), name)
+
+  def rename(_tab, name),
+    do: raise(ArgumentError, "rename/2 needs an atom, got: #{inspect(name)}")
+
+  @doc """
+  Sets the table's heir: `{:heir, pid, data}` or `{:heir, :none}` (a list
+  of them is accepted too, as by `:ets.setopts/2`). Owner only.
+  """
+  @spec setopts(tab, tuple | [tuple]) :: true
+  def setopts(tab, opts) when is_list(opts), do: Enum.each(opts, &setopts(tab, &1)) || true
+  def setopts(tab, {:heir, :none}), do: Native.set_heir(ref(tab), :none)
+
+  def setopts(tab, {:heir, pid, data}) when is_pid(pid),
+    do: Native.set_heir(ref(tab), {pid, data})
+
+  def setopts(_tab, opt), do: raise(ArgumentError, "unknown option: #{inspect(opt)}")
 end

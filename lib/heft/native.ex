@@ -1,16 +1,74 @@
 defmodule Heft.Native do
-  # The NIF stubs. Every function here is replaced by Rust code from
-  # native/heft_nif when the module loads; the bodies below only run if the
-  # library failed to load.
+  # The NIF stubs, replaced by native/heft_nif when the module loads; the
+  # bodies below only run if the library failed to load.
+  #
+  # Calling convention of the data operations (native/heft_nif/src/ops.rs):
+  # each has a normal-scheduler NIF `op` and two dirty twins `op_cpu`
+  # (DirtyCpu) and `op_io` (DirtyIo). `op` works within a budget of about a
+  # millisecond and answers `:"$heft_cpu"` when the job is bigger, or
+  # `:"$heft_io"` at once when the table's arena is a file; the caller then
+  # makes the same call to the named twin. `Heft` does this through
+  # `Heft.Native.call/1` below.
   @moduledoc false
   @on_load :load_nif
 
   def load_nif do
     path = :filename.join(:code.priv_dir(:heft), ~c"native/libheft_nif")
-    :erlang.load_nif(path, 0)
+    # Computed at run time, on the VM that loads the NIF: OTP 26 and older
+    # treat 0.0 and -0.0 as the same key, OTP 27 does not.
+    negative_zero = :erlang.list_to_float(~c"-0.0")
+    :erlang.load_nif(path, %{"neg_zero_is_zero" => 0.0 === negative_zero})
   end
 
-  defp nif_error, do: :erlang.nif_error(:heft_nif_not_loaded)
+  @ops [
+    insert: 2,
+    insert_new: 2,
+    lookup: 2,
+    lookup_element: 3,
+    member: 2,
+    take: 2,
+    delete_key: 2,
+    delete_object: 2,
+    delete_all_objects: 1,
+    update_counter: 4,
+    update_element: 3,
+    first: 1,
+    next: 2,
+    chunk: 3
+  ]
 
-  def core_version, do: nif_error()
+  for {name, arity} <- @ops, variant <- [name, :"#{name}_cpu", :"#{name}_io"] do
+    args = Macro.generate_arguments(arity, __MODULE__)
+    def unquote(variant)(unquote_splicing(args)), do: :erlang.nif_error(:heft_nif_not_loaded)
+  end
+
+  @doc false
+  # `call(op(args...))`: makes the normal call and, if it answers with a
+  # retry marker, the same call to the dirty twin it names. The arguments
+  # must be variables or literals (they are evaluated again on retry).
+  defmacro call({name, _, args}) do
+    cpu = :"#{name}_cpu"
+    io = :"#{name}_io"
+
+    quote do
+      case Heft.Native.unquote(name)(unquote_splicing(args)) do
+        :"$heft_cpu" -> Heft.Native.unquote(cpu)(unquote_splicing(args))
+        :"$heft_io" -> Heft.Native.unquote(io)(unquote_splicing(args))
+        result -> result
+      end
+    end
+  end
+
+  def new(_name, _opts), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def new_io(_name, _opts), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def delete_table(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def give_away(_tab, _pid, _data), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def set_heir(_tab, _heir), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def rename(_tab, _name), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def whereis(_name), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def all, do: :erlang.nif_error(:heft_nif_not_loaded)
+  def info(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def kernel_view(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def live_tables, do: :erlang.nif_error(:heft_nif_not_loaded)
+  def debug_panic, do: :erlang.nif_error(:heft_nif_not_loaded)
 end

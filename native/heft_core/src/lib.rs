@@ -1,1 +1,24 @@
-pub fn version() -> &'static str { "0.1.0" }
+//! Heft's storage engine, in plain Rust (no rustler), so that it can be unit
+//! tested, benchmarked and fuzzed without a VM.
+//!
+//! - [`codec`]: the Heft term format (docs/term-format.md).
+//! - [`compress`]: per-record raw deflate.
+//! - [`record`]: a record's header, key and body in the arena.
+//! - [`arena`]: the mmap'd region and its size-class allocator.
+//! - [`index`]: the hash index, sorted by hash so walks can resume.
+//! - [`table`]: a set table: index + arena behind one lock.
+//! - [`atoms`]: a table's atom dictionary.
+//! - [`accounting`]: the kernel's view of a mapping (smaps).
+
+pub mod accounting;
+pub mod arena;
+pub mod atoms;
+pub mod codec;
+pub mod compress;
+pub mod index;
+pub mod record;
+pub mod table;
+
+pub use arena::Backing;
+pub use compress::Compression;
+pub use table::{Cursor, Options, Prepared, RecordBuf, Stats, Table};

@@ -1,6 +1,26 @@
-#[rustler::nif]
-fn core_version() -> &'static str {
-    heft_core::version()
+//! The rustler shim over heft_core: each NIF decodes its arguments, makes
+//! one core call and encodes the result. What the NIFs do is documented in
+//! lib/heft.ex (the public API) and lib/heft/native.ex (the calling
+//! conventions: retry markers, dirty variants).
+
+mod admin;
+mod codec;
+mod errors;
+mod ops;
+mod resource;
+
+use std::sync::atomic::Ordering;
+
+use rustler::{Env, Term};
+
+/// Load-time facts from Heft.Native: `%{neg_zero_is_zero: boolean}`.
+fn load(_env: Env, info: Term) -> bool {
+    if let Ok(map) = info.decode::<std::collections::HashMap<String, bool>>() {
+        if let Some(v) = map.get("neg_zero_is_zero") {
+            codec::NEG_ZERO_IS_ZERO.store(*v, Ordering::Relaxed);
+        }
+    }
+    true
 }
 
-rustler::init!("Elixir.Heft.Native");
+rustler::init!("Elixir.Heft.Native", load = load);

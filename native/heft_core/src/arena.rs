@@ -1,0 +1,548 @@
+//! The arena: one mmap'd region per table that holds its records.
+//!
+//! Backing. A memory arena is a memfd (named `heft:<table>`, so it shows in
+//! /proc/PID/maps): its pages live in RAM and can only be swapped, never
+//! written back to a file. A file arena maps a file `heft-<ospid>-<table>-<n>.arena`
+//! (mode 0600) in a directory the user names, for data larger than RAM; the
+//! file is removed when the arena is dropped, and files left by a VM that
+//! died are removed by the next arena created in that directory.
+//!
+//! Allocation. Blocks come in size classes: 4-byte steps up to 256 bytes,
+//! then eight classes per doubling (at most 12.5% slack). A freed block goes
+//! on its class's free list and is handed out again before the arena grows,
+//! so a table that keeps overwriting the same keys stays the same size.
+//! Freed blocks of a memory arena that span whole pages give those pages
+//! back to the kernel (punched out of the memfd).
+//!
+//! The region grows by doubling (at most 1 GiB a step) with `mremap`, so it
+//! may move: callers hold no pointers into it across a `&mut` borrow, which
+//! the table's lock guarantees.
+
+use std::ffi::CString;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use memmap2::{MmapMut, MmapOptions, RemapOptions};
+
+/// The smallest mapping an arena starts with.
+const INITIAL_BYTES: u64 = 64 * 1024;
+/// The largest single growth step.
+const MAX_STEP: u64 = 1 << 30;
+/// Offsets below this are never handed out, so 0 can mean "no record".
+const FIRST_OFFSET: u64 = 8;
+/// Freed blocks at least this large return their whole pages to the kernel.
+const PUNCH_MIN: usize = 64 * 1024;
+const PAGE: u64 = 4096;
+/// Marks a free-list entry whose pages were punched out.
+const PUNCHED: u64 = 1 << 63;
+/// A block handle ("loc") is its offset with its size class above this bit.
+const CLASS_SHIFT: u32 = 48;
+const OFFSET_MASK: u64 = (1 << CLASS_SHIFT) - 1;
+/// When a class has no free block, blocks up to this many classes larger
+/// are reused whole before the arena grows.
+const FIT_CLASSES: usize = 2;
+
+/// The byte offset of a block handle.
+pub fn offset(loc: u64) -> u64 {
+    loc & OFFSET_MASK
+}
+
+/// The bytes a block handle's block occupies.
+pub fn block_size(loc: u64) -> usize {
+    class_size(((loc & !PUNCHED) >> CLASS_SHIFT) as usize)
+}
+
+/// Where an arena keeps its pages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backing {
+    /// Anonymous shared memory (memfd): RAM first, swap second.
+    Memory,
+    /// A file in this directory.
+    File(PathBuf),
+}
+
+/// Number of size classes; enough for blocks up to 2^48 bytes.
+const CLASSES: usize = 64 + 40 * 8;
+
+/// The size class of a block of `len` bytes.
+pub fn class_of(len: usize) -> usize {
+    let len = len.max(1);
+    if len <= 256 {
+        return len.div_ceil(4) - 1;
+    }
+    let p = (usize::BITS - 1 - (len - 1).leading_zeros()) as usize; // 2^p < len <= 2^(p+1)
+    let step = 1usize << (p - 3);
+    let sub = (len - (1 << p)).div_ceil(step) - 1;
+    64 + (p - 8) * 8 + sub
+}
+
+/// The number of bytes a block of class `class` occupies.
+pub fn class_size(class: usize) -> usize {
+    if class < 64 {
+        return (class + 1) * 4;
+    }
+    let p = (class - 64) / 8 + 8;
+    let sub = (class - 64) % 8;
+    (1 << p) + (sub + 1) * (1 << (p - 3))
+}
+
+static FILE_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// An mmap'd region with a size-class allocator.
+pub struct Arena {
+    file: File,
+    path: Option<PathBuf>,
+    map: MmapMut,
+    /// Bytes of the region handed out so far (the bump pointer).
+    top: u64,
+    free: Vec<Vec<u64>>,
+    /// Bytes in blocks currently holding records.
+    live: u64,
+    /// Bytes in blocks on free lists.
+    free_bytes: u64,
+    /// Bytes of freed blocks whose pages were given back to the kernel.
+    punched: u64,
+}
+
+impl Arena {
+    /// Creates an empty arena. `label` names it in /proc/PID/maps (a memfd
+    /// name, or part of the file name) and is sanitized to `[A-Za-z0-9_.-]`.
+    pub fn new(backing: &Backing, label: &str) -> io::Result<Arena> {
+        let label = sanitize(label);
+        let (file, path) = match backing {
+            Backing::Memory => (memfd(&format!("heft:{label}"))?, None),
+            Backing::File(dir) => {
+                remove_stale_files(dir);
+                let seq = FILE_SEQ.fetch_add(1, Ordering::Relaxed);
+                let path = dir.join(format!("heft-{}-{label}-{seq}.arena", std::process::id()));
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&path)?;
+                (file, Some(path))
+            }
+        };
+        let arena = Arena {
+            map: map_file(&file, INITIAL_BYTES, path.is_some())?,
+            file,
+            path,
+            top: FIRST_OFFSET,
+            free: Vec::new(),
+            live: 0,
+            free_bytes: 0,
+            punched: 0,
+        };
+        Ok(arena)
+    }
+
+    /// Allocates a block for `len` bytes; returns its handle (offset and
+    /// size class, see [`offset`]), never 0. Fails with the I/O error of
+    /// growing the backing (for a file arena, `ENOSPC` when the disk is
+    /// full), leaving the arena as it was.
+    pub fn alloc(&mut self, len: usize) -> io::Result<u64> {
+        let class = class_of(len);
+        let reuse = (class..=class + FIT_CLASSES)
+            .find(|&c| self.free.get(c).is_some_and(|l| !l.is_empty()));
+        debug_assert!(class < CLASSES);
+        if let Some(c) = reuse {
+            let entry = self.free[c].pop().unwrap_or_default();
+            let loc = entry & !PUNCHED;
+            let size = class_size(c) as u64;
+            if entry & PUNCHED != 0 {
+                self.punched -= punchable(offset(loc), size).map_or(0, |(_, l)| l);
+            }
+            self.free_bytes -= size;
+            self.live += size;
+            return Ok(loc);
+        }
+        let size = class_size(class) as u64;
+        let off = self.top;
+        let end = off.checked_add(size).ok_or(io::ErrorKind::OutOfMemory)?;
+        if end > OFFSET_MASK {
+            return Err(io::ErrorKind::OutOfMemory.into());
+        }
+        if end > self.map.len() as u64 {
+            self.grow(end)?;
+        }
+        self.top = end;
+        self.live += size;
+        Ok(off | ((class as u64) << CLASS_SHIFT))
+    }
+
+    /// Returns a block to its free list.
+    pub fn free(&mut self, loc: u64) {
+        let class = (loc >> CLASS_SHIFT) as usize;
+        let off = offset(loc);
+        let size = class_size(class) as u64;
+        let mut entry = loc;
+        // Only memory arenas punch: a file arena keeps its disk blocks so a
+        // reused block can never hit a full disk through the mapping.
+        if size as usize >= PUNCH_MIN && self.path.is_none() {
+            if let Some((start, plen)) = punchable(off, size) {
+                if punch_hole(&self.file, start, plen).is_ok() {
+                    self.punched += plen;
+                    entry |= PUNCHED;
+                }
+            }
+        }
+        if self.free.len() <= class {
+            self.free.resize_with(class + 1, Vec::new);
+        }
+        self.free[class].push(entry);
+        self.live -= size;
+        self.free_bytes += size;
+    }
+
+    /// The `len` bytes at block `loc`, or `None` past the end of the arena.
+    pub fn get(&self, loc: u64, len: usize) -> Option<&[u8]> {
+        let start = usize::try_from(offset(loc)).ok()?;
+        self.map.get(start..start.checked_add(len)?)
+    }
+
+    /// Up to `max` bytes from block `loc`, fewer where the mapping ends
+    /// sooner.
+    pub fn tail(&self, loc: u64, max: usize) -> &[u8] {
+        let start = usize::try_from(offset(loc)).unwrap_or(usize::MAX);
+        let end = start.saturating_add(max).min(self.map.len());
+        self.map.get(start..end).unwrap_or(&[])
+    }
+
+    /// The `len` bytes at block `loc`, writable.
+    pub fn get_mut(&mut self, loc: u64, len: usize) -> Option<&mut [u8]> {
+        let start = usize::try_from(offset(loc)).ok()?;
+        self.map.get_mut(start..start.checked_add(len)?)
+    }
+
+    fn grow(&mut self, needed: u64) -> io::Result<()> {
+        let mut new_len = self.map.len() as u64;
+        while new_len < needed {
+            new_len += new_len.clamp(INITIAL_BYTES, MAX_STEP);
+        }
+        let old_len = self.map.len() as u64;
+        if self.path.is_some() {
+            // Reserve the disk blocks now: a store through the mapping into
+            // a hole the disk has no room for would be SIGBUS, not an error.
+            if let Err(e) = allocate(&self.file, old_len, new_len - old_len) {
+                let _ = self.file.set_len(old_len);
+                return Err(e);
+            }
+        } else {
+            self.file.set_len(new_len)?;
+        }
+        // SAFETY: the file is private to this arena (a memfd, or a 0600 file
+        // created with O_EXCL) and was just extended to `new_len`, so every
+        // page of the new mapping is backed. The mapping may move; no
+        // reference into it exists because we hold `&mut self`.
+        let remapped = unsafe {
+            self.map
+                .remap(new_len as usize, RemapOptions::new().may_move(true))
+        };
+        if let Err(e) = remapped {
+            // Give the space back so the arena stays as it was.
+            let _ = self.file.set_len(old_len);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Drops every block and gives all pages back, keeping the backing.
+    pub fn clear(&mut self) -> io::Result<()> {
+        self.file.set_len(0)?;
+        if self.path.is_some() {
+            allocate(&self.file, 0, INITIAL_BYTES)?;
+        } else {
+            self.file.set_len(INITIAL_BYTES)?;
+        }
+        self.map = map_file(&self.file, INITIAL_BYTES, false)?;
+        self.top = FIRST_OFFSET;
+        self.free.iter_mut().for_each(Vec::clear);
+        self.live = 0;
+        self.free_bytes = 0;
+        self.punched = 0;
+        Ok(())
+    }
+
+    /// Bytes mapped: the length of the region (the backing file's size).
+    /// Address space only; the kernel allocates pages when they are touched.
+    pub fn mapped_bytes(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    /// Bytes handed out so far: blocks in use, blocks on free lists, and the
+    /// 8-byte reserved head. Pages punched out of freed blocks are not
+    /// counted.
+    pub fn used_bytes(&self) -> u64 {
+        self.top - self.punched
+    }
+
+    /// Bytes in blocks that hold records, size-class slack included.
+    pub fn live_bytes(&self) -> u64 {
+        self.live
+    }
+
+    /// Bytes in freed blocks waiting to be reused.
+    pub fn free_bytes(&self) -> u64 {
+        self.free_bytes
+    }
+
+    /// Heap bytes of the free lists themselves (Rust memory, not arena).
+    pub fn overhead_bytes(&self) -> u64 {
+        let lists: usize = self.free.iter().map(Vec::capacity).sum();
+        (lists * 8 + self.free.capacity() * std::mem::size_of::<Vec<u64>>()) as u64
+    }
+
+    /// The address where the region starts, to find it in /proc/self/smaps.
+    pub fn address(&self) -> usize {
+        self.map.as_ptr() as usize
+    }
+
+    /// The backing file's path (file arenas only).
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        if let Some(path) = &self.path {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
+fn sanitize(label: &str) -> String {
+    let s: String = label
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    // Never "." or ".." (or anything else that is all dots).
+    if s.chars().all(|c| c == '.') {
+        s.replace('.', "_")
+    } else {
+        s
+    }
+}
+
+/// The page-aligned part of a block, if it holds at least one page.
+fn punchable(off: u64, size: u64) -> Option<(u64, u64)> {
+    let start = off.div_ceil(PAGE) * PAGE;
+    let end = (off + size) / PAGE * PAGE;
+    (end > start).then(|| (start, end - start))
+}
+
+fn memfd(name: &str) -> io::Result<File> {
+    let cname = CString::new(name).map_err(|_| io::ErrorKind::InvalidInput)?;
+    // SAFETY: memfd_create reads a NUL-terminated string and returns a new
+    // file descriptor or -1; it touches no memory of ours.
+    let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    let file = unsafe { File::from_raw_fd(fd) };
+    file.set_len(INITIAL_BYTES)?;
+    Ok(file)
+}
+
+fn map_file(file: &File, len: u64, reserve: bool) -> io::Result<MmapMut> {
+    if reserve {
+        allocate(file, 0, len)?;
+    }
+    // SAFETY: the file is private to its arena (a memfd or an O_EXCL 0600
+    // file) and at least `len` bytes long, so no other code changes it
+    // behind the mapping's back and every mapped page is backed.
+    unsafe { MmapOptions::new().len(len as usize).map_mut(file) }
+}
+
+/// Extends `file` to cover `[off, off+len)` with real disk blocks.
+fn allocate(file: &File, off: u64, len: u64) -> io::Result<()> {
+    // SAFETY: posix_fallocate only acts on the descriptor; it returns an
+    // error number instead of setting errno.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), off as i64, len as i64) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(rc))
+    }
+}
+
+fn punch_hole(file: &File, off: u64, len: u64) -> io::Result<()> {
+    // SAFETY: fallocate only acts on the descriptor; the range is inside the
+    // file and belongs to a freed block nobody reads.
+    let rc = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            off as i64,
+            len as i64,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Removes arena files in `dir` whose creating OS process is gone.
+fn remove_stale_files(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(rest) = name.strip_prefix("heft-") else {
+            continue;
+        };
+        if !name.ends_with(".arena") {
+            continue;
+        }
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_classes_cover_every_length_with_little_slack() {
+        let mut prev = 0;
+        for len in 1..200_000usize {
+            let c = class_of(len);
+            let size = class_size(c);
+            assert!(size >= len, "len {len} class {c} size {size}");
+            assert!(c >= prev, "classes are monotonic");
+            prev = c;
+            if len > 256 {
+                assert!((size - len) * 8 <= len, "slack over 12.5% at {len}");
+            } else {
+                assert!(size - len < 4);
+            }
+        }
+        assert_eq!(class_of(1 << 40), class_of((1 << 40) - 1));
+        assert!(class_of(1 << 47) < CLASSES);
+    }
+
+    #[test]
+    fn freed_blocks_are_reused_so_overwrites_do_not_grow_the_arena() {
+        let mut a = Arena::new(&Backing::Memory, "t").unwrap();
+        let mut offs: Vec<u64> = (0..1000).map(|_| a.alloc(100).unwrap()).collect();
+        let used = a.used_bytes();
+        for round in 0..50 {
+            for o in offs.iter_mut() {
+                a.free(*o);
+                *o = a.alloc(97 + round % 4).unwrap();
+            }
+        }
+        assert_eq!(a.used_bytes(), used);
+        assert_eq!(a.live_bytes(), 1000 * 100);
+        assert_eq!(a.free_bytes(), 0);
+    }
+
+    #[test]
+    fn a_slightly_larger_free_block_is_reused_before_growing() {
+        let mut a = Arena::new(&Backing::Memory, "fit").unwrap();
+        let big = a.alloc(400).unwrap();
+        a.free(big);
+        let used = a.used_bytes();
+        let small = a.alloc(380).unwrap();
+        assert_eq!(offset(small), offset(big));
+        assert_eq!(block_size(small), block_size(big));
+        assert_eq!(a.used_bytes(), used);
+        a.free(small);
+        assert_eq!(a.live_bytes(), 0);
+        // Far smaller requests do not take a big block.
+        let tiny = a.alloc(8).unwrap();
+        assert_ne!(offset(tiny), offset(big));
+    }
+
+    #[test]
+    fn data_survives_growth_and_remapping() {
+        let mut a = Arena::new(&Backing::Memory, "grow").unwrap();
+        let mut blocks = Vec::new();
+        for i in 0..5000u32 {
+            let off = a.alloc(1000).unwrap();
+            a.get_mut(off, 4).unwrap().copy_from_slice(&i.to_le_bytes());
+            blocks.push(off);
+        }
+        assert!(a.mapped_bytes() >= 5000 * 1000);
+        for (i, off) in blocks.iter().enumerate() {
+            assert_eq!(a.get(*off, 4).unwrap(), &(i as u32).to_le_bytes());
+        }
+        assert!(a.get(a.mapped_bytes(), 1).is_none());
+    }
+
+    #[test]
+    fn large_freed_blocks_give_their_pages_back() {
+        let mut a = Arena::new(&Backing::Memory, "punch").unwrap();
+        let off = a.alloc(1 << 20).unwrap();
+        a.get_mut(off, 1 << 20).unwrap().fill(1);
+        let used = a.used_bytes();
+        a.free(off);
+        assert!(a.used_bytes() < used - (1 << 19));
+        let again = a.alloc(1 << 20).unwrap();
+        assert_eq!(again, off);
+        assert_eq!(a.used_bytes(), used);
+        // The whole pages inside the block read back as zeros and are
+        // writable again; the partial pages at its ends kept their bytes.
+        let (start, len) = punchable(offset(off), block_size(off) as u64).unwrap();
+        let skip = (start - offset(off)) as usize;
+        let block = a.get(again, 1 << 20).unwrap();
+        assert!(block[skip..skip + len as usize].iter().all(|&b| b == 0));
+        assert!(block[..skip].iter().all(|&b| b == 1));
+        a.get_mut(again, 1 << 20).unwrap().fill(2);
+    }
+
+    #[test]
+    fn file_arenas_are_private_and_removed_on_drop() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("heft-arena-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        // A leftover from a process that no longer exists is cleaned up.
+        let stale = dir.join("heft-999999999-old-0.arena");
+        fs::write(&stale, b"x").unwrap();
+        let a = Arena::new(&Backing::File(dir.clone()), "../../etc/x").unwrap();
+        let path = a.path().unwrap().to_path_buf();
+        assert_eq!(path.parent().unwrap(), dir);
+        assert!(!stale.exists());
+        let mode = fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        drop(a);
+        assert!(!path.exists());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn clear_empties_the_arena() {
+        let mut a = Arena::new(&Backing::Memory, "clear").unwrap();
+        for _ in 0..100 {
+            a.alloc(50_000).unwrap();
+        }
+        a.clear().unwrap();
+        assert_eq!(a.live_bytes(), 0);
+        assert_eq!(a.used_bytes(), FIRST_OFFSET);
+        assert_eq!(a.mapped_bytes(), INITIAL_BYTES);
+        let off = a.alloc(10).unwrap();
+        assert_eq!(offset(off), FIRST_OFFSET);
+    }
+}

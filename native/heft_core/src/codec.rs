@@ -1,0 +1,846 @@
+//! The Heft term format: how one Erlang term is laid out as bytes.
+//!
+//! The grammar, every tag and the rules for keys are in docs/term-format.md;
+//! this file implements it and does not repeat it. In short: a term is a tag
+//! byte followed by its payload; integers and lengths are LEB128 varints;
+//! atoms are ids into the table's atom dictionary; compound terms are numbered
+//! in pre-order so a later `REF` can point back at one (the BEAM shares
+//! subterms on the heap and the format keeps that sharing); anything the
+//! format does not model itself (pids, ports, references, funs, big integers,
+//! bitstrings) is carried as a piece of the standard external term format.
+//!
+//! Nothing here knows about the BEAM: the NIF walks terms and calls [`Writer`],
+//! and rebuilds them through the [`Builder`] trait. Tests use [`Value`].
+
+use std::fmt;
+
+/// Tag bytes. Values 0x0B..=0x1F and 0x30..=0x3F are reserved.
+pub mod tag {
+    /// `[]`.
+    pub const NIL: u8 = 0x00;
+    /// The record's key, which is stored once, outside the body.
+    pub const KEY: u8 = 0x01;
+    /// Signed 64-bit integer, zigzag varint.
+    pub const INT: u8 = 0x02;
+    /// IEEE 754 double, 8 bytes little-endian.
+    pub const FLOAT: u8 = 0x03;
+    /// Atom id (varint) in the table's atom dictionary.
+    pub const ATOM: u8 = 0x04;
+    /// Binary: varint length, bytes.
+    pub const BINARY: u8 = 0x05;
+    /// Tuple: varint arity, elements.
+    pub const TUPLE: u8 = 0x06;
+    /// List: varint element count, elements, then the tail term.
+    pub const LIST: u8 = 0x07;
+    /// Map: varint pair count, then key, value, key, value...
+    pub const MAP: u8 = 0x08;
+    /// Back-reference: varint id of an earlier compound term.
+    pub const REF: u8 = 0x09;
+    /// External term format: varint length, bytes starting with 131.
+    pub const ETF: u8 = 0x0A;
+    /// 0x20..=0x2F: tuple of arity 0..=15, no length varint.
+    pub const SMALL_TUPLE: u8 = 0x20;
+    /// 0x40..=0x7F: atom id 0..=63.
+    pub const SMALL_ATOM: u8 = 0x40;
+    /// 0x80..=0xFF: integer 0..=127.
+    pub const SMALL_INT: u8 = 0x80;
+}
+
+/// Why bytes could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The bytes ended inside a term.
+    Truncated,
+    /// A tag byte that the format does not define.
+    BadTag(u8),
+    /// A varint longer than 10 bytes or over 64 bits.
+    BadVarint,
+    /// A `REF` to a term that has not been decoded yet.
+    BadRef(u64),
+    /// A `KEY` where no key was given (inside a key, or twice).
+    UnexpectedKey,
+    /// A count larger than the bytes left could hold.
+    BadLength(u64),
+    /// Bytes left after the term.
+    TrailingBytes(usize),
+    /// The builder refused a value (for example an unreadable ETF piece).
+    Builder(&'static str),
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Truncated => write!(f, "term truncated"),
+            DecodeError::BadTag(t) => write!(f, "unknown tag 0x{t:02x}"),
+            DecodeError::BadVarint => write!(f, "malformed varint"),
+            DecodeError::BadRef(id) => write!(f, "reference to undefined term {id}"),
+            DecodeError::UnexpectedKey => write!(f, "key placeholder where no key is expected"),
+            DecodeError::BadLength(n) => write!(f, "count {n} exceeds the bytes left"),
+            DecodeError::TrailingBytes(n) => write!(f, "{n} bytes after the term"),
+            DecodeError::Builder(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// Appends a LEB128 varint.
+#[inline]
+pub fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        buf.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    buf.push(v as u8);
+}
+
+/// Number of bytes `put_varint` writes for `v`.
+#[inline]
+pub fn varint_len(v: u64) -> usize {
+    let bits = 64 - (v | 1).leading_zeros() as usize;
+    bits.div_ceil(7)
+}
+
+#[inline]
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+#[inline]
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+/// A cursor over encoded bytes.
+#[derive(Clone, Copy)]
+pub struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    /// Starts at the first byte of `buf`.
+    pub fn new(buf: &'a [u8]) -> Self {
+        Reader { buf, pos: 0 }
+    }
+
+    /// Bytes consumed so far.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// Bytes not yet consumed.
+    pub fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    /// Reads one byte.
+    #[inline]
+    pub fn u8(&mut self) -> Result<u8, DecodeError> {
+        let b = *self.buf.get(self.pos).ok_or(DecodeError::Truncated)?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    /// Reads a LEB128 varint.
+    #[inline]
+    pub fn varint(&mut self) -> Result<u64, DecodeError> {
+        let mut v: u64 = 0;
+        let mut shift = 0u32;
+        loop {
+            let b = self.u8()?;
+            if shift == 63 && b > 1 {
+                return Err(DecodeError::BadVarint);
+            }
+            v |= u64::from(b & 0x7f) << shift;
+            if b < 0x80 {
+                return Ok(v);
+            }
+            shift += 7;
+            if shift > 63 {
+                return Err(DecodeError::BadVarint);
+            }
+        }
+    }
+
+    /// Reads a varint that counts items of at least `min_item` bytes each,
+    /// rejecting counts the remaining bytes cannot hold.
+    #[inline]
+    fn count(&mut self, min_item: usize) -> Result<usize, DecodeError> {
+        let n = self.varint()?;
+        let fits = (n as u128) * (min_item as u128) <= self.remaining() as u128;
+        if fits {
+            Ok(n as usize)
+        } else {
+            Err(DecodeError::BadLength(n))
+        }
+    }
+
+    /// Reads `n` bytes.
+    #[inline]
+    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        let end = self.pos.checked_add(n).ok_or(DecodeError::Truncated)?;
+        let s = self.buf.get(self.pos..end).ok_or(DecodeError::Truncated)?;
+        self.pos = end;
+        Ok(s)
+    }
+}
+
+/// Builds encoded terms. The caller walks its term in pre-order and calls one
+/// method per node; compound headers return the id a later [`Writer::backref`]
+/// can use.
+#[derive(Default)]
+pub struct Writer {
+    /// The encoded bytes so far.
+    pub buf: Vec<u8>,
+    next_id: u32,
+}
+
+impl Writer {
+    /// An empty writer.
+    pub fn new() -> Self {
+        Writer::default()
+    }
+
+    /// Empties the writer for reuse, keeping its allocation.
+    pub fn clear(&mut self) {
+        self.buf.clear();
+        self.next_id = 0;
+    }
+
+    fn next_id(&mut self) -> u32 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// `[]`.
+    pub fn nil(&mut self) {
+        self.buf.push(tag::NIL);
+    }
+
+    /// The key placeholder (record bodies only).
+    pub fn key(&mut self) {
+        self.buf.push(tag::KEY);
+    }
+
+    /// An integer in the signed 64-bit range.
+    pub fn int(&mut self, v: i64) {
+        if (0..128).contains(&v) {
+            self.buf.push(tag::SMALL_INT | v as u8);
+        } else {
+            self.buf.push(tag::INT);
+            put_varint(&mut self.buf, zigzag(v));
+        }
+    }
+
+    /// A float, with -0.0 written as 0.0 when `normalize_zero` (keys on a VM
+    /// where `0.0 =:= -0.0`).
+    pub fn float(&mut self, v: f64, normalize_zero: bool) {
+        let v = if normalize_zero && v == 0.0 { 0.0 } else { v };
+        self.buf.push(tag::FLOAT);
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+
+    /// An atom by dictionary id.
+    pub fn atom(&mut self, id: u32) {
+        if id < 64 {
+            self.buf.push(tag::SMALL_ATOM | id as u8);
+        } else {
+            self.buf.push(tag::ATOM);
+            put_varint(&mut self.buf, u64::from(id));
+        }
+    }
+
+    /// A binary; returns its id.
+    pub fn binary(&mut self, bytes: &[u8]) -> u32 {
+        self.buf.push(tag::BINARY);
+        put_varint(&mut self.buf, bytes.len() as u64);
+        self.buf.extend_from_slice(bytes);
+        self.next_id()
+    }
+
+    /// A tuple header; the caller writes `arity` elements next. Returns its id.
+    pub fn tuple(&mut self, arity: usize) -> u32 {
+        if arity < 16 {
+            self.buf.push(tag::SMALL_TUPLE | arity as u8);
+        } else {
+            self.buf.push(tag::TUPLE);
+            put_varint(&mut self.buf, arity as u64);
+        }
+        self.next_id()
+    }
+
+    /// A list header; the caller writes `len` elements and then the tail
+    /// (`nil` for a proper list). Returns its id.
+    pub fn list(&mut self, len: usize) -> u32 {
+        self.buf.push(tag::LIST);
+        put_varint(&mut self.buf, len as u64);
+        self.next_id()
+    }
+
+    /// A map header; the caller writes `pairs` key/value pairs next.
+    /// Returns its id.
+    pub fn map(&mut self, pairs: usize) -> u32 {
+        self.buf.push(tag::MAP);
+        put_varint(&mut self.buf, pairs as u64);
+        self.next_id()
+    }
+
+    /// A piece of external term format (starting with the version byte 131);
+    /// returns its id.
+    pub fn etf(&mut self, bytes: &[u8]) -> u32 {
+        self.buf.push(tag::ETF);
+        put_varint(&mut self.buf, bytes.len() as u64);
+        self.buf.extend_from_slice(bytes);
+        self.next_id()
+    }
+
+    /// A reference to the compound term that got `id` earlier.
+    pub fn backref(&mut self, id: u32) {
+        self.buf.push(tag::REF);
+        put_varint(&mut self.buf, u64::from(id));
+    }
+
+    /// Appends bytes that are already a complete encoded term.
+    pub fn raw(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+}
+
+/// Rebuilds terms from their encoding; implemented by the NIF (BEAM terms)
+/// and by [`Value`] (tests).
+pub trait Builder {
+    /// The term being built.
+    type Term: Clone;
+    /// `[]`.
+    fn nil(&mut self) -> Result<Self::Term, DecodeError>;
+    /// An integer.
+    fn int(&mut self, v: i64) -> Result<Self::Term, DecodeError>;
+    /// A float.
+    fn float(&mut self, v: f64) -> Result<Self::Term, DecodeError>;
+    /// An atom from the dictionary.
+    fn atom(&mut self, id: u32) -> Result<Self::Term, DecodeError>;
+    /// A binary.
+    fn binary(&mut self, bytes: &[u8]) -> Result<Self::Term, DecodeError>;
+    /// A piece of external term format.
+    fn etf(&mut self, bytes: &[u8]) -> Result<Self::Term, DecodeError>;
+    /// A tuple of the given elements.
+    fn tuple(&mut self, elems: &[Self::Term]) -> Result<Self::Term, DecodeError>;
+    /// A list of `elems` ending in `tail`.
+    fn list(&mut self, elems: &[Self::Term], tail: Self::Term) -> Result<Self::Term, DecodeError>;
+    /// A map; `kvs` alternates keys and values.
+    fn map(&mut self, kvs: &[Self::Term]) -> Result<Self::Term, DecodeError>;
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Tuple,
+    List,
+    Map,
+}
+
+struct Frame {
+    kind: Kind,
+    remaining: usize,
+    base: usize,
+    id: usize,
+}
+
+/// Reusable scratch space for [`decode_with`], so a hot loop decodes without
+/// allocating.
+pub struct Scratch<T> {
+    stack: Vec<T>,
+    frames: Vec<Frame>,
+    ids: Vec<Option<T>>,
+}
+
+impl<T> Default for Scratch<T> {
+    fn default() -> Self {
+        Scratch {
+            stack: Vec::new(),
+            frames: Vec::new(),
+            ids: Vec::new(),
+        }
+    }
+}
+
+/// Decodes one term that must fill `bytes` exactly. `key` is what a `KEY`
+/// tag stands for (the record's stored key), or `None` where a `KEY` is an
+/// error.
+pub fn decode<B: Builder>(
+    bytes: &[u8],
+    key: Option<&[u8]>,
+    b: &mut B,
+) -> Result<B::Term, DecodeError> {
+    decode_with(bytes, key, b, &mut Scratch::default())
+}
+
+/// [`decode`] with caller-owned scratch space.
+pub fn decode_with<B: Builder>(
+    bytes: &[u8],
+    key: Option<&[u8]>,
+    b: &mut B,
+    scratch: &mut Scratch<B::Term>,
+) -> Result<B::Term, DecodeError> {
+    scratch.stack.clear();
+    scratch.frames.clear();
+    scratch.ids.clear();
+    let mut r = Reader::new(bytes);
+    let result = decode_inner(&mut r, key, b, scratch)?;
+    if r.remaining() != 0 {
+        return Err(DecodeError::TrailingBytes(r.remaining()));
+    }
+    Ok(result)
+}
+
+fn decode_inner<B: Builder>(
+    r: &mut Reader<'_>,
+    mut key: Option<&[u8]>,
+    b: &mut B,
+    s: &mut Scratch<B::Term>,
+) -> Result<B::Term, DecodeError> {
+    loop {
+        let t = r.u8()?;
+        // Either a finished value, or the header of a compound term whose
+        // `n` children come next.
+        let (mut value, open) = match t {
+            tag::NIL => (Some(b.nil()?), None),
+            tag::KEY => {
+                let k = key.take().ok_or(DecodeError::UnexpectedKey)?;
+                (Some(decode(k, None, b)?), None)
+            }
+            tag::INT => (Some(b.int(unzigzag(r.varint()?))?), None),
+            tag::FLOAT => {
+                let raw = r.bytes(8)?;
+                let mut a = [0u8; 8];
+                a.copy_from_slice(raw);
+                (Some(b.float(f64::from_le_bytes(a))?), None)
+            }
+            tag::ATOM => {
+                let id = u32::try_from(r.varint()?).map_err(|_| DecodeError::BadVarint)?;
+                (Some(b.atom(id)?), None)
+            }
+            tag::BINARY | tag::ETF => {
+                let n = r.count(1)?;
+                let data = r.bytes(n)?;
+                let v = if t == tag::BINARY {
+                    b.binary(data)?
+                } else {
+                    b.etf(data)?
+                };
+                s.ids.push(Some(v.clone()));
+                (Some(v), None)
+            }
+            tag::TUPLE => (None, Some((Kind::Tuple, r.count(1)?))),
+            tag::LIST => (None, Some((Kind::List, r.count(1)? + 1))),
+            tag::MAP => (None, Some((Kind::Map, r.count(2)? * 2))),
+            tag::REF => {
+                let id = r.varint()?;
+                let v = usize::try_from(id)
+                    .ok()
+                    .and_then(|i| s.ids.get(i))
+                    .and_then(|v| v.clone())
+                    .ok_or(DecodeError::BadRef(id))?;
+                (Some(v), None)
+            }
+            t if t >= tag::SMALL_INT => (Some(b.int(i64::from(t & 0x7f))?), None),
+            t if t >= tag::SMALL_ATOM => (Some(b.atom(u32::from(t & 0x3f))?), None),
+            t if (tag::SMALL_TUPLE..tag::SMALL_TUPLE + 16).contains(&t) => {
+                (None, Some((Kind::Tuple, usize::from(t & 0x0f))))
+            }
+            t => return Err(DecodeError::BadTag(t)),
+        };
+        if let Some((kind, n)) = open {
+            let id = s.ids.len();
+            s.ids.push(None);
+            if n == 0 {
+                let v = build(b, kind, &[])?;
+                s.ids[id] = Some(v.clone());
+                value = Some(v);
+            } else {
+                s.frames.push(Frame {
+                    kind,
+                    remaining: n,
+                    base: s.stack.len(),
+                    id,
+                });
+            }
+        }
+        // Hand the finished value to its parent; close every parent it
+        // completes.
+        let Some(mut v) = value else { continue };
+        loop {
+            let Some(f) = s.frames.last_mut() else {
+                return Ok(v);
+            };
+            s.stack.push(v);
+            f.remaining -= 1;
+            if f.remaining > 0 {
+                break;
+            }
+            let (kind, base, id) = (f.kind, f.base, f.id);
+            s.frames.pop();
+            v = build(b, kind, &s.stack[base..])?;
+            s.stack.truncate(base);
+            s.ids[id] = Some(v.clone());
+        }
+    }
+}
+
+fn build<B: Builder>(b: &mut B, kind: Kind, items: &[B::Term]) -> Result<B::Term, DecodeError> {
+    match kind {
+        Kind::Tuple => b.tuple(items),
+        Kind::Map => b.map(items),
+        Kind::List => match items.split_last() {
+            Some((tail, elems)) => b.list(elems, tail.clone()),
+            None => b.nil(),
+        },
+    }
+}
+
+/// Skips one complete term; returns its encoded length. Used to walk a
+/// record's top-level elements without building them.
+pub fn skip(bytes: &[u8]) -> Result<usize, DecodeError> {
+    let mut r = Reader::new(bytes);
+    let mut pending: u64 = 1;
+    while pending > 0 {
+        pending -= 1;
+        let t = r.u8()?;
+        match t {
+            tag::NIL | tag::KEY => {}
+            tag::INT | tag::ATOM | tag::REF => {
+                r.varint()?;
+            }
+            tag::FLOAT => {
+                r.bytes(8)?;
+            }
+            tag::BINARY | tag::ETF => {
+                let n = r.count(1)?;
+                r.bytes(n)?;
+            }
+            tag::TUPLE => pending += r.count(1)? as u64,
+            tag::LIST => pending += r.count(1)? as u64 + 1,
+            tag::MAP => pending += r.count(2)? as u64 * 2,
+            t if t >= tag::SMALL_ATOM => {}
+            t if (tag::SMALL_TUPLE..tag::SMALL_TUPLE + 16).contains(&t) => {
+                pending += u64::from(t & 0x0f)
+            }
+            t => return Err(DecodeError::BadTag(t)),
+        }
+    }
+    Ok(r.position())
+}
+
+/// A plain Rust model of a term, for tests, fuzzing and benchmarks. Atoms are
+/// dictionary ids; `Etf` holds external-term-format bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// `[]`
+    Nil,
+    /// An integer in the 64-bit range.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// An atom id.
+    Atom(u32),
+    /// A binary.
+    Binary(Vec<u8>),
+    /// External term format bytes.
+    Etf(Vec<u8>),
+    /// A tuple.
+    Tuple(Vec<Value>),
+    /// A list and its tail (`Nil` for a proper list).
+    List(Vec<Value>, Box<Value>),
+    /// A map as key/value pairs.
+    Map(Vec<(Value, Value)>),
+}
+
+impl Value {
+    /// Writes the value without back-references (each subterm in full).
+    pub fn encode(&self, w: &mut Writer) {
+        match self {
+            Value::Nil => w.nil(),
+            Value::Int(i) => w.int(*i),
+            Value::Float(f) => w.float(*f, false),
+            Value::Atom(a) => w.atom(*a),
+            Value::Binary(b) => {
+                w.binary(b);
+            }
+            Value::Etf(b) => {
+                w.etf(b);
+            }
+            Value::Tuple(es) => {
+                w.tuple(es.len());
+                es.iter().for_each(|e| e.encode(w));
+            }
+            Value::List(es, tail) => {
+                w.list(es.len());
+                es.iter().for_each(|e| e.encode(w));
+                tail.encode(w);
+            }
+            Value::Map(kvs) => {
+                w.map(kvs.len());
+                for (k, v) in kvs {
+                    k.encode(w);
+                    v.encode(w);
+                }
+            }
+        }
+    }
+
+    /// The value's encoding as a fresh byte vector.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        self.encode(&mut w);
+        w.buf
+    }
+}
+
+/// Builds [`Value`]s.
+pub struct ValueBuilder;
+
+impl Builder for ValueBuilder {
+    type Term = Value;
+    fn nil(&mut self) -> Result<Value, DecodeError> {
+        Ok(Value::Nil)
+    }
+    fn int(&mut self, v: i64) -> Result<Value, DecodeError> {
+        Ok(Value::Int(v))
+    }
+    fn float(&mut self, v: f64) -> Result<Value, DecodeError> {
+        Ok(Value::Float(v))
+    }
+    fn atom(&mut self, id: u32) -> Result<Value, DecodeError> {
+        Ok(Value::Atom(id))
+    }
+    fn binary(&mut self, bytes: &[u8]) -> Result<Value, DecodeError> {
+        Ok(Value::Binary(bytes.to_vec()))
+    }
+    fn etf(&mut self, bytes: &[u8]) -> Result<Value, DecodeError> {
+        Ok(Value::Etf(bytes.to_vec()))
+    }
+    fn tuple(&mut self, elems: &[Value]) -> Result<Value, DecodeError> {
+        Ok(Value::Tuple(elems.to_vec()))
+    }
+    fn list(&mut self, elems: &[Value], tail: Value) -> Result<Value, DecodeError> {
+        Ok(Value::List(elems.to_vec(), Box::new(tail)))
+    }
+    fn map(&mut self, kvs: &[Value]) -> Result<Value, DecodeError> {
+        Ok(Value::Map(
+            kvs.chunks_exact(2)
+                .map(|p| (p[0].clone(), p[1].clone()))
+                .collect(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(v: &Value) {
+        let bytes = v.to_bytes();
+        assert_eq!(skip(&bytes), Ok(bytes.len()), "skip of {v:?}");
+        let back = decode(&bytes, None, &mut ValueBuilder).expect("decodes");
+        assert_eq!(&back, v);
+    }
+
+    fn list(es: Vec<Value>) -> Value {
+        Value::List(es, Box::new(Value::Nil))
+    }
+
+    #[test]
+    fn varints_roundtrip_at_every_width() {
+        for v in [
+            0u64,
+            1,
+            127,
+            128,
+            300,
+            16_383,
+            16_384,
+            u32::MAX as u64,
+            u64::MAX,
+        ] {
+            let mut buf = Vec::new();
+            put_varint(&mut buf, v);
+            assert_eq!(buf.len(), varint_len(v), "len of {v}");
+            assert_eq!(Reader::new(&buf).varint(), Ok(v));
+        }
+    }
+
+    #[test]
+    fn overlong_varint_is_rejected() {
+        let bytes = [0xffu8; 11];
+        assert_eq!(Reader::new(&bytes).varint(), Err(DecodeError::BadVarint));
+        let mut ten = vec![0xffu8; 9];
+        ten.push(0x02); // a 65th bit
+        assert_eq!(Reader::new(&ten).varint(), Err(DecodeError::BadVarint));
+    }
+
+    #[test]
+    fn integers_roundtrip_including_extremes() {
+        for i in [0, 1, 127, 128, -1, -128, i64::MIN, i64::MAX, 1 << 40] {
+            roundtrip(&Value::Int(i));
+        }
+        assert_eq!(Value::Int(5).to_bytes(), vec![0x85]);
+        assert_eq!(Value::Int(-1).to_bytes(), vec![tag::INT, 1]);
+    }
+
+    #[test]
+    fn compound_terms_roundtrip() {
+        let v = Value::Tuple(vec![
+            Value::Atom(3),
+            Value::Atom(1000),
+            Value::Float(-2.5),
+            Value::Binary(b"hello".to_vec()),
+            list(vec![Value::Int(1), Value::Nil]),
+            Value::List(vec![Value::Int(1)], Box::new(Value::Int(2))),
+            Value::Map(vec![(Value::Atom(1), list(vec![]))]),
+            Value::Tuple(vec![Value::Int(0); 40]),
+            Value::Etf(vec![131, 97, 1]),
+            Value::Tuple(vec![]),
+            Value::Map(vec![]),
+        ]);
+        roundtrip(&v);
+    }
+
+    #[test]
+    fn negative_zero_is_normalized_only_when_asked() {
+        let mut w = Writer::new();
+        w.float(-0.0, true);
+        w.float(-0.0, false);
+        assert_eq!(&w.buf[1..9], &0.0f64.to_le_bytes());
+        assert_eq!(&w.buf[10..18], &(-0.0f64).to_le_bytes());
+    }
+
+    #[test]
+    fn backrefs_resolve_to_the_numbered_compound() {
+        // {L, L, B, B} with L = [a] and B = <<"x">> written once each.
+        let mut w = Writer::new();
+        w.tuple(4); // id 0
+        let l = w.list(1); // id 1
+        w.atom(0);
+        w.nil();
+        w.backref(l);
+        let b = w.binary(b"x"); // id 2
+        w.backref(b);
+        let v = decode(&w.buf, None, &mut ValueBuilder).unwrap();
+        let la = list(vec![Value::Atom(0)]);
+        let bx = Value::Binary(b"x".to_vec());
+        assert_eq!(v, Value::Tuple(vec![la.clone(), la, bx.clone(), bx]));
+        assert_eq!(skip(&w.buf), Ok(w.buf.len()));
+    }
+
+    #[test]
+    fn a_reference_to_an_open_or_unknown_term_is_an_error() {
+        let mut w = Writer::new();
+        let t = w.tuple(1);
+        w.backref(t); // the tuple refers to itself
+        assert_eq!(
+            decode(&w.buf, None, &mut ValueBuilder),
+            Err(DecodeError::BadRef(0))
+        );
+        let mut w = Writer::new();
+        w.backref(7);
+        assert_eq!(
+            decode(&w.buf, None, &mut ValueBuilder),
+            Err(DecodeError::BadRef(7))
+        );
+    }
+
+    #[test]
+    fn key_placeholder_is_replaced_by_the_key() {
+        let key = Value::Tuple(vec![Value::Int(1), Value::Atom(2)]).to_bytes();
+        let mut w = Writer::new();
+        w.tuple(2);
+        w.key();
+        w.int(9);
+        let v = decode(&w.buf, Some(&key), &mut ValueBuilder).unwrap();
+        assert_eq!(
+            v,
+            Value::Tuple(vec![
+                Value::Tuple(vec![Value::Int(1), Value::Atom(2)]),
+                Value::Int(9)
+            ])
+        );
+        assert_eq!(
+            decode(&w.buf, None, &mut ValueBuilder),
+            Err(DecodeError::UnexpectedKey)
+        );
+    }
+
+    #[test]
+    fn malformed_input_is_an_error_not_a_panic() {
+        let good = Value::Tuple(vec![Value::Binary(vec![1, 2, 3]), Value::Int(300)]).to_bytes();
+        for cut in 0..good.len() {
+            assert!(decode(&good[..cut], None, &mut ValueBuilder).is_err());
+        }
+        assert_eq!(
+            decode(&[0x0b], None, &mut ValueBuilder),
+            Err(DecodeError::BadTag(0x0b))
+        );
+        let mut trailing = good.clone();
+        trailing.push(0);
+        assert_eq!(
+            decode(&trailing, None, &mut ValueBuilder),
+            Err(DecodeError::TrailingBytes(1))
+        );
+        // A list claiming 2^40 elements in 7 bytes is refused before any work.
+        let mut huge = vec![tag::LIST];
+        put_varint(&mut huge, 1 << 40);
+        assert_eq!(
+            decode(&huge, None, &mut ValueBuilder),
+            Err(DecodeError::BadLength(1 << 40))
+        );
+    }
+
+    #[test]
+    fn deep_nesting_does_not_use_the_call_stack() {
+        let depth = 200_000;
+        let mut w = Writer::new();
+        for _ in 0..depth {
+            w.list(1);
+        }
+        w.nil();
+        for _ in 0..depth {
+            w.nil();
+        }
+        // Count the depth with a builder that keeps only a number.
+        struct Depth;
+        impl Builder for Depth {
+            type Term = u32;
+            fn nil(&mut self) -> Result<u32, DecodeError> {
+                Ok(0)
+            }
+            fn int(&mut self, _: i64) -> Result<u32, DecodeError> {
+                Ok(0)
+            }
+            fn float(&mut self, _: f64) -> Result<u32, DecodeError> {
+                Ok(0)
+            }
+            fn atom(&mut self, _: u32) -> Result<u32, DecodeError> {
+                Ok(0)
+            }
+            fn binary(&mut self, _: &[u8]) -> Result<u32, DecodeError> {
+                Ok(0)
+            }
+            fn etf(&mut self, _: &[u8]) -> Result<u32, DecodeError> {
+                Ok(0)
+            }
+            fn tuple(&mut self, e: &[u32]) -> Result<u32, DecodeError> {
+                Ok(e.iter().copied().max().unwrap_or(0) + 1)
+            }
+            fn list(&mut self, e: &[u32], t: u32) -> Result<u32, DecodeError> {
+                Ok(e.iter().copied().max().unwrap_or(0).max(t) + 1)
+            }
+            fn map(&mut self, e: &[u32]) -> Result<u32, DecodeError> {
+                Ok(e.iter().copied().max().unwrap_or(0) + 1)
+            }
+        }
+        assert_eq!(decode(&w.buf, None, &mut Depth), Ok(depth));
+        assert_eq!(skip(&w.buf), Ok(w.buf.len()));
+    }
+}

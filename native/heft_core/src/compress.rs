@@ -1,0 +1,201 @@
+//! Record body compression: raw deflate (RFC 1951, no zlib header) through
+//! flate2, with one compressor and one decompressor kept per thread so a
+//! record costs a reset rather than an allocation.
+//!
+//! A body is only stored compressed when that saves space: tiny bodies and
+//! incompressible ones are stored as they are (see [`Codec`]).
+
+use std::cell::RefCell;
+
+use flate2::{Compress, Compression as Level, Decompress, FlushCompress, FlushDecompress, Status};
+
+/// How a table compresses record bodies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compression {
+    /// Bodies are stored as encoded.
+    None,
+    /// Raw deflate at the given level (0..=9).
+    Zlib(u32),
+}
+
+/// How one stored body is encoded; recorded in the record header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Codec {
+    /// The encoded term as it is.
+    Raw = 0,
+    /// Raw deflate of the encoded term.
+    Deflate = 1,
+}
+
+impl TryFrom<u8> for Codec {
+    type Error = u8;
+    fn try_from(v: u8) -> Result<Self, u8> {
+        match v {
+            0 => Ok(Codec::Raw),
+            1 => Ok(Codec::Deflate),
+            other => Err(other),
+        }
+    }
+}
+
+/// Bodies shorter than this are never compressed: deflate's block overhead
+/// and reset cost outweigh what it could save.
+pub const MIN_COMPRESS_LEN: usize = 48;
+
+thread_local! {
+    static DEFLATE: RefCell<Option<(u32, Compress)>> = const { RefCell::new(None) };
+    static INFLATE: RefCell<Option<Decompress>> = const { RefCell::new(None) };
+}
+
+/// Compresses `raw` into `out` (cleared first) if that saves at least one
+/// byte in eight; returns the codec of what `out` then holds. With
+/// `Codec::Raw`, `out` is left empty and the caller stores `raw` itself.
+pub fn compress(raw: &[u8], mode: Compression, out: &mut Vec<u8>) -> Codec {
+    out.clear();
+    let level = match mode {
+        Compression::Zlib(level) if raw.len() >= MIN_COMPRESS_LEN => level.min(9),
+        _ => return Codec::Raw,
+    };
+    // Not worth keeping unless it is at most 7/8 of the input.
+    let budget = raw.len() - raw.len() / 8;
+    out.reserve(budget);
+    let done = DEFLATE.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let c = match slot.as_mut() {
+            Some((l, c)) if *l == level => {
+                c.reset();
+                c
+            }
+            _ => {
+                &mut slot
+                    .insert((level, Compress::new(Level::new(level), false)))
+                    .1
+            }
+        };
+        // compress_vec writes only into spare capacity: if deflate needs
+        // more than that the stream does not end, and a stream that ends
+        // over budget is not kept either.
+        let status = c.compress_vec(raw, out, FlushCompress::Finish);
+        matches!(status, Ok(Status::StreamEnd)) && out.len() <= budget
+    });
+    if done {
+        Codec::Deflate
+    } else {
+        out.clear();
+        Codec::Raw
+    }
+}
+
+/// Why a stored body could not be inflated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CorruptBody;
+
+/// Inflates `stored` (written by [`compress`]) into `out`, which must end up
+/// exactly `raw_len` bytes long.
+pub fn decompress(stored: &[u8], raw_len: usize, out: &mut Vec<u8>) -> Result<(), CorruptBody> {
+    out.clear();
+    out.reserve_exact(raw_len);
+    INFLATE.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let d = match slot.as_mut() {
+            Some(d) => {
+                d.reset(false);
+                d
+            }
+            None => slot.insert(Decompress::new(false)),
+        };
+        // `out` has room for at least `raw_len` bytes; a stream that ends
+        // short of it, runs past it or leaves input unread is corrupt.
+        match d.decompress_vec(stored, out, FlushDecompress::Finish) {
+            Ok(Status::StreamEnd)
+                if out.len() == raw_len && d.total_in() == stored.len() as u64 =>
+            {
+                Ok(())
+            }
+            _ => Err(CorruptBody),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compressible_bodies_shrink_and_come_back() {
+        let raw: Vec<u8> = b"abcdefgh".iter().cycle().take(4000).copied().collect();
+        let mut out = Vec::new();
+        assert_eq!(
+            compress(&raw, Compression::Zlib(6), &mut out),
+            Codec::Deflate
+        );
+        assert!(out.len() < 100, "4000 repetitive bytes took {}", out.len());
+        let mut back = Vec::new();
+        decompress(&out, raw.len(), &mut back).unwrap();
+        assert_eq!(back, raw);
+    }
+
+    #[test]
+    fn incompressible_and_tiny_bodies_are_stored_raw() {
+        // xorshift noise does not compress.
+        let mut x = 0x1234_5678_u32;
+        let noise: Vec<u8> = (0..1024)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x as u8
+            })
+            .collect();
+        let mut out = Vec::new();
+        assert_eq!(compress(&noise, Compression::Zlib(9), &mut out), Codec::Raw);
+        assert!(out.is_empty());
+        assert_eq!(
+            compress(b"short", Compression::Zlib(9), &mut out),
+            Codec::Raw
+        );
+        assert_eq!(
+            compress(&[0; 4096], Compression::None, &mut out),
+            Codec::Raw
+        );
+    }
+
+    #[test]
+    fn every_level_roundtrips_and_levels_can_alternate_on_one_thread() {
+        let raw: Vec<u8> = (0..3000u32).map(|i| (i % 17) as u8).collect();
+        for level in [0, 1, 5, 9, 1, 0] {
+            let mut out = Vec::new();
+            let codec = compress(&raw, Compression::Zlib(level), &mut out);
+            if codec == Codec::Deflate {
+                let mut back = Vec::new();
+                decompress(&out, raw.len(), &mut back).unwrap();
+                assert_eq!(back, raw, "level {level}");
+            } else {
+                assert_eq!(level, 0, "only level 0 (stored blocks) may not pay off");
+            }
+        }
+    }
+
+    #[test]
+    fn corrupt_or_mislabelled_bodies_are_refused() {
+        let raw = vec![7u8; 1000];
+        let mut out = Vec::new();
+        assert_eq!(
+            compress(&raw, Compression::Zlib(6), &mut out),
+            Codec::Deflate
+        );
+        let mut back = Vec::new();
+        assert_eq!(decompress(&out, 999, &mut back), Err(CorruptBody));
+        assert_eq!(decompress(&out, 1001, &mut back), Err(CorruptBody));
+        assert_eq!(
+            decompress(&out[..out.len() / 2], 1000, &mut back),
+            Err(CorruptBody)
+        );
+        assert_eq!(
+            decompress(&[0xff, 0xff, 0xff], 10, &mut back),
+            Err(CorruptBody)
+        );
+        decompress(&out, 1000, &mut back).unwrap();
+        assert_eq!(back, raw);
+    }
+}

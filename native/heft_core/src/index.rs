@@ -1,0 +1,393 @@
+//! The key index of a set table: an open-addressing hash table kept sorted by
+//! hash.
+//!
+//! Each slot holds a record's 64-bit key hash and its arena offset (16
+//! bytes; offset 0 marks an empty slot). A key's home slot is the top `bits`
+//! bits of its hash, and collisions probe forward (linear probing, no
+//! wrap-around: the array has a tail past the last home slot). Insertion keeps
+//! the occupied slots in ascending (hash, key) order, which is Robin Hood
+//! ordering with a deterministic tie-break, so:
+//! - a lookup stops at the first hash greater than its own;
+//! - every entry sits at or after its home slot, with no empty slot between;
+//! - the table can be walked in (hash, key) order, and a walk can resume from
+//!   any (hash, key), present or not, even after the table has grown: that is
+//!   what makes `first/next` and chunked iteration safe while others write.
+//!
+//! Keys themselves live in the arena; the index compares them through a
+//! callback, so it holds no key bytes.
+
+use std::cmp::Ordering;
+
+/// One slot: a key hash and the arena offset of its record (0 = empty).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Slot {
+    /// The key's 64-bit hash.
+    pub hash: u64,
+    /// The record's offset in the arena; 0 for an empty slot.
+    pub loc: u64,
+}
+
+impl Slot {
+    fn is_empty(&self) -> bool {
+        self.loc == 0
+    }
+}
+
+/// What `insert` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Inserted {
+    /// A new key.
+    New,
+    /// The key was there; this was its old record offset.
+    Replaced(u64),
+}
+
+const MIN_BITS: u32 = 4;
+/// The table grows past 80% full.
+const LOAD_NUM: usize = 4;
+const LOAD_DEN: usize = 5;
+
+/// A sorted linear-probing hash index.
+pub struct HashIndex {
+    slots: Vec<Slot>,
+    bits: u32,
+    len: usize,
+}
+
+impl Default for HashIndex {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HashIndex {
+    /// An empty index.
+    pub fn new() -> Self {
+        HashIndex {
+            slots: vec![Slot::default(); slots_for(MIN_BITS)],
+            bits: MIN_BITS,
+            len: 0,
+        }
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when there are no keys.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Heap bytes held by the slot array (its exact allocation).
+    pub fn heap_bytes(&self) -> u64 {
+        (self.slots.capacity() * std::mem::size_of::<Slot>()) as u64
+    }
+
+    #[inline]
+    fn home(&self, hash: u64) -> usize {
+        (hash >> (64 - self.bits)) as usize
+    }
+
+    /// The slot at `pos`.
+    pub fn slot(&self, pos: usize) -> Slot {
+        self.slots[pos]
+    }
+
+    /// Points the entry at `pos` to a new record offset (same key).
+    pub fn set_loc(&mut self, pos: usize, loc: u64) {
+        debug_assert!(loc != 0 && !self.slots[pos].is_empty());
+        self.slots[pos].loc = loc;
+    }
+
+    /// Finds `hash`'s entry; `cmp(loc)` compares the key stored at `loc`
+    /// with the one looked for.
+    pub fn find(&self, hash: u64, mut cmp: impl FnMut(u64) -> Ordering) -> Option<usize> {
+        let mut p = self.home(hash);
+        while let Some(s) = self.slots.get(p) {
+            if s.is_empty() || s.hash > hash {
+                return None;
+            }
+            if s.hash == hash {
+                match cmp(s.loc) {
+                    Ordering::Equal => return Some(p),
+                    Ordering::Greater => return None,
+                    Ordering::Less => {}
+                }
+            }
+            p += 1;
+        }
+        None
+    }
+
+    /// Inserts `hash -> loc`, or replaces the offset of an equal key.
+    pub fn insert(
+        &mut self,
+        hash: u64,
+        loc: u64,
+        mut cmp: impl FnMut(u64) -> Ordering,
+    ) -> Inserted {
+        debug_assert!(loc != 0);
+        if (self.len + 1) * LOAD_DEN > (1usize << self.bits) * LOAD_NUM {
+            self.grow();
+        }
+        loop {
+            let mut p = self.home(hash);
+            while let Some(s) = self.slots.get(p) {
+                if s.is_empty() || s.hash > hash {
+                    break;
+                }
+                if s.hash == hash {
+                    match cmp(s.loc) {
+                        Ordering::Equal => {
+                            let old = s.loc;
+                            self.slots[p].loc = loc;
+                            return Inserted::Replaced(old);
+                        }
+                        Ordering::Greater => break,
+                        Ordering::Less => {}
+                    }
+                }
+                p += 1;
+            }
+            // Insert at p: shift the run [p, e) one slot right into the
+            // first empty slot e.
+            let empty = self.slots[p.min(self.slots.len())..]
+                .iter()
+                .position(Slot::is_empty)
+                .map(|i| p + i);
+            match empty {
+                Some(e) => {
+                    self.slots.copy_within(p..e, p + 1);
+                    self.slots[p] = Slot { hash, loc };
+                    self.len += 1;
+                    return Inserted::New;
+                }
+                // The run reaches the end of the tail: grow and retry.
+                None => self.grow(),
+            }
+        }
+    }
+
+    /// Removes the entry at `pos`, pulling displaced followers back.
+    pub fn remove_at(&mut self, pos: usize) -> Slot {
+        let removed = self.slots[pos];
+        let mut q = pos + 1;
+        while let Some(&s) = self.slots.get(q) {
+            if s.is_empty() || self.home(s.hash) >= q {
+                break;
+            }
+            self.slots[q - 1] = s;
+            q += 1;
+        }
+        self.slots[q - 1] = Slot::default();
+        self.len -= 1;
+        if self.bits > MIN_BITS && self.len * 8 < (1usize << self.bits) {
+            self.rebuild(self.bits - 1);
+        }
+        removed
+    }
+
+    /// The position of the first entry after (`hash`, key) in walk order,
+    /// whether or not that key is present. `cmp(loc)` compares the key at
+    /// `loc` with the cursor's key.
+    pub fn seek_after(&self, hash: u64, mut cmp: impl FnMut(u64) -> Ordering) -> usize {
+        let mut p = self.home(hash);
+        while let Some(s) = self.slots.get(p) {
+            if s.is_empty() || s.hash > hash {
+                break;
+            }
+            if s.hash == hash && cmp(s.loc) == Ordering::Greater {
+                break;
+            }
+            p += 1;
+        }
+        p
+    }
+
+    /// The first occupied position at or after `pos`.
+    pub fn next_occupied(&self, pos: usize) -> Option<usize> {
+        let rest = self.slots.get(pos..)?;
+        rest.iter().position(|s| !s.is_empty()).map(|i| pos + i)
+    }
+
+    /// Drops every entry and shrinks to the initial size.
+    pub fn clear(&mut self) {
+        *self = HashIndex::new();
+    }
+
+    fn grow(&mut self) {
+        self.rebuild(self.bits + 1);
+    }
+
+    fn rebuild(&mut self, mut bits: u32) {
+        'retry: loop {
+            let mut slots = vec![Slot::default(); slots_for(bits)];
+            let mut next = 0usize;
+            for s in self.slots.iter().filter(|s| !s.is_empty()) {
+                let p = ((s.hash >> (64 - bits)) as usize).max(next);
+                match slots.get_mut(p) {
+                    Some(slot) => *slot = *s,
+                    None => {
+                        bits += 1;
+                        continue 'retry;
+                    }
+                }
+                next = p + 1;
+            }
+            self.slots = slots;
+            self.bits = bits;
+            return;
+        }
+    }
+}
+
+/// Home slots plus a tail for runs that spill past the last home slot.
+fn slots_for(bits: u32) -> usize {
+    let cap = 1usize << bits;
+    cap + cap.min(256)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// Keys are u64s stored "in the arena" as loc = key + 1.
+    fn key_of(loc: u64) -> u64 {
+        loc - 1
+    }
+
+    fn check_invariants(ix: &HashIndex) {
+        let mut prev: Option<(u64, u64)> = None;
+        let mut count = 0;
+        for (p, s) in ix.slots.iter().enumerate() {
+            if s.is_empty() {
+                continue;
+            }
+            count += 1;
+            let home = ix.home(s.hash);
+            assert!(p >= home, "entry before its home");
+            assert!(
+                ix.slots[home..p].iter().all(|s| !s.is_empty()),
+                "gap in a run"
+            );
+            let cur = (s.hash, key_of(s.loc));
+            if let Some(prev) = prev {
+                assert!(prev < cur, "not sorted");
+            }
+            prev = Some(cur);
+        }
+        assert_eq!(count, ix.len());
+    }
+
+    /// A bad hash function with many full collisions, to exercise ties.
+    fn weak_hash(k: u64) -> u64 {
+        (k % 97).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+
+    #[test]
+    fn behaves_like_a_map_under_random_operations() {
+        let mut ix = HashIndex::new();
+        let mut model: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        for step in 0..60_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let k = x % 3000;
+            let h = if k % 2 == 0 {
+                weak_hash(k)
+            } else {
+                k.wrapping_mul(0xff51_afd7_ed55_8ccd)
+            };
+            let cmp = |loc: u64| key_of(loc).cmp(&k);
+            match x % 3 {
+                0 | 1 => {
+                    let r = ix.insert(h, k + 1, cmp);
+                    let was = model.insert(k, h);
+                    assert_eq!(r == Inserted::New, was.is_none());
+                }
+                _ => {
+                    let found = ix.find(h, cmp);
+                    assert_eq!(found.is_some(), model.contains_key(&k));
+                    if let Some(p) = found {
+                        ix.remove_at(p);
+                        model.remove(&k);
+                    }
+                }
+            }
+            if step % 5000 == 0 {
+                check_invariants(&ix);
+            }
+        }
+        check_invariants(&ix);
+        for (&k, &h) in &model {
+            assert!(ix.find(h, |loc| key_of(loc).cmp(&k)).is_some());
+        }
+    }
+
+    #[test]
+    fn a_walk_resumes_after_any_cursor_even_across_growth() {
+        let mut ix = HashIndex::new();
+        let h = |k: u64| k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        for k in 0..1000 {
+            ix.insert(h(k), k + 1, |loc| key_of(loc).cmp(&k));
+        }
+        // Walk in chunks of 7, inserting new keys between chunks (forcing
+        // growth); every original key is seen exactly once.
+        let mut seen = Vec::new();
+        let mut cursor: Option<(u64, u64)> = None;
+        let mut extra = 1000;
+        loop {
+            let start = match cursor {
+                None => 0,
+                Some((ch, ck)) => ix.seek_after(ch, |loc| key_of(loc).cmp(&ck)),
+            };
+            let mut p = start;
+            let mut taken = 0;
+            while taken < 7 {
+                let Some(q) = ix.next_occupied(p) else { break };
+                let s = ix.slot(q);
+                seen.push(key_of(s.loc));
+                cursor = Some((s.hash, key_of(s.loc)));
+                taken += 1;
+                p = q + 1;
+            }
+            if taken == 0 {
+                break;
+            }
+            for _ in 0..20 {
+                ix.insert(h(extra), extra + 1, |loc| key_of(loc).cmp(&extra));
+                extra += 1;
+            }
+        }
+        let mut originals: Vec<u64> = seen.iter().copied().filter(|&k| k < 1000).collect();
+        originals.sort_unstable();
+        assert_eq!(originals, (0..1000).collect::<Vec<_>>());
+        let mut all = seen.clone();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), seen.len(), "no key is seen twice");
+    }
+
+    #[test]
+    fn the_index_shrinks_after_mass_deletion() {
+        let mut ix = HashIndex::new();
+        let h = |k: u64| k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        for k in 0..100_000 {
+            ix.insert(h(k), k + 1, |loc| key_of(loc).cmp(&k));
+        }
+        let big = ix.heap_bytes();
+        for k in 0..99_990 {
+            let p = ix.find(h(k), |loc| key_of(loc).cmp(&k)).unwrap();
+            ix.remove_at(p);
+        }
+        check_invariants(&ix);
+        assert!(ix.heap_bytes() * 100 < big, "{} vs {big}", ix.heap_bytes());
+        for k in 99_990..100_000 {
+            assert!(ix.find(h(k), |loc| key_of(loc).cmp(&k)).is_some());
+        }
+    }
+}

@@ -1,0 +1,805 @@
+//! A set table: the hash index and the arena behind one read/write lock.
+//!
+//! Callers encode and compress outside the lock ([`Table::prepare`]); under
+//! the write lock a change is an arena allocation, a copy and an index
+//! update. Readers copy a record's stored bytes out under the read lock and
+//! decompress and decode after releasing it, so no lock is held while
+//! (de)compressing. Updates that read, compute and write (counters, element
+//! updates) use [`Table::replace_if`], a compare-and-swap on the record's
+//! offset and bytes, and retry when another writer got there first.
+
+use std::cmp::Ordering;
+use std::hash::{BuildHasher, RandomState};
+use std::io;
+
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::Arc;
+
+use parking_lot::{
+    MappedRwLockReadGuard, MappedRwLockWriteGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
+
+use crate::arena::{Arena, Backing};
+use crate::atoms::AtomTable;
+use crate::compress::{self, Codec, Compression};
+use crate::index::{HashIndex, Inserted};
+use crate::record::{self, Header};
+
+/// How to build a table.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Where the arena keeps its pages.
+    pub backing: Backing,
+    /// How bodies are compressed.
+    pub compression: Compression,
+    /// Shown in /proc/PID/maps and in file arena names.
+    pub label: String,
+}
+
+/// What a table operation can fail with.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The table has been deleted.
+    Deleted,
+    /// The arena could not grow (for a file arena: the disk is full). The
+    /// table is unchanged and still readable.
+    Io(io::Error),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Deleted => write!(f, "the table has been deleted"),
+            Error::Io(e) => write!(f, "arena: {e}"),
+        }
+    }
+}
+
+/// Tables whose storage (index and arena) is still allocated.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Number of tables, in this process, whose storage is still allocated:
+/// created and not yet deleted, or deleted with storage not yet freed.
+pub fn live_tables() -> usize {
+    LIVE.load(AtomicOrdering::Relaxed)
+}
+
+impl std::error::Error for Error {}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Self {
+        Error::Io(e)
+    }
+}
+
+/// A record made ready for the table outside its lock.
+pub struct Prepared {
+    hash: u64,
+    key_len: usize,
+    header_len: usize,
+    raw_len: usize,
+    bytes: Vec<u8>,
+}
+
+impl Prepared {
+    fn key(&self) -> &[u8] {
+        &self.bytes[self.header_len..self.header_len + self.key_len]
+    }
+}
+
+/// Records copied out of the table: their stored bytes, back to back.
+#[derive(Default)]
+pub struct RecordBuf {
+    bytes: Vec<u8>,
+    items: Vec<Item>,
+}
+
+/// One record in a [`RecordBuf`].
+#[derive(Clone, Copy, Debug)]
+pub struct Item {
+    /// The key's hash.
+    pub hash: u64,
+    /// Where the record was in the arena when copied.
+    pub loc: u64,
+    start: usize,
+    /// Its header.
+    pub header: Header,
+}
+
+impl RecordBuf {
+    /// An empty buffer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Forgets the records, keeping the allocation.
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.items.clear();
+    }
+
+    /// The records copied.
+    pub fn items(&self) -> &[Item] {
+        &self.items
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The stored bytes of record `it` (header, key, body).
+    pub fn record(&self, it: &Item) -> &[u8] {
+        &self.bytes[it.start..it.start + it.header.total_len()]
+    }
+
+    /// The key of record `it`.
+    pub fn key(&self, it: &Item) -> &[u8] {
+        let s = it.start + it.header.key_start();
+        &self.bytes[s..s + it.header.key_len]
+    }
+
+    /// The body of record `it`, decompressed into `scratch` if need be.
+    pub fn body<'a>(
+        &'a self,
+        it: &Item,
+        scratch: &'a mut Vec<u8>,
+    ) -> Result<&'a [u8], compress::CorruptBody> {
+        let s = it.start + it.header.body_start();
+        let stored = &self.bytes[s..s + it.header.stored_len];
+        match it.header.codec {
+            Codec::Raw => Ok(stored),
+            Codec::Deflate => {
+                compress::decompress(stored, it.header.raw_len, scratch)?;
+                Ok(scratch)
+            }
+        }
+    }
+
+    fn push(&mut self, hash: u64, loc: u64, header: Header, bytes: &[u8]) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(bytes);
+        self.items.push(Item {
+            hash,
+            loc,
+            start,
+            header,
+        });
+    }
+}
+
+/// Where a walk stopped: the last (hash, key) it returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cursor {
+    /// The key's hash.
+    pub hash: u64,
+    /// The key's encoding.
+    pub key: Vec<u8>,
+}
+
+/// Figures about a table, all in bytes except `size`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Records in the table.
+    pub size: u64,
+    /// The hash index's slot array (its exact heap allocation).
+    pub index_bytes: u64,
+    /// Other heap memory: the atom dictionary (estimated from capacities)
+    /// and the arena's free lists.
+    pub meta_bytes: u64,
+    /// Length of the arena mapping.
+    pub arena_mapped_bytes: u64,
+    /// Arena bytes handed out: live blocks, freed blocks awaiting reuse, and
+    /// an 8-byte head; pages given back to the kernel are not counted.
+    pub arena_used_bytes: u64,
+    /// Arena bytes in blocks holding records, size-class slack included.
+    pub arena_live_bytes: u64,
+    /// Arena bytes in freed blocks awaiting reuse.
+    pub arena_free_bytes: u64,
+    /// Sum over records of key plus uncompressed body.
+    pub payload_raw_bytes: u64,
+    /// Sum over records of header, key and body as stored.
+    pub payload_stored_bytes: u64,
+    /// Start address of the arena mapping (to find it in smaps).
+    pub arena_address: u64,
+}
+
+/// A table's storage. Dropping it frees the index and unmaps the arena.
+pub struct State {
+    index: HashIndex,
+    arena: Arena,
+    raw_bytes: u64,
+    stored_bytes: u64,
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        LIVE.fetch_sub(1, AtomicOrdering::Relaxed);
+    }
+}
+
+impl State {
+    /// Bytes mapped by the arena (what dropping this state unmaps).
+    pub fn mapped_bytes(&self) -> u64 {
+        self.arena.mapped_bytes()
+    }
+}
+
+impl State {
+    fn record_at(&self, loc: u64) -> (Header, &[u8]) {
+        record_in(&self.arena, loc)
+    }
+
+    fn key_at(&self, loc: u64) -> &[u8] {
+        key_in(&self.arena, loc)
+    }
+
+    fn find(&self, hash: u64, key: &[u8]) -> Option<usize> {
+        self.index.find(hash, |loc| self.key_at(loc).cmp(key))
+    }
+
+    fn release(&mut self, loc: u64) {
+        let h = self.record_at(loc).0;
+        self.raw_bytes -= (h.key_len + h.raw_len) as u64;
+        self.stored_bytes -= h.total_len() as u64;
+        self.arena.free(loc);
+    }
+
+    /// Allocates and fills blocks for all of `recs`, or none of them.
+    fn place(&mut self, recs: &[&Prepared]) -> Result<Vec<u64>, Error> {
+        let mut locs = Vec::with_capacity(recs.len());
+        for r in recs {
+            match self.arena.alloc(r.bytes.len()) {
+                Ok(loc) => locs.push(loc),
+                Err(e) => {
+                    for loc in &locs {
+                        self.arena.free(*loc);
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
+        for (loc, r) in locs.iter().zip(recs) {
+            let dst = self
+                .arena
+                .get_mut(*loc, r.bytes.len())
+                .expect("a block just allocated lies inside the arena");
+            dst.copy_from_slice(&r.bytes);
+            self.raw_bytes += (r.key_len + r.raw_len) as u64;
+            self.stored_bytes += r.bytes.len() as u64;
+        }
+        Ok(locs)
+    }
+
+    fn link(&mut self, r: &Prepared, loc: u64) {
+        let key = r.key();
+        let State { index, arena, .. } = self;
+        let cmp = |l: u64| key_in(arena, l).cmp(key);
+        if let Inserted::Replaced(old) = index.insert(r.hash, loc, cmp) {
+            self.release(old);
+        }
+    }
+
+    fn copy_out(&self, pos: usize, out: &mut RecordBuf) {
+        let s = self.index.slot(pos);
+        let (h, bytes) = self.record_at(s.loc);
+        out.push(s.hash, s.loc, h, bytes);
+    }
+}
+
+/// The record at an indexed offset. The index only ever points at records
+/// this table wrote, so a bad header is a bug, not bad input.
+fn record_in(arena: &Arena, loc: u64) -> (Header, &[u8]) {
+    let h = Header::parse_prefix(arena.tail(loc, record::MAX_HEADER))
+        .expect("valid record header at an indexed offset");
+    let bytes = arena
+        .get(loc, h.total_len())
+        .expect("indexed record lies inside the arena");
+    (h, bytes)
+}
+
+fn key_in(arena: &Arena, loc: u64) -> &[u8] {
+    let (h, bytes) = record_in(arena, loc);
+    &bytes[h.key_start()..h.body_start()]
+}
+
+/// A set table.
+pub struct Table {
+    hasher: RandomState,
+    compression: Compression,
+    state: RwLock<Option<State>>,
+    atoms: Arc<RwLock<AtomTable>>,
+    backing: Backing,
+}
+
+impl Table {
+    /// Creates an empty table.
+    pub fn new(opts: &Options) -> io::Result<Table> {
+        let arena = Arena::new(&opts.backing, &opts.label)?;
+        LIVE.fetch_add(1, AtomicOrdering::Relaxed);
+        Ok(Table {
+            hasher: RandomState::new(),
+            compression: opts.compression,
+            state: RwLock::new(Some(State {
+                index: HashIndex::new(),
+                arena,
+                raw_bytes: 0,
+                stored_bytes: 0,
+            })),
+            atoms: Arc::new(RwLock::new(AtomTable::new())),
+            backing: opts.backing.clone(),
+        })
+    }
+
+    fn read(&self) -> Result<MappedRwLockReadGuard<'_, State>, Error> {
+        RwLockReadGuard::try_map(self.state.read(), Option::as_ref).map_err(|_| Error::Deleted)
+    }
+
+    fn write(&self) -> Result<MappedRwLockWriteGuard<'_, State>, Error> {
+        RwLockWriteGuard::try_map(self.state.write(), Option::as_mut).map_err(|_| Error::Deleted)
+    }
+
+    /// Marks the table deleted and hands back its storage, for the caller to
+    /// drop where unmapping a large arena does no harm. Every later call
+    /// fails with [`Error::Deleted`]. `None` if it was already deleted.
+    pub fn take_storage(&self) -> Option<State> {
+        self.state.write().take()
+    }
+
+    /// True once the table has been deleted.
+    pub fn is_deleted(&self) -> bool {
+        self.state.read().is_none()
+    }
+
+    /// The table's atom dictionary.
+    pub fn atoms(&self) -> &Arc<RwLock<AtomTable>> {
+        &self.atoms
+    }
+
+    /// Where the arena lives.
+    pub fn backing(&self) -> &Backing {
+        &self.backing
+    }
+
+    /// The arena file, for a file arena.
+    pub fn arena_path(&self) -> Option<std::path::PathBuf> {
+        let st = self.read().ok()?;
+        st.arena.path().map(|p| p.to_path_buf())
+    }
+
+    /// The hash of an encoded key.
+    pub fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// Compresses and frames a record (no lock taken). `body` is the
+    /// encoded record, `key` its key's canonical encoding.
+    pub fn prepare(&self, key: &[u8], body: &[u8]) -> Prepared {
+        let mut packed = Vec::new();
+        let codec = compress::compress(body, self.compression, &mut packed);
+        let stored: &[u8] = match codec {
+            Codec::Raw => body,
+            Codec::Deflate => &packed,
+        };
+        let mut bytes = Vec::new();
+        record::write(&mut bytes, codec, key, stored, body.len());
+        Prepared {
+            hash: self.hash(key),
+            key_len: key.len(),
+            header_len: record::header_len(codec, key.len(), stored.len(), body.len()),
+            raw_len: body.len(),
+            bytes,
+        }
+    }
+
+    /// Inserts all records, replacing equal keys, in order (a later record
+    /// with the same key wins). All or nothing: on error none is inserted.
+    pub fn insert(&self, recs: &[Prepared]) -> Result<(), Error> {
+        let refs: Vec<&Prepared> = recs.iter().collect();
+        let mut st = self.write()?;
+        let locs = st.place(&refs)?;
+        for (r, loc) in recs.iter().zip(locs) {
+            st.link(r, loc);
+        }
+        Ok(())
+    }
+
+    /// Inserts all records if none of their keys is present; returns false
+    /// (inserting nothing) otherwise.
+    pub fn insert_new(&self, recs: &[Prepared]) -> Result<bool, Error> {
+        let refs: Vec<&Prepared> = recs.iter().collect();
+        let mut st = self.write()?;
+        if recs.iter().any(|r| st.find(r.hash, r.key()).is_some()) {
+            return Ok(false);
+        }
+        let locs = st.place(&refs)?;
+        for (r, loc) in recs.iter().zip(locs) {
+            st.link(r, loc);
+        }
+        Ok(true)
+    }
+
+    /// Copies the record with this key into `out` (appending); false if absent.
+    pub fn get(&self, hash: u64, key: &[u8], out: &mut RecordBuf) -> Result<bool, Error> {
+        let st = self.read()?;
+        Ok(match st.find(hash, key) {
+            Some(pos) => {
+                st.copy_out(pos, out);
+                true
+            }
+            None => false,
+        })
+    }
+
+    /// True if the key is present.
+    pub fn contains(&self, hash: u64, key: &[u8]) -> Result<bool, Error> {
+        Ok(self.read()?.find(hash, key).is_some())
+    }
+
+    /// Removes the key; copies the removed record into `out` when given.
+    /// Returns whether it was present.
+    pub fn remove(
+        &self,
+        hash: u64,
+        key: &[u8],
+        out: Option<&mut RecordBuf>,
+    ) -> Result<bool, Error> {
+        let mut st = self.write()?;
+        let Some(pos) = st.find(hash, key) else {
+            return Ok(false);
+        };
+        if let Some(out) = out {
+            st.copy_out(pos, out);
+        }
+        let slot = st.index.remove_at(pos);
+        st.release(slot.loc);
+        Ok(true)
+    }
+
+    /// Replaces (or with `new: None`, removes) the record with this key if
+    /// it is still the one in `expected` (same offset and bytes), or inserts
+    /// `new` if `expected` is `None` and the key is still absent. Returns
+    /// false, changing nothing, if another writer changed the key meanwhile.
+    pub fn replace_if(
+        &self,
+        hash: u64,
+        key: &[u8],
+        expected: Option<(&RecordBuf, &Item)>,
+        new: Option<&Prepared>,
+    ) -> Result<bool, Error> {
+        let mut st = self.write()?;
+        let pos = st.find(hash, key);
+        let same = match (pos, expected) {
+            (None, None) => true,
+            (Some(pos), Some((buf, it))) => {
+                let loc = st.index.slot(pos).loc;
+                loc == it.loc && st.record_at(loc).1 == buf.record(it)
+            }
+            _ => false,
+        };
+        if !same {
+            return Ok(false);
+        }
+        match (pos, new) {
+            (_, Some(new)) => {
+                let loc = st.place(&[new])?[0];
+                st.link(new, loc);
+            }
+            (Some(pos), None) => {
+                let slot = st.index.remove_at(pos);
+                st.release(slot.loc);
+            }
+            (None, None) => {}
+        }
+        Ok(true)
+    }
+
+    /// Removes every record.
+    pub fn clear(&self) -> Result<(), Error> {
+        let mut st = self.write()?;
+        st.arena.clear()?;
+        st.index.clear();
+        st.raw_bytes = 0;
+        st.stored_bytes = 0;
+        Ok(())
+    }
+
+    /// Copies up to `max_records` records (stopping early once they hold
+    /// `max_raw` bytes of key plus uncompressed body, the measure of what
+    /// decoding them will cost) that come after `after` in walk order
+    /// (from the start when `None`). Returns where to resume, or `None` when
+    /// the walk reached the end.
+    pub fn chunk(
+        &self,
+        after: Option<&Cursor>,
+        max_records: usize,
+        max_raw: usize,
+        out: &mut RecordBuf,
+    ) -> Result<Option<Cursor>, Error> {
+        let st = self.read()?;
+        let mut p = match after {
+            None => 0,
+            Some(c) => st
+                .index
+                .seek_after(c.hash, |loc| st.key_at(loc).cmp(&c.key)),
+        };
+        let first = out.len();
+        let mut raw = 0usize;
+        while out.len() - first < max_records && raw < max_raw {
+            match st.index.next_occupied(p) {
+                Some(q) => {
+                    st.copy_out(q, out);
+                    if let Some(it) = out.items.last() {
+                        raw += it.header.key_len + it.header.raw_len;
+                    }
+                    p = q + 1;
+                }
+                None => return Ok(None),
+            }
+        }
+        // Stopped because the chunk is full: is there anything after it?
+        if st.index.next_occupied(p).is_none() {
+            return Ok(None);
+        }
+        Ok(out.items.last().map(|last| Cursor {
+            hash: last.hash,
+            key: out.key(last).to_vec(),
+        }))
+    }
+
+    /// The first key in walk order.
+    pub fn first_key(&self) -> Result<Option<Vec<u8>>, Error> {
+        let st = self.read()?;
+        Ok(st
+            .index
+            .next_occupied(0)
+            .map(|pos| st.key_at(st.index.slot(pos).loc).to_vec()))
+    }
+
+    /// The key after `key` in walk order, whether or not `key` is still in
+    /// the table.
+    pub fn next_key(&self, hash: u64, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        let st = self.read()?;
+        let p = st.index.seek_after(hash, |loc| st.key_at(loc).cmp(key));
+        Ok(st
+            .index
+            .next_occupied(p)
+            .map(|pos| st.key_at(st.index.slot(pos).loc).to_vec()))
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> Result<usize, Error> {
+        Ok(self.read()?.index.len())
+    }
+
+    /// Current figures.
+    pub fn stats(&self) -> Result<Stats, Error> {
+        let st = self.read()?;
+        Ok(Stats {
+            size: st.index.len() as u64,
+            index_bytes: st.index.heap_bytes(),
+            meta_bytes: self.atoms.read().heap_bytes() + st.arena.overhead_bytes(),
+            arena_mapped_bytes: st.arena.mapped_bytes(),
+            arena_used_bytes: st.arena.used_bytes(),
+            arena_live_bytes: st.arena.live_bytes(),
+            arena_free_bytes: st.arena.free_bytes(),
+            payload_raw_bytes: st.raw_bytes,
+            payload_stored_bytes: st.stored_bytes,
+            arena_address: st.arena.address() as u64,
+        })
+    }
+}
+
+/// Orders two encoded keys the way the index breaks hash ties.
+pub fn key_order(a: &[u8], b: &[u8]) -> Ordering {
+    a.cmp(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::Value;
+
+    fn table(compression: Compression) -> Table {
+        Table::new(&Options {
+            backing: Backing::Memory,
+            compression,
+            label: "test".into(),
+        })
+        .unwrap()
+    }
+
+    fn key(i: i64) -> Vec<u8> {
+        Value::Int(i).to_bytes()
+    }
+
+    fn body(i: i64, fill: usize) -> Vec<u8> {
+        Value::Tuple(vec![Value::Int(i), Value::Binary(vec![b'x'; fill])]).to_bytes()
+    }
+
+    fn get_body(t: &Table, k: &[u8]) -> Option<Vec<u8>> {
+        let mut buf = RecordBuf::new();
+        if !t.get(t.hash(k), k, &mut buf).unwrap() {
+            return None;
+        }
+        let it = buf.items()[0];
+        assert_eq!(buf.key(&it), k);
+        let mut scratch = Vec::new();
+        Some(buf.body(&it, &mut scratch).unwrap().to_vec())
+    }
+
+    #[test]
+    fn insert_get_replace_remove() {
+        for compression in [Compression::None, Compression::Zlib(6)] {
+            let t = table(compression);
+            let recs: Vec<Prepared> = (0..1000)
+                .map(|i| t.prepare(&key(i), &body(i, 200)))
+                .collect();
+            t.insert(&recs).unwrap();
+            assert_eq!(t.len().unwrap(), 1000);
+            assert_eq!(get_body(&t, &key(7)), Some(body(7, 200)));
+            t.insert(&[t.prepare(&key(7), &body(70, 3))]).unwrap();
+            assert_eq!(get_body(&t, &key(7)), Some(body(70, 3)));
+            assert_eq!(t.len().unwrap(), 1000);
+            assert!(t.remove(t.hash(&key(7)), &key(7), None).unwrap());
+            assert!(!t.remove(t.hash(&key(7)), &key(7), None).unwrap());
+            assert_eq!(get_body(&t, &key(7)), None);
+            assert_eq!(t.len().unwrap(), 999);
+            let s = t.stats().unwrap();
+            if compression != Compression::None {
+                assert!(s.payload_stored_bytes < s.payload_raw_bytes / 4, "{s:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn insert_new_is_all_or_nothing() {
+        let t = table(Compression::None);
+        t.insert(&[t.prepare(&key(1), &body(1, 1))]).unwrap();
+        let batch = [
+            t.prepare(&key(2), &body(2, 1)),
+            t.prepare(&key(1), &body(9, 1)),
+        ];
+        assert!(!t.insert_new(&batch).unwrap());
+        assert_eq!(t.len().unwrap(), 1);
+        assert_eq!(get_body(&t, &key(1)), Some(body(1, 1)));
+        let batch = [
+            t.prepare(&key(2), &body(2, 1)),
+            t.prepare(&key(2), &body(3, 1)),
+        ];
+        assert!(t.insert_new(&batch).unwrap());
+        assert_eq!(
+            get_body(&t, &key(2)),
+            Some(body(3, 1)),
+            "last of a batch wins"
+        );
+    }
+
+    #[test]
+    fn overwriting_the_same_keys_does_not_grow_the_arena() {
+        let t = table(Compression::Zlib(1));
+        // Record sizes vary from round to round but not in distribution.
+        let round_of = |round: i64| -> Vec<Prepared> {
+            (0..2000)
+                .map(|i| {
+                    t.prepare(
+                        &key(i),
+                        &body((i * 7 + round) % 2000, 100 + (round % 3) as usize),
+                    )
+                })
+                .collect()
+        };
+        for round in 0..30 {
+            t.insert(&round_of(round)).unwrap();
+        }
+        let used = t.stats().unwrap().arena_used_bytes;
+        for round in 30..300 {
+            t.insert(&round_of(round)).unwrap();
+        }
+        assert_eq!(t.stats().unwrap().arena_used_bytes, used);
+    }
+
+    #[test]
+    fn replace_if_detects_a_concurrent_change() {
+        let t = table(Compression::None);
+        let k = key(5);
+        let h = t.hash(&k);
+        t.insert(&[t.prepare(&k, &body(1, 10))]).unwrap();
+        let mut seen = RecordBuf::new();
+        assert!(t.get(h, &k, &mut seen).unwrap());
+        let it = seen.items()[0];
+        // Someone else writes first.
+        t.insert(&[t.prepare(&k, &body(2, 10))]).unwrap();
+        let mine = t.prepare(&k, &body(3, 10));
+        assert!(!t
+            .replace_if(h, &k, Some((&seen, &it)), Some(&mine))
+            .unwrap());
+        assert_eq!(get_body(&t, &k), Some(body(2, 10)));
+        // Read again and win.
+        seen.clear();
+        assert!(t.get(h, &k, &mut seen).unwrap());
+        let it = seen.items()[0];
+        assert!(t
+            .replace_if(h, &k, Some((&seen, &it)), Some(&mine))
+            .unwrap());
+        assert_eq!(get_body(&t, &k), Some(body(3, 10)));
+        // Insert-if-absent form.
+        let k2 = key(6);
+        let new = t.prepare(&k2, &body(6, 1));
+        assert!(t.replace_if(t.hash(&k2), &k2, None, Some(&new)).unwrap());
+        assert!(!t.replace_if(t.hash(&k2), &k2, None, Some(&new)).unwrap());
+    }
+
+    #[test]
+    fn chunks_visit_every_record_once() {
+        let t = table(Compression::Zlib(6));
+        let recs: Vec<Prepared> = (0..5000)
+            .map(|i| t.prepare(&key(i), &body(i, 50)))
+            .collect();
+        t.insert(&recs).unwrap();
+        let mut keys = Vec::new();
+        let mut cursor = None;
+        loop {
+            let mut buf = RecordBuf::new();
+            let next = t.chunk(cursor.as_ref(), 333, usize::MAX, &mut buf).unwrap();
+            keys.extend(buf.items().iter().map(|it| buf.key(it).to_vec()));
+            match next {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        assert_eq!(keys.len(), 5000);
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), 5000);
+        // first/next agree with chunks.
+        let mut k = t.first_key().unwrap().unwrap();
+        let mut n = 1;
+        while let Some(next) = t.next_key(t.hash(&k), &k).unwrap() {
+            k = next;
+            n += 1;
+        }
+        assert_eq!(n, 5000);
+    }
+
+    #[test]
+    fn a_deleted_table_refuses_every_call() {
+        let t = table(Compression::None);
+        t.insert(&[t.prepare(&key(1), &body(1, 1))]).unwrap();
+        let storage = t.take_storage().expect("storage of a live table");
+        assert!(storage.mapped_bytes() > 0);
+        drop(storage);
+        assert!(t.is_deleted());
+        assert!(matches!(t.len(), Err(Error::Deleted)));
+        assert!(matches!(
+            t.get(t.hash(&key(1)), &key(1), &mut RecordBuf::new()),
+            Err(Error::Deleted)
+        ));
+        assert!(matches!(
+            t.insert(&[t.prepare(&key(2), &body(2, 1))]),
+            Err(Error::Deleted)
+        ));
+        assert!(t.take_storage().is_none());
+    }
+
+    #[test]
+    fn clear_frees_everything() {
+        let t = table(Compression::None);
+        let recs: Vec<Prepared> = (0..5000)
+            .map(|i| t.prepare(&key(i), &body(i, 500)))
+            .collect();
+        t.insert(&recs).unwrap();
+        assert!(t.stats().unwrap().arena_used_bytes > 2_500_000);
+        t.clear().unwrap();
+        let s = t.stats().unwrap();
+        assert_eq!((s.size, s.arena_live_bytes, s.payload_raw_bytes), (0, 0, 0));
+        assert!(s.arena_used_bytes < 100);
+        assert!(t.first_key().unwrap().is_none());
+    }
+}

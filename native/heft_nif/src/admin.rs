@@ -1,0 +1,324 @@
+//! Table life and ownership: new, delete, give_away, rename, heir, whereis,
+//! all, and the figures behind info/1.
+
+use std::path::PathBuf;
+
+use heft_core::{accounting, Backing, Compression, Options, Table};
+use rustler::{Atom, Binary, Encoder, Env, LocalPid, NifResult, ResourceArc, Term};
+
+use crate::errors::{self, badarg};
+use crate::ops::resolve;
+use crate::resource::{self, tab_struct, tab_term, Heir, Meta, Protection, TableRes};
+
+mod atoms {
+    rustler::atoms! {
+        ok,
+        error,
+        none,
+        public,
+        protected,
+        private,
+        zlib,
+        memory,
+        file,
+        undefined,
+        heft_transfer = "HEFT-TRANSFER",
+        // info keys
+        name,
+        named_table,
+        owner,
+        heir,
+        protection,
+        keypos,
+        size,
+        index_bytes,
+        meta_bytes,
+        arena_mapped_bytes,
+        arena_used_bytes,
+        arena_live_bytes,
+        arena_free_bytes,
+        payload_raw_bytes,
+        payload_stored_bytes,
+        compression,
+        arena,
+        arena_resident_bytes,
+        arena_dirty_bytes,
+        arena_swap_bytes,
+    }
+}
+
+fn protection_of(a: Atom) -> NifResult<Protection> {
+    if a == atoms::public() {
+        Ok(Protection::Public)
+    } else if a == atoms::protected() {
+        Ok(Protection::Protected)
+    } else if a == atoms::private() {
+        Ok(Protection::Private)
+    } else {
+        Err(badarg("protection must be :public, :protected or :private"))
+    }
+}
+
+fn protection_atom(p: Protection) -> Atom {
+    match p {
+        Protection::Public => atoms::public(),
+        Protection::Protected => atoms::protected(),
+        Protection::Private => atoms::private(),
+    }
+}
+
+/// Options arrive validated by Heft.new/2:
+/// `{named, protection, keypos, heir, compression, arena}` with heir
+/// `:none | {pid, data}`, compression `:none | {:zlib, level}` and arena
+/// `:memory | {:file, dir}`.
+fn new_impl<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>> {
+    type Opts<'b> = (bool, Atom, usize, Term<'b>, Term<'b>, Term<'b>);
+    let (named, protection, keypos, heir, compression, arena): Opts<'a> =
+        opts.decode().map_err(|_| badarg("malformed table options"))?;
+    let protection = protection_of(protection)?;
+    let heir = if heir.decode::<Atom>().is_ok_and(|a| a == atoms::none()) {
+        None
+    } else {
+        let (pid, data): (LocalPid, Term) = heir.decode().map_err(|_| badarg("malformed heir"))?;
+        Some(Heir::new(pid, data))
+    };
+    let compression = if compression.decode::<Atom>().is_ok_and(|a| a == atoms::none()) {
+        Compression::None
+    } else {
+        let (_, level): (Atom, u32) = compression
+            .decode()
+            .map_err(|_| badarg("malformed compression"))?;
+        Compression::Zlib(level.min(9))
+    };
+    let backing = if arena.decode::<Atom>().is_ok_and(|a| a == atoms::memory()) {
+        Backing::Memory
+    } else {
+        let (_, dir): (Atom, Binary) = arena.decode().map_err(|_| badarg("malformed arena"))?;
+        let dir = std::str::from_utf8(dir.as_slice()).map_err(|_| badarg("arena dir is not UTF-8"))?;
+        Backing::File(PathBuf::from(dir))
+    };
+    let label = name.to_term(env).atom_to_string().unwrap_or_default();
+    let core = match Table::new(&Options {
+        backing: backing.clone(),
+        compression,
+        label,
+    }) {
+        Ok(core) => core,
+        Err(e) => return Err(errors::io_error(&e)),
+    };
+    let owner = env.pid();
+    let meta = Meta {
+        name,
+        named,
+        monitor: None,
+        heir,
+    };
+    let res = ResourceArc::new(TableRes::new(
+        core,
+        keypos,
+        protection,
+        compression,
+        backing,
+        owner,
+        meta,
+    ));
+    {
+        let mut meta = res.meta.lock();
+        res.set_owner(env, &res, &mut meta, owner);
+    }
+    if !resource::register(&res, name, named) {
+        resource::delete(&res);
+        return Err(badarg("a table with this name already exists"));
+    }
+    let meta = res.meta.lock();
+    Ok(tab_term(env, &res, &meta))
+}
+
+#[rustler::nif]
+fn new<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>> {
+    new_impl(env, name, opts)
+}
+
+/// `new` for file arenas: creating and sizing the file is disk I/O.
+#[rustler::nif(schedule = "DirtyIo")]
+fn new_io<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>> {
+    new_impl(env, name, opts)
+}
+
+#[rustler::nif]
+fn delete_table(env: Env, tab: Term) -> NifResult<bool> {
+    let t = resolve(tab)?;
+    if !t.may_write(env) {
+        return Err(badarg("only the owner may delete a protected or private table"));
+    }
+    resource::delete(&t);
+    Ok(true)
+}
+
+#[rustler::nif]
+fn give_away<'a>(env: Env<'a>, tab: Term<'a>, pid: Term<'a>, data: Term<'a>) -> NifResult<bool> {
+    let t = resolve(tab)?;
+    let pid: LocalPid = pid.decode().map_err(|_| badarg("not a local pid"))?;
+    if !t.caller_is_owner(env) {
+        return Err(badarg("only the owner may give the table away"));
+    }
+    if pid == env.pid() {
+        return Err(badarg("the owner cannot give the table to itself"));
+    }
+    if !env.is_process_alive(pid) {
+        return Err(badarg("the receiving process is not alive"));
+    }
+    let mut meta = t.meta.lock();
+    let from = t.owner();
+    t.set_owner(env, &t, &mut meta, pid);
+    let msg = (atoms::heft_transfer(), tab_term(env, &t, &meta), from, data);
+    let _ = env.send(&pid, msg);
+    Ok(true)
+}
+
+#[rustler::nif]
+fn set_heir<'a>(env: Env<'a>, tab: Term<'a>, heir: Term<'a>) -> NifResult<bool> {
+    let t = resolve(tab)?;
+    if !t.caller_is_owner(env) {
+        return Err(badarg("only the owner may set the heir"));
+    }
+    let new = if heir.decode::<Atom>().is_ok_and(|a| a == atoms::none()) {
+        None
+    } else {
+        let (pid, data): (LocalPid, Term) = heir.decode().map_err(|_| badarg("malformed heir"))?;
+        Some(Heir::new(pid, data))
+    };
+    t.meta.lock().heir = new;
+    Ok(true)
+}
+
+#[rustler::nif]
+fn rename<'a>(env: Env<'a>, tab: Term<'a>, name: Atom) -> NifResult<Term<'a>> {
+    let t = resolve(tab)?;
+    if !t.may_write(env) {
+        return Err(badarg("only the owner may rename a protected or private table"));
+    }
+    let mut meta = t.meta.lock();
+    if !resource::rename(&t, &mut meta, name) {
+        return Err(badarg("a table with this name already exists"));
+    }
+    Ok(name.encode(env))
+}
+
+/// The identifier of the table named `name` (never the name itself), or
+/// `:undefined`.
+#[rustler::nif]
+fn whereis(env: Env, name: Atom) -> Term {
+    match resource::lookup_name(name) {
+        Some(t) => tab_struct(env, &t, name),
+        None => atoms::undefined().encode(env),
+    }
+}
+
+#[rustler::nif]
+fn all(env: Env) -> Vec<Term> {
+    resource::all()
+        .iter()
+        .map(|t| {
+            let meta = t.meta.lock();
+            tab_term(env, t, &meta)
+        })
+        .collect()
+}
+
+/// The table's facts and figures as a map (Heft.info/1 orders them).
+#[rustler::nif]
+fn info<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
+    let t = resolve(tab)?;
+    let s = t.core.stats().map_err(errors::core)?;
+    let meta = t.meta.lock();
+    let heir = match &meta.heir {
+        Some(h) => h.pid.encode(env),
+        None => atoms::none().encode(env),
+    };
+    let compression = match t.compression {
+        Compression::None => atoms::none().encode(env),
+        Compression::Zlib(level) => (atoms::zlib(), level).encode(env),
+    };
+    let arena = match &t.backing {
+        Backing::Memory => atoms::memory().encode(env),
+        Backing::File(_) => {
+            let path = t.core.arena_path().unwrap_or_default();
+            (atoms::file(), path.to_string_lossy().into_owned()).encode(env)
+        }
+    };
+    let pairs: Vec<(Term, Term)> = vec![
+        (atoms::name().encode(env), meta.name.encode(env)),
+        (atoms::named_table().encode(env), meta.named.encode(env)),
+        (atoms::owner().encode(env), t.owner().encode(env)),
+        (atoms::heir().encode(env), heir),
+        (
+            atoms::protection().encode(env),
+            protection_atom(t.protection).encode(env),
+        ),
+        (atoms::keypos().encode(env), t.keypos.encode(env)),
+        (atoms::size().encode(env), s.size.encode(env)),
+        (atoms::index_bytes().encode(env), s.index_bytes.encode(env)),
+        (atoms::meta_bytes().encode(env), s.meta_bytes.encode(env)),
+        (
+            atoms::arena_mapped_bytes().encode(env),
+            s.arena_mapped_bytes.encode(env),
+        ),
+        (
+            atoms::arena_used_bytes().encode(env),
+            s.arena_used_bytes.encode(env),
+        ),
+        (
+            atoms::arena_live_bytes().encode(env),
+            s.arena_live_bytes.encode(env),
+        ),
+        (
+            atoms::arena_free_bytes().encode(env),
+            s.arena_free_bytes.encode(env),
+        ),
+        (
+            atoms::payload_raw_bytes().encode(env),
+            s.payload_raw_bytes.encode(env),
+        ),
+        (
+            atoms::payload_stored_bytes().encode(env),
+            s.payload_stored_bytes.encode(env),
+        ),
+        (atoms::compression().encode(env), compression),
+        (atoms::arena().encode(env), arena),
+    ];
+    Term::map_from_pairs(env, &pairs).map_err(|_| badarg("internal error building info"))
+}
+
+/// What the kernel says of the table's arena mapping (from
+/// /proc/self/smaps): resident, dirty and swapped bytes. Reading smaps is
+/// file I/O, hence the dirty I/O scheduler.
+#[rustler::nif(schedule = "DirtyIo")]
+fn kernel_view<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
+    let t = resolve(tab)?;
+    let s = t.core.stats().map_err(errors::core)?;
+    let usage = accounting::mappings(&[s.arena_address])
+        .map_err(|e| errors::io_error(&e))?
+        .into_iter()
+        .next()
+        .flatten()
+        .unwrap_or_default();
+    let pairs = [
+        (atoms::arena_resident_bytes().encode(env), usage.resident.encode(env)),
+        (atoms::arena_dirty_bytes().encode(env), usage.dirty.encode(env)),
+        (atoms::arena_swap_bytes().encode(env), usage.swap.encode(env)),
+    ];
+    Term::map_from_pairs(env, &pairs).map_err(|_| badarg("internal error building info"))
+}
+
+/// Tables whose storage is still allocated (for leak tests).
+#[rustler::nif]
+fn live_tables() -> usize {
+    heft_core::table::live_tables()
+}
+
+/// Panics on purpose, so tests can check that a panic becomes an exception.
+#[rustler::nif]
+fn debug_panic() -> bool {
+    panic!("deliberate panic from Heft.Native.debug_panic/0")
+}

@@ -1,0 +1,386 @@
+//! The table resource: a core table plus what makes it an ETS-like table on
+//! the BEAM (owner, heir, protection, name), the registry of live tables,
+//! and the reaper thread that unmaps deleted arenas off the schedulers.
+//!
+//! Like an ETS table, a Heft table lives until it is deleted or its owner
+//! dies without an heir, whether or not anyone still holds a handle: the
+//! registry keeps a reference to every live table. A stale handle to a
+//! deleted table finds the core table marked deleted and raises.
+
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, LazyLock, Mutex as StdMutex};
+
+use heft_core::atoms::AtomTable;
+use heft_core::table::State;
+use heft_core::{Backing, Compression, Table};
+use parking_lot::{Mutex, RwLock};
+use rustler::env::SavedTerm;
+use rustler::sys::ErlNifTerm;
+use rustler::{Atom, Encoder, Env, LocalPid, Monitor, OwnedEnv, Resource, ResourceArc, Term};
+
+use crate::codec::{EncodeError, WordHasher};
+
+mod atoms {
+    rustler::atoms! {
+        heft_transfer = "HEFT-TRANSFER",
+        struct_ = "__struct__",
+        heft_table = "Elixir.Heft.Table",
+        name,
+        r#ref = "ref",
+    }
+}
+
+/// Who may read and write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protection {
+    /// Any process reads and writes.
+    Public,
+    /// Any process reads; the owner writes.
+    Protected,
+    /// Only the owner reads and writes.
+    Private,
+}
+
+/// The heir and the data it receives with the table.
+pub struct Heir {
+    pub pid: LocalPid,
+    env: OwnedEnv,
+    data: SavedTerm,
+}
+
+impl Heir {
+    pub fn new(pid: LocalPid, data: Term) -> Heir {
+        let env = OwnedEnv::new();
+        let data = env.save(data);
+        Heir { pid, env, data }
+    }
+
+    /// The heir data, copied into `env`.
+    pub fn data<'a>(&self, env: Env<'a>) -> Term<'a> {
+        self.env.run(|e| self.data.load(e).in_env(env))
+    }
+}
+
+/// Ownership facts that change over a table's life.
+pub struct Meta {
+    pub name: Atom,
+    pub named: bool,
+    pub monitor: Option<Monitor>,
+    pub heir: Option<Heir>,
+}
+
+/// Atom ids <-> atom terms for one table, in front of the core dictionary
+/// (which holds the names).
+pub struct AtomCache {
+    names: Arc<RwLock<AtomTable>>,
+    inner: RwLock<AtomInner>,
+}
+
+#[derive(Default)]
+struct AtomInner {
+    by_word: HashMap<ErlNifTerm, u32, BuildHasherDefault<WordHasher>>,
+    by_id: Vec<Option<Atom>>,
+}
+
+impl AtomCache {
+    fn new(names: Arc<RwLock<AtomTable>>) -> Self {
+        AtomCache {
+            names,
+            inner: RwLock::new(AtomInner::default()),
+        }
+    }
+
+    /// The id of an atom, adding it to the dictionary if new.
+    pub fn id_of(&self, env: Env, atom: Atom) -> Result<u32, EncodeError> {
+        let word = atom.as_c_arg();
+        if let Some(&id) = self.inner.read().by_word.get(&word) {
+            return Ok(id);
+        }
+        let name = atom_name(env, atom).ok_or(EncodeError::Unsupported)?;
+        let id = self.names.write().intern(&name);
+        self.remember(id, atom);
+        Ok(id)
+    }
+
+    /// The atom with this id.
+    pub fn atom(&self, env: Env, id: u32) -> Option<Atom> {
+        if let Some(Some(a)) = self.inner.read().by_id.get(id as usize) {
+            return Some(*a);
+        }
+        let name = self.names.read().name(id)?.to_owned();
+        let atom = make_atom(env, &name)?;
+        self.remember(id, atom);
+        Some(atom)
+    }
+
+    fn remember(&self, id: u32, atom: Atom) {
+        let mut inner = self.inner.write();
+        inner.by_word.insert(atom.as_c_arg(), id);
+        let i = id as usize;
+        if inner.by_id.len() <= i {
+            inner.by_id.resize(i + 1, None);
+        }
+        inner.by_id[i] = Some(atom);
+    }
+}
+
+/// An atom's name as UTF-8, read from its external term format.
+fn atom_name(env: Env, atom: Atom) -> Option<String> {
+    let etf = atom.to_term(env).to_binary();
+    let b = etf.as_slice();
+    let (latin1, text) = match b.get(1)? {
+        100 => (true, b.get(4..)?),  // ATOM_EXT
+        115 => (true, b.get(3..)?),  // SMALL_ATOM_EXT
+        118 => (false, b.get(4..)?), // ATOM_UTF8_EXT
+        119 => (false, b.get(3..)?), // SMALL_ATOM_UTF8_EXT
+        _ => return None,
+    };
+    if latin1 {
+        Some(text.iter().map(|&c| char::from(c)).collect())
+    } else {
+        String::from_utf8(text.to_vec()).ok()
+    }
+}
+
+/// The atom named `name` (UTF-8).
+fn make_atom(env: Env, name: &str) -> Option<Atom> {
+    let latin1: Option<Vec<u8>> = name.chars().map(|c| u8::try_from(c as u32).ok()).collect();
+    if let Some(bytes) = latin1 {
+        return Atom::from_bytes(env, &bytes).ok();
+    }
+    // Characters beyond Latin-1: build it from ATOM_UTF8_EXT.
+    let len = u16::try_from(name.len()).ok()?;
+    let mut etf = vec![131, 118];
+    etf.extend_from_slice(&len.to_be_bytes());
+    etf.extend_from_slice(name.as_bytes());
+    let (t, _) = env.binary_to_term(&etf)?;
+    Atom::from_term(t).ok()
+}
+
+/// A Heft table as the VM sees it.
+pub struct TableRes {
+    pub id: u64,
+    pub core: Table,
+    pub atoms: AtomCache,
+    pub keypos: usize,
+    pub protection: Protection,
+    pub compression: Compression,
+    pub backing: Backing,
+    owner: RwLock<LocalPid>,
+    deleted: AtomicBool,
+    pub meta: Mutex<Meta>,
+}
+
+#[rustler::resource_impl]
+impl Resource for TableRes {
+    const IMPLEMENTS_DOWN: bool = true;
+
+    fn down<'a>(&'a self, env: Env<'a>, pid: LocalPid, _mon: Monitor) {
+        let Some(me) = lookup_id(self.id) else {
+            return;
+        };
+        let mut meta = self.meta.lock();
+        if self.owner() != pid {
+            return; // a monitor of a former owner
+        }
+        let heir = meta.heir.as_ref().map(|h| h.pid);
+        if let Some(heir) = heir.filter(|h| *h != pid && env.is_process_alive(*h)) {
+            let data = meta.heir.as_ref().map(|h| h.data(env));
+            self.set_owner(env, &me, &mut meta, heir);
+            let msg = (
+                atoms::heft_transfer(),
+                tab_term(env, &me, &meta),
+                pid,
+                data.unwrap_or_else(|| rustler::types::atom::undefined().encode(env)),
+            );
+            if env.send(&heir, msg).is_ok() {
+                return;
+            }
+        }
+        drop(meta);
+        delete(&me);
+    }
+}
+
+impl TableRes {
+    pub fn new(
+        core: Table,
+        keypos: usize,
+        protection: Protection,
+        compression: Compression,
+        backing: Backing,
+        owner: LocalPid,
+        meta: Meta,
+    ) -> TableRes {
+        let atoms = AtomCache::new(core.atoms().clone());
+        TableRes {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            core,
+            atoms,
+            keypos,
+            protection,
+            compression,
+            backing,
+            owner: RwLock::new(owner),
+            deleted: AtomicBool::new(false),
+            meta: Mutex::new(meta),
+        }
+    }
+
+    /// Makes `pid` the owner: monitors it, forgets the old monitor.
+    pub fn set_owner(&self, env: Env, me: &ResourceArc<TableRes>, meta: &mut Meta, pid: LocalPid) {
+        if let Some(old) = meta.monitor.take() {
+            me.demonitor(Some(env), &old);
+        }
+        *self.owner.write() = pid;
+        meta.monitor = me.monitor(Some(env), &pid);
+    }
+
+    /// The owning process.
+    pub fn owner(&self) -> LocalPid {
+        *self.owner.read()
+    }
+
+    /// True once the table has been deleted.
+    pub fn is_deleted(&self) -> bool {
+        self.deleted.load(Ordering::Acquire)
+    }
+
+    /// True if the calling process owns the table.
+    pub fn caller_is_owner(&self, env: Env) -> bool {
+        env.pid() == *self.owner.read()
+    }
+
+    /// May the caller read?
+    pub fn may_read(&self, env: Env) -> bool {
+        self.protection != Protection::Private || self.caller_is_owner(env)
+    }
+
+    /// May the caller write?
+    pub fn may_write(&self, env: Env) -> bool {
+        self.protection == Protection::Public || self.caller_is_owner(env)
+    }
+}
+
+/// The handle users see: the name of a named table, otherwise
+/// `%Heft.Table{name: name, ref: resource}`.
+pub fn tab_term<'a>(env: Env<'a>, res: &ResourceArc<TableRes>, meta: &Meta) -> Term<'a> {
+    if meta.named {
+        return meta.name.encode(env);
+    }
+    tab_struct(env, res, meta.name)
+}
+
+/// `%Heft.Table{name: name, ref: resource}`.
+pub fn tab_struct<'a>(env: Env<'a>, res: &ResourceArc<TableRes>, name: Atom) -> Term<'a> {
+    let keys = [
+        atoms::struct_().encode(env),
+        atoms::name().encode(env),
+        atoms::r#ref().encode(env),
+    ];
+    let values = [
+        atoms::heft_table().encode(env),
+        name.encode(env),
+        res.encode(env),
+    ];
+    Term::map_from_term_arrays(env, &keys, &values).unwrap_or_else(|_| res.encode(env))
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+type Registry = RwLock<HashMap<u64, ResourceArc<TableRes>>>;
+static TABLES: LazyLock<Registry> = LazyLock::new(Default::default);
+static NAMES: LazyLock<RwLock<HashMap<Atom, ResourceArc<TableRes>>>> =
+    LazyLock::new(Default::default);
+
+/// Registers a new table; fails (registering nothing) if it is named and
+/// the name is taken.
+pub fn register(res: &ResourceArc<TableRes>, name: Atom, named: bool) -> bool {
+    if named {
+        let mut names = NAMES.write();
+        if names.contains_key(&name) {
+            return false;
+        }
+        names.insert(name, res.clone());
+    }
+    TABLES.write().insert(res.id, res.clone());
+    true
+}
+
+/// The live table with this name.
+pub fn lookup_name(name: Atom) -> Option<ResourceArc<TableRes>> {
+    NAMES.read().get(&name).cloned()
+}
+
+fn lookup_id(id: u64) -> Option<ResourceArc<TableRes>> {
+    TABLES.read().get(&id).cloned()
+}
+
+/// Every live table.
+pub fn all() -> Vec<ResourceArc<TableRes>> {
+    let mut v: Vec<_> = TABLES.read().values().cloned().collect();
+    v.sort_by_key(|t| t.id);
+    v
+}
+
+/// Renames a named table; false if `new` is taken by another table.
+pub fn rename(res: &ResourceArc<TableRes>, meta: &mut Meta, new: Atom) -> bool {
+    if meta.named {
+        let mut names = NAMES.write();
+        match names.get(&new) {
+            Some(other) if other.id != res.id => return false,
+            _ => {}
+        }
+        names.remove(&meta.name);
+        names.insert(new, res.clone());
+    }
+    meta.name = new;
+    true
+}
+
+/// Deletes a table: unregisters it and frees its storage.
+pub fn delete(res: &ResourceArc<TableRes>) {
+    let (name, named) = {
+        let meta = res.meta.lock();
+        (meta.name, meta.named)
+    };
+    if named {
+        let mut names = NAMES.write();
+        if names.get(&name).is_some_and(|t| t.id == res.id) {
+            names.remove(&name);
+        }
+    }
+    res.deleted.store(true, Ordering::Release);
+    TABLES.write().remove(&res.id);
+    if let Some(storage) = res.core.take_storage() {
+        reap(storage);
+    }
+}
+
+/// Arenas up to this size are unmapped by the caller; larger ones by the
+/// reaper thread, since unmapping gigabytes takes milliseconds.
+const REAP_INLINE: u64 = 16 << 20;
+
+static REAPER: LazyLock<StdMutex<Sender<State>>> = LazyLock::new(|| {
+    let (tx, rx) = mpsc::channel::<State>();
+    let spawned = std::thread::Builder::new()
+        .name("heft-reaper".into())
+        .spawn(move || rx.into_iter().for_each(drop));
+    if spawned.is_err() {
+        // No thread: the channel's receiver is gone and `reap` drops inline.
+    }
+    StdMutex::new(tx)
+});
+
+fn reap(storage: State) {
+    if storage.mapped_bytes() <= REAP_INLINE {
+        return drop(storage);
+    }
+    let tx = REAPER.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Err(mpsc::SendError(storage)) = tx.send(storage) {
+        drop(storage);
+    }
+}
