@@ -186,9 +186,16 @@ defmodule Heft.Contract.Gen do
       {20, &fresh_key/0},
       {5, fn -> 2 ** 62 + int(-2..2) end},
       {5, fn -> pick([1.5, :x, "str"]) end},
+      {2, &large_value/0},
       {5, fn -> {value(), value()} end},
       {5, fn -> [value(), value()] end}
     ])
+  end
+
+  @doc "A large binary: compressible (a repeated byte) or not (random bytes)."
+  def large_value do
+    size = int(100..40_000)
+    if chance(0.5), do: :binary.copy(<<int(0..255)>>, size), else: :rand.bytes(size)
   end
 
   @doc "A valid object for keypos `keypos` with key `key`: arity keypos..keypos+3."
