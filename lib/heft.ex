@@ -94,9 +94,12 @@ defmodule Heft do
     * `{:keypos, n}` - the element that holds the key (default 1).
     * `{:heir, pid, data}` or `{:heir, :none}` (default) - who takes the
       table when the owner exits.
-    * `compression: :zlib` (default) or `:none` - per-record raw deflate.
+    * `compression: :zlib` (default) or `:none` - per-record raw deflate,
+      kept only where it saves at least 1/8 of the record.
       `:compressed` (ETS's option) means `compression: :zlib`.
-    * `compression_level: 0..9` - deflate level (default 1).
+    * `compression_level: 0..9` - zlib's level for records over 4 KiB
+      (default 1); shorter ones are deflated by Heft's own fast encoder
+      (fixed Huffman codes), whatever the level.
     * `arena: :memory` (default) or `{:file, dir}` - a memfd in RAM, or a
       file in the existing directory `dir` (mode 0600, removed with the
       table).
@@ -426,10 +429,16 @@ defmodule Heft do
     :arena_resident_bytes,
     :arena_dirty_bytes,
     :arena_swap_bytes,
+    :index_resident_bytes,
     :payload_raw_bytes,
     :payload_stored_bytes
   ]
-  @kernel_items [:arena_resident_bytes, :arena_dirty_bytes, :arena_swap_bytes]
+  @kernel_items [
+    :arena_resident_bytes,
+    :arena_dirty_bytes,
+    :arena_swap_bytes,
+    :index_resident_bytes
+  ]
 
   @doc """
   Facts and figures about the table as a keyword list, or `:undefined` if
@@ -440,12 +449,14 @@ defmodule Heft do
       :arena_used_bytes`. Not counted: the memfd or file pages the kernel
       has not been asked for (mapped but never touched), and the allocator's
       own bookkeeping.
-    * `:index_bytes` - the key index's slot array, exactly (16 bytes a slot,
-      kept at most 80% full).
+    * `:index_bytes` - the key index's slot array, exactly: its own memfd
+      mapping (`/memfd:heft-index:<name>` in /proc/self/maps), 16 bytes a
+      slot, kept at most 80% full, rounded up to whole pages.
     * `:meta_bytes` - the atom dictionary (estimated from capacities) and
-      the arena's free lists.
-    * `:arena_mapped_bytes` - length of the arena mapping (address space;
-      pages are only allocated when touched).
+      the arena's free lists (Rust heap memory).
+    * `:arena_mapped_bytes` - length of the arena mapping
+      (`/memfd:heft:<name>` or the arena file; address space, pages are
+      only allocated when touched).
     * `:arena_used_bytes` - arena space handed out: blocks holding objects,
       freed blocks waiting for reuse, and an 8-byte head; whole pages of
       freed large blocks that were given back to the kernel are left out.
@@ -457,6 +468,8 @@ defmodule Heft do
       in RAM, pages modified and not written back (for a memory arena, all
       resident pages: they are never written back, only swapped), pages in
       swap.
+    * `:index_resident_bytes` - the kernel's view of the index mapping:
+      pages in RAM.
     * `:payload_raw_bytes` - sum over objects of their encoded key and
       body before compression.
     * `:payload_stored_bytes` - the same as stored: headers, keys and

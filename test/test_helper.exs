@@ -1,6 +1,9 @@
-# :slow tests (the large differential run) are excluded by default:
-#   mix test --include slow
-ExUnit.start(exclude: [:slow])
+# Excluded by default:
+# - :slow, long randomized runs (incl. the large differential run):
+#                                       mix test --include slow
+# - :heft_accounting, loads millions of records (minutes, GiBs):
+#                                       mix test --include heft_accounting
+ExUnit.start(exclude: [:slow, :heft_accounting])
 
 if Heft.Contract.heft_available?() do
   IO.puts("Heft contract: running every contract test against :ets and Heft")

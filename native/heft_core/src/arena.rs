@@ -114,7 +114,7 @@ impl Arena {
     pub fn new(backing: &Backing, label: &str) -> io::Result<Arena> {
         let label = sanitize(label);
         let (file, path) = match backing {
-            Backing::Memory => (memfd(&format!("heft:{label}"))?, None),
+            Backing::Memory => (memfd(&format!("heft:{label}"), INITIAL_BYTES)?, None),
             Backing::File(dir) => {
                 remove_stale_files(dir);
                 let seq = FILE_SEQ.fetch_add(1, Ordering::Relaxed);
@@ -316,7 +316,9 @@ impl Drop for Arena {
     }
 }
 
-fn sanitize(label: &str) -> String {
+/// A label made safe for file and mapping names: `[A-Za-z0-9_.-]`, at most
+/// 64 characters, never all dots.
+pub(crate) fn sanitize(label: &str) -> String {
     let s: String = label
         .chars()
         .map(|c| {
@@ -343,7 +345,9 @@ fn punchable(off: u64, size: u64) -> Option<(u64, u64)> {
     (end > start).then(|| (start, end - start))
 }
 
-fn memfd(name: &str) -> io::Result<File> {
+/// A new memfd of `len` bytes named `name` (shown as `/memfd:NAME (deleted)`
+/// in /proc/PID/maps).
+pub(crate) fn memfd(name: &str, len: u64) -> io::Result<File> {
     let cname = CString::new(name).map_err(|_| io::ErrorKind::InvalidInput)?;
     // SAFETY: memfd_create reads a NUL-terminated string and returns a new
     // file descriptor or -1; it touches no memory of ours.
@@ -353,11 +357,11 @@ fn memfd(name: &str) -> io::Result<File> {
     }
     // SAFETY: `fd` is a fresh descriptor that nothing else owns.
     let file = unsafe { File::from_raw_fd(fd) };
-    file.set_len(INITIAL_BYTES)?;
+    file.set_len(len)?;
     Ok(file)
 }
 
-fn map_file(file: &File, len: u64, reserve: bool) -> io::Result<MmapMut> {
+pub(crate) fn map_file(file: &File, len: u64, reserve: bool) -> io::Result<MmapMut> {
     if reserve {
         allocate(file, 0, len)?;
     }

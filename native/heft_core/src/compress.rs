@@ -1,6 +1,8 @@
-//! Record body compression: raw deflate (RFC 1951, no zlib header) through
-//! flate2, with one compressor and one decompressor kept per thread so a
-//! record costs a reset rather than an allocation.
+//! Record body compression: raw deflate (RFC 1951, no zlib header). Bodies
+//! up to [`SMALL_LEN`] bytes are deflated by our own fixed-Huffman encoder
+//! (deflate.rs: no per-call table reset, which is what makes zlib slow on
+//! short inputs); longer ones by flate2 (zlib-rs), one compressor per
+//! thread. Everything is inflated by flate2, one decompressor per thread.
 //!
 //! A body is only stored compressed when that saves space: tiny bodies and
 //! incompressible ones are stored as they are (see [`Codec`]).
@@ -47,6 +49,14 @@ thread_local! {
     static INFLATE: RefCell<Option<Decompress>> = const { RefCell::new(None) };
 }
 
+/// Bodies up to this length go to the fixed-Huffman encoder.
+pub const SMALL_LEN: usize = 4096;
+
+/// Bodies longer than this are first tried on a prefix of this length;
+/// if the prefix does not shrink, the body is stored raw without deflating
+/// all of it (random bytes, already-compressed data).
+const PROBE_LEN: usize = 16 * 1024;
+
 /// Compresses `raw` into `out` (cleared first) if that saves at least one
 /// byte in eight; returns the codec of what `out` then holds. With
 /// `Codec::Raw`, `out` is left empty and the caller stores `raw` itself.
@@ -56,10 +66,43 @@ pub fn compress(raw: &[u8], mode: Compression, out: &mut Vec<u8>) -> Codec {
         Compression::Zlib(level) if raw.len() >= MIN_COMPRESS_LEN => level.min(9),
         _ => return Codec::Raw,
     };
-    // Not worth keeping unless it is at most 7/8 of the input.
-    let budget = raw.len() - raw.len() / 8;
-    out.reserve(budget);
-    let done = DEFLATE.with(|cell| {
+    if raw.len() <= SMALL_LEN {
+        let budget = raw.len() - raw.len() / 8;
+        if crate::deflate::compress(raw, out, budget) {
+            return Codec::Deflate;
+        }
+        out.clear();
+        return Codec::Raw;
+    }
+    if raw.len() > 2 * PROBE_LEN {
+        let probe = &raw[..PROBE_LEN];
+        if !deflate(probe, level, out) || !worth_it(probe.len(), out.len()) {
+            out.clear();
+            return Codec::Raw;
+        }
+        out.clear();
+    }
+    if deflate(raw, level, out) && worth_it(raw.len(), out.len()) {
+        Codec::Deflate
+    } else {
+        out.clear();
+        Codec::Raw
+    }
+}
+
+/// Kept only if at most 7/8 of the input.
+fn worth_it(raw: usize, packed: usize) -> bool {
+    packed <= raw - raw / 8
+}
+
+/// Deflates all of `raw` into `out`; false if the stream did not end.
+fn deflate(raw: &[u8], level: u32, out: &mut Vec<u8>) -> bool {
+    // Room for deflate's worst case (stored blocks: 5 bytes per 16 KiB, plus
+    // a little), so the stream always runs to its end. Stopping a stream
+    // early and resetting it trips a bug in zlib-rs 0.6 (a panic in the
+    // next stream; see the test below).
+    out.reserve(raw.len() + raw.len() / 1000 + 64);
+    DEFLATE.with(|cell| {
         let mut slot = cell.borrow_mut();
         let c = match slot.as_mut() {
             Some((l, c)) if *l == level => {
@@ -72,18 +115,16 @@ pub fn compress(raw: &[u8], mode: Compression, out: &mut Vec<u8>) -> Codec {
                     .1
             }
         };
-        // compress_vec writes only into spare capacity: if deflate needs
-        // more than that the stream does not end, and a stream that ends
-        // over budget is not kept either.
-        let status = c.compress_vec(raw, out, FlushCompress::Finish);
-        matches!(status, Ok(Status::StreamEnd)) && out.len() <= budget
-    });
-    if done {
-        Codec::Deflate
-    } else {
-        out.clear();
-        Codec::Raw
-    }
+        let ended = matches!(
+            c.compress_vec(raw, out, FlushCompress::Finish),
+            Ok(Status::StreamEnd)
+        );
+        if !ended {
+            // Never reuse a compressor whose stream did not end.
+            *slot = None;
+        }
+        ended
+    })
 }
 
 /// Why a stored body could not be inflated.
@@ -174,6 +215,50 @@ mod tests {
                 assert_eq!(level, 0, "only level 0 (stored blocks) may not pay off");
             }
         }
+    }
+
+    #[test]
+    fn an_incompressible_body_does_not_break_the_next_one() {
+        // zlib-rs 0.6.8 panicked ("buf.len() must fit in remaining()") when
+        // a stream stopped for lack of output room was reset and reused.
+        // The encoding of {a, [1..200_000]}: 790 KB that deflate at level 1
+        // cannot bring under 7/8, which made the old code stop the stream.
+        let ints = (1..=200_000).map(crate::codec::Value::Int).collect();
+        let list = crate::codec::Value::List(ints, Box::new(crate::codec::Value::Nil));
+        let noisy = crate::codec::Value::Tuple(vec![crate::codec::Value::Atom(0), list]).to_bytes();
+        let repetitive = vec![42u8; 1 << 20];
+        for body in [&noisy, &noisy, &repetitive, &noisy, &repetitive] {
+            let mut out = Vec::new();
+            if compress(body, Compression::Zlib(1), &mut out) == Codec::Deflate {
+                let mut back = Vec::new();
+                decompress(&out, body.len(), &mut back).unwrap();
+                assert_eq!(&back, body);
+            }
+        }
+    }
+
+    #[test]
+    fn a_large_random_body_is_judged_by_its_prefix() {
+        let mut x = 7u32;
+        let mut body: Vec<u8> = (0..100_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x as u8
+            })
+            .collect();
+        let mut out = Vec::new();
+        assert_eq!(compress(&body, Compression::Zlib(6), &mut out), Codec::Raw);
+        // Compressible after the prefix only: still stored raw (the probe
+        // decides), which costs space but never correctness.
+        body[PROBE_LEN..].fill(0);
+        assert_eq!(compress(&body, Compression::Zlib(6), &mut out), Codec::Raw);
+        body.fill(0);
+        assert_eq!(
+            compress(&body, Compression::Zlib(6), &mut out),
+            Codec::Deflate
+        );
     }
 
     #[test]

@@ -15,11 +15,21 @@
 //!
 //! Keys themselves live in the arena; the index compares them through a
 //! callback, so it holds no key bytes.
+//!
+//! The slot array is a memfd mapping of its own (`/memfd:heft-index:<label>`
+//! in /proc/PID/maps), not malloc memory, so its size is exact and the
+//! kernel's view of it is separable from the rest of the process: growth of
+//! the index shows up as growth of RSS, never hidden in memory malloc had
+//! already freed, and reports can find it by name.
 
 use std::cmp::Ordering;
+use std::ops::{Deref, DerefMut};
+
+use memmap2::MmapMut;
 
 /// One slot: a key hash and the arena offset of its record (0 = empty).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
 pub struct Slot {
     /// The key's 64-bit hash.
     pub hash: u64,
@@ -47,26 +57,69 @@ const MIN_BITS: u32 = 4;
 const LOAD_NUM: usize = 4;
 const LOAD_DEN: usize = 5;
 
+/// Zero-filled slots in a memfd mapping.
+struct SlotArray {
+    map: MmapMut,
+    len: usize,
+}
+
+impl SlotArray {
+    fn new(len: usize, name: &str) -> SlotArray {
+        let bytes = (len * std::mem::size_of::<Slot>()).next_multiple_of(4096) as u64;
+        // A memfd and a mapping of it only fail when the process is out of
+        // descriptors or address space, where a Vec would abort as well.
+        let map = crate::arena::memfd(name, bytes)
+            .and_then(|f| crate::arena::map_file(&f, bytes, false))
+            .expect("mapping the index slot array");
+        SlotArray { map, len }
+    }
+
+    fn mapped_bytes(&self) -> usize {
+        self.map.len()
+    }
+}
+
+impl Deref for SlotArray {
+    type Target = [Slot];
+    fn deref(&self) -> &[Slot] {
+        // SAFETY: the mapping is page-aligned (so aligned for Slot), at least
+        // `len * 16` bytes long, and zero-filled by the kernel; Slot is
+        // repr(C) of two u64, valid for every bit pattern.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().cast::<Slot>(), self.len) }
+    }
+}
+
+impl DerefMut for SlotArray {
+    fn deref_mut(&mut self) -> &mut [Slot] {
+        // SAFETY: as in `deref`; `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().cast::<Slot>(), self.len) }
+    }
+}
+
 /// A sorted linear-probing hash index.
 pub struct HashIndex {
-    slots: Vec<Slot>,
+    slots: SlotArray,
     bits: u32,
     len: usize,
+    /// The slot array's memfd name: `heft-index:<label>`.
+    name: String,
 }
 
 impl Default for HashIndex {
     fn default() -> Self {
-        Self::new()
+        Self::new("")
     }
 }
 
 impl HashIndex {
-    /// An empty index.
-    pub fn new() -> Self {
+    /// An empty index; `label` names its mapping (see [`crate::arena`]).
+    pub fn new(label: &str) -> Self {
+        let name = format!("heft-index:{}", crate::arena::sanitize(label));
         HashIndex {
-            slots: vec![Slot::default(); slots_for(MIN_BITS)],
+            slots: SlotArray::new(slots_for(MIN_BITS), &name),
             bits: MIN_BITS,
             len: 0,
+            name,
         }
     }
 
@@ -80,9 +133,14 @@ impl HashIndex {
         self.len == 0
     }
 
-    /// Heap bytes held by the slot array (its exact allocation).
+    /// Start address of the slot array's mapping (to find it in smaps).
+    pub fn address(&self) -> usize {
+        self.slots.map.as_ptr() as usize
+    }
+
+    /// Bytes of the slot array's mapping (16 bytes a slot, whole pages).
     pub fn heap_bytes(&self) -> u64 {
-        (self.slots.capacity() * std::mem::size_of::<Slot>()) as u64
+        self.slots.mapped_bytes() as u64
     }
 
     #[inline]
@@ -214,7 +272,9 @@ impl HashIndex {
 
     /// Drops every entry and shrinks to the initial size.
     pub fn clear(&mut self) {
-        *self = HashIndex::new();
+        self.slots = SlotArray::new(slots_for(MIN_BITS), &self.name);
+        self.bits = MIN_BITS;
+        self.len = 0;
     }
 
     fn grow(&mut self) {
@@ -223,7 +283,7 @@ impl HashIndex {
 
     fn rebuild(&mut self, mut bits: u32) {
         'retry: loop {
-            let mut slots = vec![Slot::default(); slots_for(bits)];
+            let mut slots = SlotArray::new(slots_for(bits), &self.name);
             let mut next = 0usize;
             for s in self.slots.iter().filter(|s| !s.is_empty()) {
                 let p = ((s.hash >> (64 - bits)) as usize).max(next);
@@ -289,7 +349,7 @@ mod tests {
 
     #[test]
     fn behaves_like_a_map_under_random_operations() {
-        let mut ix = HashIndex::new();
+        let mut ix = HashIndex::default();
         let mut model: BTreeMap<u64, u64> = BTreeMap::new();
         let mut x = 0x2545_f491_4f6c_dd1d_u64;
         for step in 0..60_000u64 {
@@ -330,7 +390,7 @@ mod tests {
 
     #[test]
     fn a_walk_resumes_after_any_cursor_even_across_growth() {
-        let mut ix = HashIndex::new();
+        let mut ix = HashIndex::default();
         let h = |k: u64| k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         for k in 0..1000 {
             ix.insert(h(k), k + 1, |loc| key_of(loc).cmp(&k));
@@ -374,7 +434,7 @@ mod tests {
 
     #[test]
     fn the_index_shrinks_after_mass_deletion() {
-        let mut ix = HashIndex::new();
+        let mut ix = HashIndex::default();
         let h = |k: u64| k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         for k in 0..100_000 {
             ix.insert(h(k), k + 1, |loc| key_of(loc).cmp(&k));

@@ -208,6 +208,8 @@ pub struct Stats {
     pub payload_stored_bytes: u64,
     /// Start address of the arena mapping (to find it in smaps).
     pub arena_address: u64,
+    /// Start address of the index's slot array mapping.
+    pub index_address: u64,
 }
 
 /// A table's storage. Dropping it frees the index and unmaps the arena.
@@ -327,7 +329,7 @@ impl Table {
             hasher: RandomState::new(),
             compression: opts.compression,
             state: RwLock::new(Some(State {
-                index: HashIndex::new(),
+                index: HashIndex::new(&opts.label),
                 arena,
                 raw_bytes: 0,
                 stored_bytes: 0,
@@ -578,6 +580,11 @@ impl Table {
         Ok(self.read()?.index.len())
     }
 
+    /// True when the table holds no records.
+    pub fn is_empty(&self) -> Result<bool, Error> {
+        Ok(self.len()? == 0)
+    }
+
     /// Current figures.
     pub fn stats(&self) -> Result<Stats, Error> {
         let st = self.read()?;
@@ -592,6 +599,7 @@ impl Table {
             payload_raw_bytes: st.raw_bytes,
             payload_stored_bytes: st.stored_bytes,
             arena_address: st.arena.address() as u64,
+            index_address: st.index.address() as u64,
         })
     }
 }

@@ -44,6 +44,7 @@ mod atoms {
         arena_resident_bytes,
         arena_dirty_bytes,
         arena_swap_bytes,
+        index_resident_bytes,
     }
 }
 
@@ -73,8 +74,9 @@ fn protection_atom(p: Protection) -> Atom {
 /// `:memory | {:file, dir}`.
 fn new_impl<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>> {
     type Opts<'b> = (bool, Atom, usize, Term<'b>, Term<'b>, Term<'b>);
-    let (named, protection, keypos, heir, compression, arena): Opts<'a> =
-        opts.decode().map_err(|_| badarg("malformed table options"))?;
+    let (named, protection, keypos, heir, compression, arena): Opts<'a> = opts
+        .decode()
+        .map_err(|_| badarg("malformed table options"))?;
     let protection = protection_of(protection)?;
     let heir = if heir.decode::<Atom>().is_ok_and(|a| a == atoms::none()) {
         None
@@ -82,7 +84,10 @@ fn new_impl<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>>
         let (pid, data): (LocalPid, Term) = heir.decode().map_err(|_| badarg("malformed heir"))?;
         Some(Heir::new(pid, data))
     };
-    let compression = if compression.decode::<Atom>().is_ok_and(|a| a == atoms::none()) {
+    let compression = if compression
+        .decode::<Atom>()
+        .is_ok_and(|a| a == atoms::none())
+    {
         Compression::None
     } else {
         let (_, level): (Atom, u32) = compression
@@ -94,7 +99,8 @@ fn new_impl<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>>
         Backing::Memory
     } else {
         let (_, dir): (Atom, Binary) = arena.decode().map_err(|_| badarg("malformed arena"))?;
-        let dir = std::str::from_utf8(dir.as_slice()).map_err(|_| badarg("arena dir is not UTF-8"))?;
+        let dir =
+            std::str::from_utf8(dir.as_slice()).map_err(|_| badarg("arena dir is not UTF-8"))?;
         Backing::File(PathBuf::from(dir))
     };
     let label = name.to_term(env).atom_to_string().unwrap_or_default();
@@ -149,7 +155,9 @@ fn new_io<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>> {
 fn delete_table(env: Env, tab: Term) -> NifResult<bool> {
     let t = resolve(tab)?;
     if !t.may_write(env) {
-        return Err(badarg("only the owner may delete a protected or private table"));
+        return Err(badarg(
+            "only the owner may delete a protected or private table",
+        ));
     }
     resource::delete(&t);
     Ok(true)
@@ -196,7 +204,9 @@ fn set_heir<'a>(env: Env<'a>, tab: Term<'a>, heir: Term<'a>) -> NifResult<bool> 
 fn rename<'a>(env: Env<'a>, tab: Term<'a>, name: Atom) -> NifResult<Term<'a>> {
     let t = resolve(tab)?;
     if !t.may_write(env) {
-        return Err(badarg("only the owner may rename a protected or private table"));
+        return Err(badarg(
+            "only the owner may rename a protected or private table",
+        ));
     }
     let mut meta = t.meta.lock();
     if !resource::rename(&t, &mut meta, name) {
@@ -290,23 +300,23 @@ fn info<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
     Term::map_from_pairs(env, &pairs).map_err(|_| badarg("internal error building info"))
 }
 
-/// What the kernel says of the table's arena mapping (from
-/// /proc/self/smaps): resident, dirty and swapped bytes. Reading smaps is
-/// file I/O, hence the dirty I/O scheduler.
+/// What the kernel says of the table's two mappings (from
+/// /proc/self/smaps): the arena's resident, dirty and swapped bytes and the
+/// index's resident bytes. Reading smaps is file I/O, hence the dirty I/O
+/// scheduler.
 #[rustler::nif(schedule = "DirtyIo")]
 fn kernel_view<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
     let t = resolve(tab)?;
     let s = t.core.stats().map_err(errors::core)?;
-    let usage = accounting::mappings(&[s.arena_address])
-        .map_err(|e| errors::io_error(&e))?
-        .into_iter()
-        .next()
-        .flatten()
-        .unwrap_or_default();
+    let found = accounting::mappings(&[s.arena_address, s.index_address])
+        .map_err(|e| errors::io_error(&e))?;
+    let arena = found.first().copied().flatten().unwrap_or_default();
+    let index = found.get(1).copied().flatten().unwrap_or_default();
     let pairs = [
-        (atoms::arena_resident_bytes().encode(env), usage.resident.encode(env)),
-        (atoms::arena_dirty_bytes().encode(env), usage.dirty.encode(env)),
-        (atoms::arena_swap_bytes().encode(env), usage.swap.encode(env)),
+        (atoms::arena_resident_bytes(), arena.resident),
+        (atoms::arena_dirty_bytes(), arena.dirty),
+        (atoms::arena_swap_bytes(), arena.swap),
+        (atoms::index_resident_bytes(), index.resident),
     ];
     Term::map_from_pairs(env, &pairs).map_err(|_| badarg("internal error building info"))
 }

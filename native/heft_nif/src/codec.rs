@@ -18,8 +18,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use heft_core::codec::{Builder, DecodeError, Writer};
-use rustler::types::tuple::{get_tuple, make_tuple};
 use rustler::sys::ErlNifTerm;
+use rustler::types::tuple::{get_tuple, make_tuple};
 use rustler::{Atom, Binary, Encoder, Env, MapIterator, NewBinary, Term, TermType};
 
 use crate::resource::AtomCache;
@@ -200,8 +200,9 @@ impl<'c> TermEncoder<'c> {
                     if self.backref(word, w, canonical) {
                         continue;
                     }
-                    let pairs: Vec<(Term<'a>, Term<'a>)> =
-                        MapIterator::new(t).ok_or(EncodeError::Unsupported)?.collect();
+                    let pairs: Vec<(Term<'a>, Term<'a>)> = MapIterator::new(t)
+                        .ok_or(EncodeError::Unsupported)?
+                        .collect();
                     self.spend(pairs.len())?;
                     if canonical {
                         self.canonical_map(env, &pairs, w)?;
@@ -288,10 +289,11 @@ fn contains_neg_zero(t: Term) -> bool {
     let mut stack = vec![t];
     while let Some(t) = stack.pop() {
         match t.get_type() {
-            TermType::Float => {
-                if t.decode::<f64>().is_ok_and(|f| f == 0.0 && f.is_sign_negative()) {
-                    return true;
-                }
+            TermType::Float
+                if t.decode::<f64>()
+                    .is_ok_and(|f| f == 0.0 && f.is_sign_negative()) =>
+            {
+                return true;
             }
             TermType::Tuple => stack.extend(get_tuple(t).unwrap_or_default()),
             TermType::List => {
@@ -341,7 +343,9 @@ impl<'a> Builder for TermBuilder<'a, '_> {
         self.atoms
             .atom(self.env, id)
             .map(|a| a.to_term(self.env))
-            .ok_or(DecodeError::Builder("atom id not in the table's dictionary"))
+            .ok_or(DecodeError::Builder(
+                "atom id not in the table's dictionary",
+            ))
     }
 
     fn binary(&mut self, bytes: &[u8]) -> Result<Term<'a>, DecodeError> {
@@ -353,7 +357,9 @@ impl<'a> Builder for TermBuilder<'a, '_> {
             .binary_to_term(bytes)
             .filter(|(_, used)| *used == bytes.len())
             .map(|(t, _)| t)
-            .ok_or(DecodeError::Builder("unreadable external term format piece"))
+            .ok_or(DecodeError::Builder(
+                "unreadable external term format piece",
+            ))
     }
 
     fn tuple(&mut self, elems: &[Term<'a>]) -> Result<Term<'a>, DecodeError> {

@@ -87,7 +87,9 @@ variants!(chunk_impl => chunk, chunk_cpu, chunk_io (tab, cursor, max));
 pub fn resolve(tab: Term) -> NifResult<ResourceArc<TableRes>> {
     let t = match Atom::from_term(tab) {
         Ok(name) => lookup_name(name).ok_or_else(no_table)?,
-        Err(_) => tab.decode::<ResourceArc<TableRes>>().map_err(|_| no_table())?,
+        Err(_) => tab
+            .decode::<ResourceArc<TableRes>>()
+            .map_err(|_| no_table())?,
     };
     if t.is_deleted() {
         return Err(no_table());
@@ -177,8 +179,11 @@ fn decode_item<'a>(
         env,
         atoms: &t.atoms,
     };
-    codec::decode_with(body, Some(buf.key(it)), &mut b, s)
-        .map_err(|e| badarg(format!("internal error: a stored record does not decode: {e}")))
+    codec::decode_with(body, Some(buf.key(it)), &mut b, s).map_err(|e| {
+        badarg(format!(
+            "internal error: a stored record does not decode: {e}"
+        ))
+    })
 }
 
 fn decode_key<'a>(env: Env<'a>, t: &TableRes, key: &[u8]) -> NifResult<Term<'a>> {
@@ -247,7 +252,12 @@ fn prepare_all<'a>(
     Ok(Ok(prepared))
 }
 
-fn insert_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, objs: Term<'a>) -> NifResult<Term<'a>> {
+fn insert_impl<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    tab: Term<'a>,
+    objs: Term<'a>,
+) -> NifResult<Term<'a>> {
     write_objects(env, sched, tab, objs, false)
 }
 
@@ -290,7 +300,12 @@ fn write_objects<'a>(
     done.map(|b| b.encode(env)).map_err(errors::core)
 }
 
-fn lookup_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, key: Term<'a>) -> NifResult<Term<'a>> {
+fn lookup_impl<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    tab: Term<'a>,
+    key: Term<'a>,
+) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
     let k = encoded!(env, enc.key(env, key));
@@ -333,7 +348,12 @@ fn lookup_element_impl<'a>(
     Ok((*elem,).encode(env))
 }
 
-fn member_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, key: Term<'a>) -> NifResult<Term<'a>> {
+fn member_impl<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    tab: Term<'a>,
+    key: Term<'a>,
+) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
     let k = encoded!(env, enc.key(env, key));
@@ -364,7 +384,12 @@ fn take_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, key: Term<'a>) -> Ni
     })
 }
 
-fn delete_key_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, key: Term<'a>) -> NifResult<Term<'a>> {
+fn delete_key_impl<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    tab: Term<'a>,
+    key: Term<'a>,
+) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, true);
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
     let k = encoded!(env, enc.key(env, key));
@@ -503,7 +528,6 @@ fn rewrite<'a, R>(
         };
         let new = t.core.prepare(&rec.key, &rec.body);
         let expected = found.then(|| (&buf, &buf.items()[0]));
-        let expected = expected.map(|(b, it)| (b, it));
         if t.core
             .replace_if(h, &k, expected, Some(&new))
             .map_err(errors::core)?
@@ -545,9 +569,9 @@ fn update_counter_impl<'a>(
             }
             let cur = counter_int(elems[op.pos - 1])
                 .map_err(|_| badarg(format!("element {} is not an integer", op.pos)))?;
-            let mut new = cur.checked_add(op.incr).ok_or_else(|| {
-                badarg("a counter beyond ±2^127, which Heft does not support")
-            })?;
+            let mut new = cur
+                .checked_add(op.incr)
+                .ok_or_else(|| badarg("a counter beyond ±2^127, which Heft does not support"))?;
             if let Some((threshold, set)) = op.wrap {
                 if (op.incr >= 0 && new > threshold) || (op.incr < 0 && new < threshold) {
                     new = set;
@@ -577,7 +601,8 @@ fn update_element_impl<'a>(
     let ops_list: Vec<Term> = if ops.is_tuple() {
         vec![ops]
     } else {
-        ops.decode().map_err(|_| badarg("not an element update or a list of them"))?
+        ops.decode()
+            .map_err(|_| badarg("not an element update or a list of them"))?
     };
     let parsed: Vec<(usize, Term)> = ops_list
         .iter()

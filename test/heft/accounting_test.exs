@@ -1,0 +1,85 @@
+defmodule Heft.AccountingTest do
+  # Heft's byte figures must match what the kernel sees. 200,000 records of
+  # {i, 100-tuple of 10-atom lists} (16,872 bytes each in an ETS set) must
+  # cost at most 200 bytes each in Heft, and info(tab, :memory) must be
+  # within 10% of the growth the kernel shows while loading them. Heft's
+  # memory is its two memfd mappings (arena and index), so the kernel's
+  # per-mapping figures in /proc/self/smaps show it exactly; the process's
+  # total RSS also moves with the BEAM's own allocators (which return and
+  # take memory at times of their choosing), so it is reported, not
+  # asserted on.
+  use ExUnit.Case, async: false
+
+  @count 200_000
+
+  test "the 100-tuple record: <= 200 bytes each, within 10% of RSS growth" do
+    # Load from a fresh process holding one shared list, so the loader's
+    # own heap stays small and nearly all growth is Heft's.
+    parent = self()
+
+    spawn_link(fn ->
+      list = List.duplicate(:a, 10)
+      :erlang.garbage_collect()
+      t = Heft.new(:accounting, [:public])
+      {heft0, rss0} = {heft_rss(), rss()}
+
+      for i <- 1..@count do
+        Heft.insert(t, {i, :erlang.make_tuple(100, list)})
+      end
+
+      Heft.give_away(t, parent, {heft_rss() - heft0, rss() - rss0})
+    end)
+
+    assert_receive {:"HEFT-TRANSFER", t, _loader, {growth, process_growth}}, 60_000
+    memory = Heft.info(t, :memory)
+    per_record = memory / @count
+    assert per_record <= 200, "#{per_record} bytes per record"
+
+    assert abs(memory - growth) <= 0.10 * growth,
+           "info :memory #{memory} vs kernel's growth of Heft's mappings #{growth}"
+
+    IO.puts(
+      "\n200,000 100-tuple records: #{Float.round(per_record, 1)} bytes each; " <>
+        "info :memory #{memory}, Heft's mappings grew #{growth}, process RSS grew #{process_growth}"
+    )
+
+    # The kernel's view of the arena agrees with Heft's own.
+    info = Heft.info(t)
+    assert_in_delta info[:arena_resident_bytes], info[:arena_used_bytes], 8192
+    assert Heft.lookup(t, 12_345) == [{12_345, :erlang.make_tuple(100, List.duplicate(:a, 10))}]
+    Heft.delete(t)
+  end
+
+  # Resident bytes of every Heft memfd mapping, from /proc/self/smaps.
+  defp heft_rss do
+    "/proc/self/smaps"
+    |> File.read!()
+    |> String.split("\n")
+    |> Enum.reduce({false, 0}, fn line, {in_heft, sum} ->
+      cond do
+        Regex.match?(~r/^[0-9a-f]+-[0-9a-f]+ /, line) ->
+          {String.contains?(line, "/memfd:heft"), sum}
+
+        in_heft and String.starts_with?(line, "Rss:") ->
+          {true, sum + kb(line)}
+
+        true ->
+          {in_heft, sum}
+      end
+    end)
+    |> elem(1)
+  end
+
+  defp kb(line), do: line |> String.split() |> Enum.at(1) |> String.to_integer() |> Kernel.*(1024)
+
+  defp rss do
+    "/proc/self/status"
+    |> File.read!()
+    |> String.split("\n")
+    |> Enum.find_value(fn
+      "VmRSS:" <> rest -> rest |> String.trim() |> String.split() |> hd() |> String.to_integer()
+      _ -> nil
+    end)
+    |> Kernel.*(1024)
+  end
+end

@@ -1,0 +1,63 @@
+defmodule Heft.LeakTest do
+  # Tables must not leak native memory: after 1,000 tables are created and
+  # dropped (by delete/1 and by their owner's death), the number of tables
+  # with allocated storage and the arena bytes mapped into this process are
+  # back where they started.
+  use ExUnit.Case, async: false
+
+  test "1,000 tables created and dropped leave nothing behind" do
+    # Warm up: the first table creates the registry and the reaper thread.
+    Heft.delete(Heft.new(:warmup, []))
+    live0 = Heft.Native.live_tables()
+    mapped0 = heft_mapped_bytes()
+
+    for i <- 1..500 do
+      t = Heft.new(:leak, [])
+      Heft.insert(t, for(k <- 1..20, do: {k, i, "value #{k}"}))
+      Heft.delete(t)
+    end
+
+    owners =
+      for i <- 1..500 do
+        spawn(fn ->
+          t = Heft.new(:leak_owned, [])
+          Heft.insert(t, {i, :erlang.make_tuple(50, :x)})
+          receive do: (:stop -> :ok)
+        end)
+      end
+
+    assert wait_until(fn -> Heft.Native.live_tables() >= live0 + 500 end)
+    assert heft_mapped_bytes() > mapped0
+
+    for pid <- owners, do: send(pid, :stop)
+
+    assert wait_until(fn -> Heft.Native.live_tables() == live0 end),
+           "live tables: #{Heft.Native.live_tables()}, expected #{live0}"
+
+    assert wait_until(fn -> heft_mapped_bytes() == mapped0 end),
+           "mapped arena bytes: #{heft_mapped_bytes()}, expected #{mapped0}"
+  end
+
+  # Bytes of all Heft memfds (arenas and index slot arrays) mapped into this
+  # process, from the kernel.
+  defp heft_mapped_bytes do
+    "/proc/self/maps"
+    |> File.read!()
+    |> String.split("\n")
+    |> Enum.filter(&String.contains?(&1, "/memfd:heft"))
+    |> Enum.map(fn line ->
+      [range | _] = String.split(line, " ")
+      [from, to] = range |> String.split("-") |> Enum.map(&String.to_integer(&1, 16))
+      to - from
+    end)
+    |> Enum.sum()
+  end
+
+  defp wait_until(fun, tries \\ 500) do
+    cond do
+      fun.() -> true
+      tries == 0 -> false
+      true -> Process.sleep(10) && wait_until(fun, tries - 1)
+    end
+  end
+end
