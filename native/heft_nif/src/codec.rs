@@ -505,11 +505,13 @@ impl Builder for TermBuilder<'_, '_> {
             return Ok(*w);
         }
         // Atoms are global to the VM: their words hold in any env.
-        let word = self
-            .atoms
-            .atom(self.env, id)
-            .map(|a| a.as_c_arg())
-            .ok_or(DecodeError::Builder("atom id not in the table's dictionary"))?;
+        let word =
+            self.atoms
+                .atom(self.env, id)
+                .map(|a| a.as_c_arg())
+                .ok_or(DecodeError::Builder(
+                    "atom id not in the table's dictionary",
+                ))?;
         self.recent_atoms[self.recent_next] = (id, word);
         self.recent_next = (self.recent_next + 1) % self.recent_atoms.len();
         Ok(word)
@@ -524,7 +526,9 @@ impl Builder for TermBuilder<'_, '_> {
             .binary_to_term(bytes)
             .filter(|(_, used)| *used == bytes.len())
             .map(|(t, _)| t.as_c_arg())
-            .ok_or(DecodeError::Builder("unreadable external term format piece"))
+            .ok_or(DecodeError::Builder(
+                "unreadable external term format piece",
+            ))
     }
 
     fn tuple(&mut self, elems: &[Word]) -> Result<Word, DecodeError> {
@@ -538,15 +542,15 @@ impl Builder for TermBuilder<'_, '_> {
         let env = self.env.as_c_arg();
         // SAFETY: `tail` was built in this env; enif_is_empty_list only reads it.
         if unsafe { sys::enif_is_empty_list(env, tail) } != 0 {
-            let n = u32::try_from(elems.len()).map_err(|_| DecodeError::Builder("list too long"))?;
+            let n =
+                u32::try_from(elems.len()).map_err(|_| DecodeError::Builder("list too long"))?;
             // SAFETY: a live slice of `n` words built in this env.
             return Ok(unsafe { sys::enif_make_list_from_array(env, elems.as_ptr(), n) });
         }
         // SAFETY: each cell is made of words built in this env.
-        Ok(elems
-            .iter()
-            .rev()
-            .fold(tail, |acc, e| unsafe { sys::enif_make_list_cell(env, *e, acc) }))
+        Ok(elems.iter().rev().fold(tail, |acc, e| unsafe {
+            sys::enif_make_list_cell(env, *e, acc)
+        }))
     }
 
     fn map(&mut self, kvs: &[Word]) -> Result<Word, DecodeError> {
