@@ -401,6 +401,14 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 /// of records.
 fn load_snapshot(dir: &Path, applier: &mut Applier) -> Result<(u64, u64), Load> {
     let (seq, len, r) = open_file(&dir.join(SNAPSHOT), FileKind::Snapshot, SNAPSHOT)?;
+    // Its records take about as many arena bytes as the file has.
+    applier
+        .table
+        .bulk_reserve(len)
+        .map_err(|e| match table_err(e) {
+            Apply::Table(e) => Load::Failed(e),
+            Apply::Bad => Load::Failed(corrupt(SNAPSHOT, 0)),
+        })?;
     let mut frames = wal::FrameReader::new(r, HEADER_LEN as u64, len);
     let damaged = |offset| Load::Damaged {
         offset,
@@ -515,6 +523,8 @@ struct Applier<'t> {
     /// Puts placed but not yet indexed: the index is built once at the end
     /// (or before a delete or clear), not record by record.
     bulk: Bulk,
+    /// The puts of the frame being applied: header and offset.
+    puts: Vec<(Header, usize)>,
     last_damage: Option<Damage>,
 }
 
@@ -523,13 +533,20 @@ impl<'t> Applier<'t> {
         Applier {
             table,
             bulk: Bulk::default(),
+            puts: Vec::new(),
             last_damage: None,
         }
     }
 
     fn apply(&mut self, payload: &[u8], snapshot: bool) -> Result<Applied, Apply> {
-        // Check first.
+        // Check every operation first. Puts are noted (parsed header and
+        // place in the payload) as they are checked, so that a frame of
+        // puts and atoms, nearly every frame, is applied without parsing
+        // it again.
         let mut saw_end = false;
+        let mut in_order = false;
+        let mut atoms = 0u64;
+        self.puts.clear();
         for op in wal::ops(payload) {
             let op = op.map_err(|_| Apply::Bad)?;
             if saw_end {
@@ -541,29 +558,54 @@ impl<'t> Applier<'t> {
                     if h.total_len() != bytes.len() {
                         return Err(Apply::Bad);
                     }
+                    let at = bytes.as_ptr() as usize - payload.as_ptr() as usize;
+                    self.puts.push((h, at));
                 }
                 Op::Atom { name, .. } if std::str::from_utf8(name).is_err() => {
                     return Err(Apply::Bad)
                 }
+                Op::Atom { .. } => atoms += 1,
                 Op::End { .. } if !snapshot => return Err(Apply::Bad),
                 Op::End { .. } => saw_end = true,
-                Op::Clear if snapshot => return Err(Apply::Bad),
-                Op::Delete(_) if snapshot => return Err(Apply::Bad),
-                _ => {}
+                Op::Clear | Op::Delete(_) if snapshot => return Err(Apply::Bad),
+                Op::Clear | Op::Delete(_) => in_order = true,
             }
         }
-        // Then apply.
         let mut a = Applied::default();
-        let mut puts: Vec<&[u8]> = Vec::new();
+        if !in_order {
+            // Atoms first: puts only place bytes, which name atoms by id.
+            if atoms > 0 || saw_end {
+                for op in wal::ops(payload).flatten() {
+                    match op {
+                        Op::Atom { id, name } => self.atom(id, name)?,
+                        Op::End { records, atoms } => a.end = Some((records, atoms)),
+                        _ => {}
+                    }
+                }
+            }
+            a.atoms = atoms;
+            a.puts = self.puts.len() as u64;
+            let recs = self
+                .puts
+                .iter()
+                .map(|&(h, at)| (h, &payload[at..at + h.total_len()]));
+            self.table
+                .bulk_put(recs, &mut self.bulk)
+                .map_err(table_err)?;
+            return Ok(a);
+        }
+        // Deletes or clears: apply in order, placing the puts before each.
+        let mut puts: Vec<(Header, &[u8])> = Vec::new();
         for op in wal::ops(payload).flatten() {
             match op {
+                Op::Put(bytes) => {
+                    let h = Header::parse(bytes).map_err(|_| Apply::Bad)?;
+                    puts.push((h, bytes));
+                    a.puts += 1;
+                }
                 Op::Atom { id, name } => {
                     self.atom(id, name)?;
                     a.atoms += 1;
-                }
-                Op::Put(bytes) => {
-                    puts.push(bytes);
-                    a.puts += 1;
                 }
                 Op::Delete(key) => {
                     self.place(&mut puts)?;
@@ -578,19 +620,18 @@ impl<'t> Applier<'t> {
                     self.table.clear().map_err(table_err)?;
                     a.clears += 1;
                 }
-                Op::End { records, atoms } => a.end = Some((records, atoms)),
+                Op::End { .. } => {}
             }
         }
         self.place(&mut puts)?;
         Ok(a)
     }
 
-    fn place(&mut self, puts: &mut Vec<&[u8]>) -> Result<(), Apply> {
+    fn place(&mut self, puts: &mut Vec<(Header, &[u8])>) -> Result<(), Apply> {
         if !puts.is_empty() {
             self.table
-                .bulk_put(puts, &mut self.bulk)
+                .bulk_put(puts.drain(..), &mut self.bulk)
                 .map_err(table_err)?;
-            puts.clear();
         }
         Ok(())
     }
