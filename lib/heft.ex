@@ -121,9 +121,12 @@ defmodule Heft do
 
   No call runs much longer than a millisecond on a normal scheduler: big
   batches and big terms move to a dirty CPU scheduler, and every operation
-  on a file-backed table runs on a dirty I/O scheduler, as does every write
-  to a persistent table (its log append) and opening and closing one.
-  Fsyncs and dumps run on the table's own two threads.
+  on a file-backed table runs on a dirty I/O scheduler, as do opening and
+  closing a persistent table. A write to a persistent table stays on its
+  scheduler: its log append is a copy into a mapped, preallocated log file
+  (no system call); only when the log needs a new file that is not ready
+  does the write move to a dirty I/O scheduler to make it. Fsyncs, new log
+  files and dumps are the work of the table's own two threads.
   """
 
   import Heft.Native, only: [call: 1]

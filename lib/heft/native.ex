@@ -6,8 +6,9 @@ defmodule Heft.Native do
   # each has a normal-scheduler NIF `op` and two dirty twins `op_cpu`
   # (DirtyCpu) and `op_io` (DirtyIo). `op` works within a budget of about a
   # millisecond and answers `:"$heft_cpu"` when the job is bigger, or
-  # `:"$heft_io"` at once when the table's arena is a file; the caller then
-  # makes the same call to the named twin. `Heft` does this through
+  # `:"$heft_io"` at once when the table's arena is a file (or, for a write
+  # to a persistent table, when its log needs a new segment first); the
+  # caller then makes the same call to the named twin. `Heft` does this through
   # `Heft.Native.call/1` below.
   @moduledoc false
   @on_load :load_nif
@@ -67,11 +68,21 @@ defmodule Heft.Native do
     io = :"#{name}_io"
 
     if name in @write_ops do
+      # A write on DirtyCpu may still need the DirtyIo twin (a persistent
+      # table whose log needs a new segment first).
       quote do
         case Heft.Native.unquote(name)(unquote_splicing(args)) do
-          :"$heft_cpu" -> Heft.Native.await(Heft.Native.unquote(cpu)(unquote_splicing(args)))
-          :"$heft_io" -> Heft.Native.await(Heft.Native.unquote(io)(unquote_splicing(args)))
-          result -> Heft.Native.await(result)
+          :"$heft_cpu" ->
+            case Heft.Native.unquote(cpu)(unquote_splicing(args)) do
+              :"$heft_io" -> Heft.Native.await(Heft.Native.unquote(io)(unquote_splicing(args)))
+              result -> Heft.Native.await(result)
+            end
+
+          :"$heft_io" ->
+            Heft.Native.await(Heft.Native.unquote(io)(unquote_splicing(args)))
+
+          result ->
+            Heft.Native.await(result)
         end
       end
     else

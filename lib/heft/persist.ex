@@ -196,6 +196,7 @@ defmodule Heft.Persist do
     :log_bytes,
     :log_records,
     :log_batches,
+    :log_segments,
     :commits,
     :dumps,
     :log_pending_records,

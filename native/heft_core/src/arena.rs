@@ -393,7 +393,7 @@ pub(crate) fn map_file(file: &File, len: u64, reserve: bool) -> io::Result<MmapM
 }
 
 /// Extends `file` to cover `[off, off+len)` with real disk blocks.
-fn allocate(file: &File, off: u64, len: u64) -> io::Result<()> {
+pub(crate) fn allocate(file: &File, off: u64, len: u64) -> io::Result<()> {
     // SAFETY: posix_fallocate only acts on the descriptor; it returns an
     // error number instead of setting errno.
     let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), off as i64, len as i64) };

@@ -4,14 +4,26 @@
 //! Formats, and what each sync mode guarantees:
 //! docs/persistence-format.md.
 //!
-//! Threads. Each open table has two: the flusher (fdatasync for commit
-//! waiters, or every interval) and the dumper (snapshots). Both stop when
-//! the table is closed; the last one out closes the log and releases the
-//! directory lock. Neither holds the table's lock while doing I/O: the
-//! only I/O under it is the log append itself (one write(2)).
+//! The log. Its segments are preallocated files mapped shared: an append
+//! is a copy of the frame into the mapping at the tail, under the table's
+//! write lock, and makes no system call, so writes run on the VM's normal
+//! schedulers whatever the sync mode. Once copied, the frame is in the page
+//! cache and survives the VM's death; the flusher's fdatasync puts it on
+//! disk. The next segment is made ahead of time by the flusher thread; a
+//! write that finds the current segment full moves to it (sealing the full
+//! one with an end frame) still without a system call. Only if there is no
+//! such spare, or it is too small for the frame, does the write fail with
+//! [`TableError::WouldBlock`]: the NIF then calls [`Persisted::make_room`]
+//! on a dirty I/O scheduler and tries again.
 //!
-//! Lock order: table lock, then `log`, then the atom dictionary; `ctl` is
-//! never held while taking `log`.
+//! Threads. Each open table has two: the flusher (fdatasync for commit
+//! waiters, or every interval; syncing and trimming full segments; making
+//! the spare) and the dumper (snapshots). Both stop when the table is
+//! closed; the last one out closes the log and releases the directory lock.
+//! No I/O is done under the table's lock.
+//!
+//! Lock order: `creating`, then the table lock, then `log`, then the atom
+//! dictionary; `ctl` is never held while taking `log`.
 
 use std::collections::HashMap;
 use std::fs::{self, DirBuilder, File, OpenOptions};
@@ -27,15 +39,15 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::atoms::AtomTable;
 use crate::recovery::{self, OpenError, Recovery, LOCK, META};
-use crate::snapshot::{self, SnapshotError, Written};
+use crate::snapshot::{self, sync_dir, SnapshotError, Written};
 use crate::table::{Change, Error as TableError, Journal, Options, Table};
-use crate::wal::{self, Faults, FrameBuf, Op, Segment, HEADER_LEN};
+use crate::wal::{self, Faults, FrameBuf, Op, Segment, END_RESERVE, HEADER_LEN};
 
 /// When a write is on stable storage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SyncMode {
-    /// Written to the OS (write(2)) before the call returns; synced only
-    /// by dumps, `sync` calls and commit writes.
+    /// In the page cache before the call returns; synced only by dumps,
+    /// `sync` calls, commit writes and when a segment fills up.
     None,
     /// Also fdatasync'ed by the flusher at most this often.
     Interval(Duration),
@@ -56,7 +68,15 @@ pub struct Config {
     /// On damage before the log's tail, keep what precedes it instead of
     /// refusing to open.
     pub repair: bool,
+    /// The largest log segment, in bytes. A table starts with segments of
+    /// 1 MiB (or this, if smaller) and doubles them each time one fills
+    /// up, up to this. Each holds its whole size on disk until it is full
+    /// or the table closes.
+    pub segment_bytes: u64,
 }
+
+/// The first segments' size.
+const FIRST_SEGMENT: u64 = 1 << 20;
 
 impl Default for Config {
     fn default() -> Self {
@@ -65,6 +85,7 @@ impl Default for Config {
             dump_write_threshold: 50_000,
             dump_time_threshold: Duration::from_secs(180),
             repair: false,
+            segment_bytes: 64 << 20,
         }
     }
 }
@@ -153,6 +174,9 @@ pub struct Stats {
     pub log_records: u64,
     /// Frames (write calls) logged since opened.
     pub log_batches: u64,
+    /// Log segments started since opened (at open, when one fills up, at
+    /// each dump).
+    pub log_segments: u64,
     /// Commit waits answered (successfully) since opened.
     pub commits: u64,
     /// Dumps finished since opened.
@@ -179,12 +203,25 @@ struct Counters {
     dumps: AtomicU64,
     /// Writes since the last rotation (dump start).
     pending: AtomicU64,
+    /// Segments started.
+    segments: AtomicU64,
 }
 
 struct LogInner {
+    /// The segment appended to; `None` if there was no disk space for one
+    /// when the table opened (writes then make room first, and fail while
+    /// the disk is full).
     segment: Option<Segment>,
-    /// Files of earlier segments that may hold unsynced appends.
-    unsynced: Vec<Arc<File>>,
+    /// The number of the segment to make when there is none.
+    first_seq: u64,
+    /// Set when the table closes: writes are refused.
+    closed: bool,
+    /// The next segment, made ahead of time.
+    spare: Option<Segment>,
+    /// Sealed segments, to be synced and cut to their log by the flusher.
+    retired: Vec<Segment>,
+    /// The size for the next spare.
+    next_capacity: u64,
     /// Atom ids below this are in the log or the snapshot.
     logged_atoms: usize,
     frame: FrameBuf,
@@ -197,6 +234,8 @@ struct Ctl<W> {
     dump_requested: bool,
     dumping_since: Option<Instant>,
     last_dump: Instant,
+    /// The flusher has segments to retire or a spare to make.
+    segment_work: bool,
     overloaded: Option<Overload>,
     /// Events for the flusher thread to deliver.
     outbox: Vec<Event>,
@@ -221,6 +260,13 @@ struct Shared<E: Events> {
     appended: AtomicU64,
     /// Frames known to be on stable storage.
     synced: AtomicU64,
+    /// Bytes of the largest frame that found no room (see `make_room`).
+    wanted: AtomicU64,
+    /// The flusher sleeps with nothing to sync (interval mode): the next
+    /// write wakes it.
+    idle: AtomicBool,
+    /// Held while a segment is made, so that one is made at a time.
+    creating: Mutex<()>,
     poisoned: AtomicBool,
     stop: AtomicBool,
     faults: Faults,
@@ -322,8 +368,15 @@ impl<E: Events> Persisted<E> {
         let meta = new.to_vec();
         let table = Arc::new(Table::new(opts)?);
         let rec = recovery::recover(dir, &table, config.repair, fresh)?;
-        let file = recovery::create_segment(dir, rec.next_seq)?;
-        let segment = Segment::new(rec.next_seq, file, HEADER_LEN as u64);
+        let first = FIRST_SEGMENT.min(config.segment_bytes);
+        // On a full disk the table opens without a segment (readable; a
+        // write makes one, or fails with ENOSPC).
+        let segment = match new_segment(dir, rec.next_seq, first, 0) {
+            Ok(seg) => Some(seg),
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let started = u64::from(segment.is_some());
         let atoms = table.atoms().clone();
         let logged_atoms = atoms.read().len();
         let repaired = rec.dropped.is_some();
@@ -335,8 +388,12 @@ impl<E: Events> Persisted<E> {
             table: Arc::downgrade(&table),
             atoms,
             log: Mutex::new(LogInner {
-                segment: Some(segment),
-                unsynced: Vec::new(),
+                segment,
+                first_seq: rec.next_seq,
+                closed: false,
+                spare: None,
+                retired: Vec::new(),
+                next_capacity: first,
                 logged_atoms,
                 frame: FrameBuf::new(),
                 lock_file: Some(lock_file),
@@ -347,6 +404,7 @@ impl<E: Events> Persisted<E> {
                 dump_requested: false,
                 dumping_since: None,
                 last_dump: Instant::now(),
+                segment_work: true,
                 overloaded: None,
                 outbox: Vec::new(),
                 threads: 0,
@@ -358,10 +416,16 @@ impl<E: Events> Persisted<E> {
             closed_cv: Condvar::new(),
             appended: AtomicU64::new(0),
             synced: AtomicU64::new(0),
+            wanted: AtomicU64::new(0),
+            idle: AtomicBool::new(false),
+            creating: Mutex::new(()),
             poisoned: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             faults: Faults::default(),
-            c: Counters::default(),
+            c: Counters {
+                segments: AtomicU64::new(started),
+                ..Counters::default()
+            },
             recovery: rec,
             signal: signal.clone(),
         });
@@ -427,6 +491,18 @@ impl<E: Events> Persisted<E> {
         self.shared.request_dump(w, OverloadReason::Requested)
     }
 
+    /// Makes room in the log for the write that just failed with
+    /// [`TableError::WouldBlock`]: a spare segment large enough for it.
+    /// Blocking (it may create and sync a file): call it where blocking is
+    /// allowed, then retry the write.
+    pub fn make_room(&self) -> Result<(), Failure> {
+        let s = &self.shared;
+        if s.poisoned.load(Ordering::Acquire) {
+            return Err(Failure::Poisoned);
+        }
+        s.ensure_spare(s.wanted.swap(0, Ordering::AcqRel))
+    }
+
     /// Current figures.
     pub fn stats(&self) -> Stats {
         let s = &self.shared;
@@ -436,6 +512,7 @@ impl<E: Events> Persisted<E> {
             log_bytes: s.c.bytes.load(Ordering::Relaxed),
             log_records: s.c.records.load(Ordering::Relaxed),
             log_batches: s.appended.load(Ordering::Relaxed),
+            log_segments: s.c.segments.load(Ordering::Relaxed),
             commits: s.c.commits.load(Ordering::Relaxed),
             dumps: s.c.dumps.load(Ordering::Relaxed),
             log_pending_records: s.c.pending.load(Ordering::Relaxed),
@@ -573,15 +650,18 @@ impl<E: Events> Journal for Shared<E> {
             return Err(TableError::Poisoned);
         }
         let mut log = self.log.lock();
+        if log.closed {
+            return Err(TableError::Deleted);
+        }
         let LogInner {
             segment,
+            spare,
+            retired,
+            next_capacity,
             frame,
             logged_atoms,
             ..
         } = &mut *log;
-        let Some(seg) = segment.as_mut() else {
-            return Err(TableError::Deleted);
-        };
         frame.reset();
         let n_atoms = {
             // New atoms first: the records below may use them.
@@ -608,22 +688,49 @@ impl<E: Events> Journal for Shared<E> {
             ))
         })?;
         let bytes = sealed.len() as u64;
-        if let Err(e) = seg.append(sealed, &self.faults) {
-            if e.cut_failed {
-                self.poisoned.store(true, Ordering::Release);
+        let n = changes.len() as u64;
+        let new_atoms = (n_atoms - *logged_atoms) as u64;
+        if Faults::fire(&self.faults.enospc_after) {
+            return Err(TableError::Io(io::Error::from_raw_os_error(libc::ENOSPC)));
+        }
+        let mut rotated = false;
+        let appended = segment
+            .as_mut()
+            .is_some_and(|seg| seg.append(sealed, n, new_atoms));
+        if !appended {
+            // Full: go on in the spare, if it is there and large enough.
+            match spare.take() {
+                Some(mut next) if next.fits(sealed.len()) => {
+                    rotated = next.append(sealed, n, new_atoms);
+                    debug_assert!(rotated);
+                    if let Some(mut full) = segment.replace(next) {
+                        full.seal();
+                        *next_capacity = (full.capacity() * 2).min(self.config.segment_bytes);
+                        retired.push(full);
+                    }
+                    self.c.segments.fetch_add(1, Ordering::Relaxed);
+                }
+                other => {
+                    *spare = other;
+                    self.wanted.fetch_max(bytes, Ordering::AcqRel);
+                    return Err(TableError::WouldBlock);
+                }
             }
-            return Err(TableError::Io(e.error));
         }
         *logged_atoms = n_atoms;
         if frame.payload_len() > 8 << 20 {
             *frame = FrameBuf::new(); // give a huge batch's buffer back
         }
-        self.appended.fetch_add(1, Ordering::Release);
-        let n = changes.len() as u64;
+        self.appended.fetch_add(1, Ordering::SeqCst);
         self.c.bytes.fetch_add(bytes, Ordering::Relaxed);
         self.c.records.fetch_add(n, Ordering::Relaxed);
         let pending = self.c.pending.fetch_add(n, Ordering::Relaxed) + n;
         drop(log);
+        if rotated {
+            self.wake_flusher(true);
+        } else if self.idle.load(Ordering::SeqCst) && self.idle.swap(false, Ordering::SeqCst) {
+            self.wake_flusher(false);
+        }
         let threshold = self.config.dump_write_threshold;
         if pending >= threshold && pending - n < threshold {
             // Closed meanwhile: nothing to dump into.
@@ -640,6 +747,53 @@ impl<E: Events> Shared<E> {
         let _ctl = self.ctl.lock();
         self.flush_cv.notify_all();
         self.dump_cv.notify_all();
+    }
+
+    /// Wakes the flusher: to retire full segments and make a spare
+    /// (`segment_work`), or to sync what a write appended.
+    fn wake_flusher(&self, segment_work: bool) {
+        let mut ctl = self.ctl.lock();
+        ctl.segment_work |= segment_work;
+        drop(ctl);
+        self.flush_cv.notify_one();
+    }
+
+    /// True while something appended is not known to be on disk.
+    fn unsynced(&self) -> bool {
+        self.appended.load(Ordering::SeqCst) > self.synced.load(Ordering::SeqCst)
+    }
+
+    /// Makes sure a spare segment exists that takes a frame of `frame`
+    /// bytes; makes one if not (a file created, preallocated and synced).
+    fn ensure_spare(&self, frame: u64) -> Result<(), Failure> {
+        let _one_at_a_time = self.creating.lock();
+        let need = frame + HEADER_LEN as u64 + END_RESERVE;
+        let (seq, want, small) = {
+            let mut log = self.log.lock();
+            if log.closed {
+                return Err(Failure::Closed);
+            }
+            let seq = log.segment.as_ref().map_or(log.first_seq, |s| s.seq + 1);
+            if log.spare.as_ref().is_some_and(|s| s.capacity() >= need) {
+                return Ok(());
+            }
+            (seq, log.next_capacity, log.spare.take())
+        };
+        // A spare too small for the frame is replaced (it holds nothing).
+        // Only this thread makes segments, and writers move to a new one
+        // only from the spare, so `seq` stays the next number meanwhile.
+        if let Some(small) = small {
+            discard(&self.dir, small);
+        }
+        let seg = new_segment(&self.dir, seq, want, need).map_err(|e| Failure::io(&e))?;
+        let mut log = self.log.lock();
+        if log.closed {
+            drop(log);
+            discard(&self.dir, seg);
+            return Err(Failure::Closed);
+        }
+        log.spare = Some(seg);
+        Ok(())
     }
 
     fn request_dump(&self, w: Option<E::Waiter>, reason: OverloadReason) -> Result<(), Failure> {
@@ -666,36 +820,51 @@ impl<E: Events> Shared<E> {
     }
 
     /// The flusher thread: syncs the log when a waiter asks, or every
-    /// interval; a last time when the table closes.
+    /// interval (sleeping while nothing was written); retires full
+    /// segments and makes the spare; a last sync when the table closes.
     fn flusher(&self) {
         let mut last_sync = Instant::now();
         loop {
             let mut ctl = self.ctl.lock();
-            let stopping = loop {
+            let (stopping, due) = loop {
                 if self.stop.load(Ordering::Acquire) {
-                    break true;
+                    break (true, true);
                 }
                 if !ctl.waiters.is_empty() || !ctl.outbox.is_empty() {
-                    break false;
+                    break (false, true);
                 }
-                match self.config.sync {
-                    SyncMode::Interval(every) => {
-                        let unsynced = self.appended.load(Ordering::Acquire)
-                            > self.synced.load(Ordering::Acquire);
-                        let due = last_sync + every;
-                        let now = Instant::now();
-                        if unsynced && now >= due {
-                            break false;
-                        }
-                        let wait = if unsynced { due - now } else { every };
-                        self.flush_cv.wait_for(&mut ctl, wait);
+                let interval = match self.config.sync {
+                    SyncMode::Interval(every) => Some(every),
+                    _ => None,
+                };
+                let due = interval.map(|every| last_sync + every);
+                let now = Instant::now();
+                let sync_due = self.unsynced() && due.is_some_and(|d| now >= d);
+                if ctl.segment_work || sync_due {
+                    break (false, sync_due);
+                }
+                match due {
+                    Some(due) if self.unsynced() => {
+                        self.flush_cv.wait_for(&mut ctl, due - now);
                     }
-                    _ => self.flush_cv.wait(&mut ctl),
+                    Some(_) => {
+                        // Nothing to sync: sleep until a write arrives
+                        // (the writer that finds `idle` set wakes us).
+                        self.idle.store(true, Ordering::SeqCst);
+                        if !self.unsynced() {
+                            self.flush_cv.wait(&mut ctl);
+                        }
+                        self.idle.store(false, Ordering::SeqCst);
+                    }
+                    None => self.flush_cv.wait(&mut ctl),
                 }
             };
+            let segment_work = std::mem::take(&mut ctl.segment_work);
             drop(ctl);
-            let result = self.sync_round();
-            last_sync = Instant::now();
+            let result = self.sync_round(due);
+            if due {
+                last_sync = Instant::now();
+            }
             let synced = self.synced.load(Ordering::Acquire);
             let (ready, outbox): (Vec<E::Waiter>, Vec<Event>) = {
                 let mut ctl = self.ctl.lock();
@@ -723,31 +892,42 @@ impl<E: Events> Shared<E> {
             if stopping {
                 return;
             }
+            if segment_work && !self.poisoned.load(Ordering::Acquire) {
+                // A full disk is reported to the write that needs the
+                // segment (it makes room itself, and fails).
+                let _ = self.ensure_spare(0);
+            }
         }
     }
 
-    /// fdatasyncs every segment file that may hold unsynced appends.
-    fn sync_round(&self) -> Result<(), Failure> {
+    /// Syncs and cuts the retired segments; with `current`, fdatasyncs the
+    /// segment appended to as well.
+    fn sync_round(&self, current: bool) -> Result<(), Failure> {
         if self.poisoned.load(Ordering::Acquire) {
             return Err(Failure::Poisoned);
         }
-        let (files, target) = {
+        let (retired, file, target) = {
             let mut log = self.log.lock();
-            let mut files = std::mem::take(&mut log.unsynced);
-            files.extend(log.segment.as_ref().map(|s| s.file().clone()));
-            (files, self.appended.load(Ordering::Acquire))
+            let retired = std::mem::take(&mut log.retired);
+            let file = log.segment.as_ref().map(|s| s.file().clone());
+            (retired, file, self.appended.load(Ordering::SeqCst))
         };
-        if target <= self.synced.load(Ordering::Acquire) && files.len() <= 1 {
+        let fail = |e: &io::Error| {
+            // The kernel may have dropped the dirty pages: what was
+            // appended can no longer be trusted to reach the disk.
+            self.poisoned.store(true, Ordering::Release);
+            Failure::io(e)
+        };
+        for seg in retired {
+            self.c.fsyncs.fetch_add(1, Ordering::Relaxed);
+            seg.finish(&self.faults).map_err(|e| fail(&e))?;
+        }
+        if !current || target <= self.synced.load(Ordering::Acquire) {
             return Ok(());
         }
-        for f in &files {
+        if let Some(f) = file {
             self.c.fsyncs.fetch_add(1, Ordering::Relaxed);
-            if let Err(e) = wal::sync_data(f, &self.faults) {
-                // The kernel may have dropped the dirty pages: what was
-                // appended can no longer be trusted to reach the disk.
-                self.poisoned.store(true, Ordering::Release);
-                return Err(Failure::io(&e));
-            }
+            wal::sync_data(&f, &self.faults).map_err(|e| fail(&e))?;
         }
         self.synced.fetch_max(target, Ordering::AcqRel);
         Ok(())
@@ -812,34 +992,41 @@ impl<E: Events> Shared<E> {
         if self.poisoned.load(Ordering::Acquire) {
             return Err(Failure::Poisoned);
         }
-        let current = self
-            .log
-            .lock()
-            .segment
-            .as_ref()
-            .map(|s| s.seq)
-            .ok_or(Failure::Closed)?;
-        let next = current + 1;
-        let file = recovery::create_segment(&self.dir, next).map_err(|e| Failure::io(&e))?;
-        {
+        let next = loop {
+            self.ensure_spare(0)?;
             let mut log = self.log.lock();
-            let Some(old) = log
-                .segment
-                .replace(Segment::new(next, file, HEADER_LEN as u64))
-            else {
-                log.segment = None;
+            if log.closed {
                 return Err(Failure::Closed);
+            }
+            // A writer may have moved to the spare meanwhile: make another.
+            let Some(new) = log.spare.take() else {
+                continue;
             };
-            log.unsynced.push(old.file().clone());
+            let seq = new.seq;
+            if let Some(mut old) = log.segment.replace(new) {
+                old.seal();
+                log.retired.push(old);
+            }
+            self.c.segments.fetch_add(1, Ordering::Relaxed);
             self.c.pending.store(0, Ordering::Relaxed);
-        }
+            break seq;
+        };
+        self.wake_flusher(true);
         let written =
             snapshot::write(&self.dir, &table, next, &self.stop).map_err(|e| match e {
                 SnapshotError::Stopped | SnapshotError::Deleted => Failure::Closed,
                 SnapshotError::Io(e) => Failure::io(&e),
             })?;
         // The snapshot covers every earlier segment, synced or not.
-        self.log.lock().unsynced.clear();
+        let covered: Vec<Segment> = {
+            let mut log = self.log.lock();
+            let (covered, kept) = std::mem::take(&mut log.retired)
+                .into_iter()
+                .partition(|s| s.seq < next);
+            log.retired = kept;
+            covered
+        };
+        drop(covered);
         for entry in fs::read_dir(&self.dir).map_err(|e| Failure::io(&e))? {
             let Ok(entry) = entry else { continue };
             let name = entry.file_name();
@@ -870,9 +1057,25 @@ impl<E: Events> Shared<E> {
             .collect();
         drop(ctl);
         {
+            // Cut the segments to their log (giving the preallocated rest
+            // back) and drop the unused spare, then unlock the directory.
             let mut log = self.log.lock();
-            log.segment = None;
-            log.unsynced.clear();
+            // The last one is sealed too, so that reopening needs no disk
+            // space for that, only for its new segment.
+            let mut segments = std::mem::take(&mut log.retired);
+            if let Some(mut last) = log.segment.take() {
+                last.seal();
+                segments.push(last);
+            }
+            let spare = log.spare.take();
+            log.closed = true;
+            for seg in segments {
+                let _ = seg.finish(&self.faults);
+            }
+            if let Some(spare) = spare {
+                discard(&self.dir, spare);
+            }
+            let _ = sync_dir(&self.dir);
             log.lock_file = None;
         }
         release(&self.canonical, &self.signal);
@@ -896,6 +1099,33 @@ fn lower_priority() {
         let tid = libc::gettid();
         libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
     }
+}
+
+/// Creates log segment `seq` in `dir` with `want` bytes, or fewer if the
+/// disk is too full for that (halving down to `need`), and syncs the
+/// directory.
+fn new_segment(dir: &Path, seq: u64, want: u64, need: u64) -> io::Result<Segment> {
+    let path = dir.join(recovery::segment_name(seq));
+    let need = need.max(wal::MIN_CAPACITY);
+    let mut size = want.max(need).next_multiple_of(4096);
+    let seg = loop {
+        match Segment::create(&path, seq, size) {
+            Ok(seg) => break seg,
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && size / 2 >= need => {
+                size = (size / 2).next_multiple_of(4096);
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    sync_dir(dir)?;
+    Ok(seg)
+}
+
+/// Drops a segment nothing was appended to, and its file.
+fn discard(dir: &Path, seg: Segment) {
+    let path = dir.join(recovery::segment_name(seg.seq));
+    drop(seg);
+    let _ = fs::remove_file(path);
 }
 
 fn segment_seq_of(name: &str) -> Option<u64> {

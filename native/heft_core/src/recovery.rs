@@ -128,31 +128,6 @@ pub fn write_meta(dir: &Path, blob: &[u8]) -> io::Result<()> {
     sync_dir(dir)
 }
 
-/// Creates log segment `seq` (header only), fsyncs it and the directory.
-pub fn create_segment(dir: &Path, seq: u64) -> io::Result<File> {
-    let path = dir.join(segment_name(seq));
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode_private()
-        .open(&path)?;
-    io::Write::write_all(&mut &f, &wal::header(FileKind::Log, seq))?;
-    f.sync_all()?;
-    sync_dir(dir)?;
-    Ok(f)
-}
-
-trait PrivateMode {
-    fn mode_private(&mut self) -> &mut Self;
-}
-
-impl PrivateMode for OpenOptions {
-    fn mode_private(&mut self) -> &mut Self {
-        std::os::unix::fs::OpenOptionsExt::mode(self, 0o600)
-    }
-}
-
 /// What was dropped by a repair.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Dropped {
@@ -239,14 +214,25 @@ pub fn recover(
             fs::remove_file(dir.join(segment_name(seq)))?;
         }
     }
-    let seqs: Vec<u64> = segments.keys().copied().collect();
+    let mut seqs: Vec<u64> = segments.keys().copied().collect();
+    // Segments made ahead of time and never written to, last in the log
+    // (a crash left them): removed, their numbers reused.
+    while let [.., before, last] = seqs[..] {
+        if last != before + 1 || !unused_segment(dir, last)? {
+            break;
+        }
+        fs::remove_file(dir.join(segment_name(last)))?;
+        seqs.pop();
+    }
     if seqs.is_empty() && !repair && !fresh {
         // A table always has a log segment to replay from (docs).
         return Err(corrupt(&segment_name(first), 0));
     }
-    // The segment to append to next, and what a repair sets aside.
+    // The segment to append to next, what a repair sets aside, and the
+    // last segment kept.
     let mut next = first;
     let mut aside: Option<(usize, u64)> = None;
+    let mut tail: Option<Tail> = None;
     for (i, &seq) in seqs.iter().enumerate() {
         let name = segment_name(seq);
         if seq != next {
@@ -265,23 +251,56 @@ pub fn recover(
         }
         let last = i + 1 == seqs.len();
         match replay_segment(dir, &name, seq, &mut applier, &mut rec) {
-            Ok(()) => {
+            Ok(r) => {
                 rec.segments.push(seq);
                 next = seq + 1;
+                tail = Some(Tail {
+                    seq,
+                    end: r.end,
+                    records: applier.seg_records,
+                    atoms: applier.seg_atoms,
+                    sealed: r.sealed,
+                });
+                if r.sealed && !last && r.end < r.len {
+                    // Sealed, but a crash came before it was cut to its log.
+                    let f = OpenOptions::new().write(true).open(dir.join(&name))?;
+                    f.set_len(r.end)?;
+                    f.sync_all()?;
+                }
+                if last || r.sealed || r.version < 2 || seqs[i + 1] != seq + 1 {
+                    continue; // (a gap after it is reported as missing)
+                }
+                // Not sealed, yet a later segment holds frames: this one's
+                // end was lost (a power loss) while later ones survived.
+                if !repair {
+                    return Err(corrupt(&name, r.end));
+                }
+                rec.dropped.get_or_insert(Dropped {
+                    file: name.clone(),
+                    offset: r.end,
+                    bytes: 0,
+                });
+                aside = Some((i + 1, 0));
+                break;
             }
             Err(Load::Failed(e)) => return Err(e),
             Err(Load::Damaged { offset, len, .. }) => {
+                let cut = Tail {
+                    seq,
+                    end: offset,
+                    records: applier.seg_records,
+                    atoms: applier.seg_atoms,
+                    sealed: applier.seg_sealed,
+                };
                 if last && applier.last_damage == Some(Damage::Torn) {
                     // A torn tail: cut it (or drop a segment whose header
                     // was never written whole), keep the rest.
-                    rec.torn_bytes += len - offset;
+                    rec.torn_bytes += applier.torn_end.min(len).saturating_sub(offset);
                     if offset == 0 {
                         fs::remove_file(dir.join(&name))?;
                         next = seq;
                     } else {
-                        let f = OpenOptions::new().write(true).open(dir.join(&name))?;
-                        f.set_len(offset)?;
-                        f.sync_all()?;
+                        tail = Some(cut);
                         rec.segments.push(seq);
                         next = seq + 1;
                     }
@@ -297,6 +316,7 @@ pub fn recover(
                 });
                 aside = Some((i, offset));
                 if offset > 0 {
+                    tail = Some(cut);
                     rec.segments.push(seq);
                     next = seq + 1;
                 } else {
@@ -311,6 +331,9 @@ pub fn recover(
         if let Some(d) = rec.dropped.as_mut() {
             d.bytes += moved;
         }
+    }
+    if let Some(t) = tail.filter(|t| t.seq + 1 == next) {
+        seal_tail(dir, &t)?;
     }
     applier.flush().map_err(|e| match e {
         Apply::Table(e) => e,
@@ -366,14 +389,18 @@ impl From<io::Error> for Load {
     }
 }
 
-fn open_file(path: &Path, kind: FileKind, name: &str) -> Result<(u64, u64, BufReader<File>), Load> {
+/// An open file checked for its header: `(seq, version, length, reader
+/// after the header)`.
+type Opened = (u64, u32, u64, BufReader<File>);
+
+fn open_file(path: &Path, kind: FileKind, name: &str) -> Result<Opened, Load> {
     let f = File::open(path)?;
     let len = f.metadata()?.len();
     let mut r = BufReader::with_capacity(1 << 20, f);
     let mut h = [0u8; HEADER_LEN];
     let got = read_up_to(&mut r, &mut h)?;
-    match wal::parse_header(&h[..got], kind) {
-        Ok(seq) => Ok((seq, len, r)),
+    match wal::parse_header_version(&h[..got], kind) {
+        Ok((seq, version)) => Ok((seq, version, len, r)),
         Err(HeaderError::Version(version)) => Err(Load::Failed(OpenError::Version {
             file: name.to_owned(),
             version,
@@ -400,7 +427,7 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 /// Loads `dir/snapshot`; returns the segment to replay from and the number
 /// of records.
 fn load_snapshot(dir: &Path, applier: &mut Applier) -> Result<(u64, u64), Load> {
-    let (seq, len, r) = open_file(&dir.join(SNAPSHOT), FileKind::Snapshot, SNAPSHOT)?;
+    let (seq, _, len, r) = open_file(&dir.join(SNAPSHOT), FileKind::Snapshot, SNAPSHOT)?;
     // Its records take about as many arena bytes as the file has.
     applier
         .table
@@ -441,21 +468,38 @@ fn load_snapshot(dir: &Path, applier: &mut Applier) -> Result<(u64, u64), Load> 
     }
 }
 
+/// How a segment's log ended.
+struct Replayed {
+    /// Where its log ends (the file may go on with zeros).
+    end: u64,
+    /// It ends with an end frame.
+    sealed: bool,
+    /// Its header's format version.
+    version: u32,
+    /// The file's length.
+    len: u64,
+}
+
 fn replay_segment(
     dir: &Path,
     name: &str,
     seq: u64,
     applier: &mut Applier,
     rec: &mut Recovery,
-) -> Result<(), Load> {
+) -> Result<Replayed, Load> {
     applier.last_damage = None;
-    let (found, len, r) = match open_file(&dir.join(name), FileKind::Log, name) {
+    applier.seg_records = 0;
+    applier.seg_atoms = 0;
+    applier.seg_sealed = false;
+    let (found, version, len, r) = match open_file(&dir.join(name), FileKind::Log, name) {
         Err(Load::Damaged { offset, seq, len }) => {
             // A header shorter than its size, or all zeros: a segment
             // created by a crash-interrupted rotation.
-            let all_zero = fs::read(dir.join(name))?.iter().all(|&b| b == 0);
+            let bytes = fs::read(dir.join(name))?;
+            let all_zero = wal::all_zeros(&bytes);
             if len < HEADER_LEN as u64 || all_zero {
                 applier.last_damage = Some(Damage::Torn);
+                applier.torn_end = if all_zero { 0 } else { len };
             }
             return Err(Load::Damaged { offset, seq, len });
         }
@@ -468,36 +512,96 @@ fn replay_segment(
             len,
         });
     }
+    let damaged = |applier: &mut Applier, kind, offset| {
+        applier.last_damage = Some(kind);
+        Load::Damaged {
+            offset,
+            seq: Some(seq),
+            len,
+        }
+    };
     let mut frames = wal::FrameReader::new(r, HEADER_LEN as u64, len);
+    let mut sealed = false;
     loop {
         let at = frames.offset();
         let payload = match frames.next_frame() {
+            Ok(Some(_)) if sealed => return Err(damaged(applier, Damage::Corrupt, at)),
             Ok(Some(p)) => p,
-            Ok(None) => return Ok(()),
-            Err(FrameError::Damaged(kind, at)) => {
-                applier.last_damage = Some(kind);
-                return Err(Load::Damaged {
-                    offset: at,
-                    seq: Some(seq),
+            Ok(None) => {
+                return Ok(Replayed {
+                    end: at,
+                    sealed,
+                    version,
                     len,
-                });
+                })
+            }
+            Err(FrameError::Damaged(kind, at)) => {
+                applier.torn_end = frames.torn_end();
+                return Err(damaged(applier, kind, at));
             }
             Err(FrameError::Io(e)) => return Err(e.into()),
         };
-        let applied = applier.apply(payload, false).map_err(|e| match e {
-            Apply::Bad => {
-                applier.last_damage = Some(Damage::Corrupt);
-                Load::Damaged {
-                    offset: at,
-                    seq: Some(seq),
-                    len,
-                }
+        // A segment's end frame: its counts must match what it held.
+        let mut ops = wal::ops(payload);
+        if let (Some(Ok(Op::End { records, atoms })), None) = (ops.next(), ops.next()) {
+            if (records, atoms) != (applier.seg_records, applier.seg_atoms) {
+                return Err(damaged(applier, Damage::Corrupt, at));
             }
+            sealed = true;
+            applier.seg_sealed = true;
+            continue;
+        }
+        let applied = applier.apply(payload, false).map_err(|e| match e {
+            Apply::Bad => damaged(applier, Damage::Corrupt, at),
             Apply::Table(e) => Load::Failed(e),
         })?;
+        let writes = applied.puts + applied.deletes + applied.clears;
+        applier.seg_records += writes;
+        applier.seg_atoms += applied.atoms;
         rec.replayed_batches += 1;
-        rec.replayed_ops += applied.puts + applied.deletes + applied.clears;
+        rec.replayed_ops += writes;
     }
+}
+
+/// True if segment file `seq` holds no frame: a valid header (or none
+/// written yet) and zeros after it. Such a file is a segment made ahead of
+/// time that the table never wrote to.
+fn unused_segment(dir: &Path, seq: u64) -> io::Result<bool> {
+    let bytes = fs::read(dir.join(segment_name(seq)))?;
+    let head = &bytes[..bytes.len().min(HEADER_LEN)];
+    let header_ok = wal::all_zeros(head)
+        || head.len() < HEADER_LEN
+        || wal::parse_header(head, FileKind::Log) == Ok(seq);
+    Ok(header_ok && wal::all_zeros(bytes.get(HEADER_LEN..).unwrap_or_default()))
+}
+
+/// The last segment kept, which opening seals.
+struct Tail {
+    seq: u64,
+    /// Where its log ends.
+    end: u64,
+    records: u64,
+    atoms: u64,
+    sealed: bool,
+}
+
+/// Cuts the last segment kept to its log, seals it with an end frame if it
+/// has none yet, and syncs it: the segment the table appends to next
+/// follows it.
+fn seal_tail(dir: &Path, t: &Tail) -> io::Result<()> {
+    let f = OpenOptions::new()
+        .write(true)
+        .open(dir.join(segment_name(t.seq)))?;
+    let mut len = t.end;
+    if !t.sealed {
+        let end = wal::end_frame(t.records, t.atoms);
+        std::os::unix::fs::FileExt::write_all_at(&f, &end, t.end)?;
+        len += end.len() as u64;
+    }
+    if f.metadata()?.len() != len {
+        f.set_len(len)?;
+    }
+    f.sync_all()
 }
 
 /// What one frame held.
@@ -525,7 +629,15 @@ struct Applier<'t> {
     bulk: Bulk,
     /// The puts of the frame being applied: header and offset.
     puts: Vec<(Header, usize)>,
+    /// What stopped the last segment replayed, and where its torn frame's
+    /// bytes end.
     last_damage: Option<Damage>,
+    torn_end: u64,
+    /// Writes and atom entries replayed from the current segment so far,
+    /// and whether its end frame was read.
+    seg_records: u64,
+    seg_atoms: u64,
+    seg_sealed: bool,
 }
 
 impl<'t> Applier<'t> {
@@ -535,6 +647,10 @@ impl<'t> Applier<'t> {
             bulk: Bulk::default(),
             puts: Vec::new(),
             last_damage: None,
+            torn_end: 0,
+            seg_records: 0,
+            seg_atoms: 0,
+            seg_sealed: false,
         }
     }
 

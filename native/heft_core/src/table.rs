@@ -49,6 +49,10 @@ pub enum Error {
     /// The journal refuses writes since a failed fsync (persist.rs); the
     /// table is unchanged and still readable.
     Poisoned,
+    /// The journal needs I/O that may block before it can log the change
+    /// (a new log segment); the table is unchanged. Retry where blocking
+    /// is allowed, after `Persisted::make_room`.
+    WouldBlock,
 }
 
 impl std::fmt::Display for Error {
@@ -57,6 +61,7 @@ impl std::fmt::Display for Error {
             Error::Deleted => write!(f, "the table has been deleted"),
             Error::Io(e) => write!(f, "i/o: {e}"),
             Error::Poisoned => write!(f, "the table's log failed to sync; reopen it"),
+            Error::WouldBlock => write!(f, "the table's log needs a new segment first"),
         }
     }
 }
@@ -132,6 +137,11 @@ pub struct Prepared {
 }
 
 impl Prepared {
+    /// The record as it will be stored (header, key, body).
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
     fn key(&self) -> &[u8] {
         &self.bytes[self.header_len..self.header_len + self.key_len]
     }

@@ -5,20 +5,29 @@
 //! there. Everything is little-endian.
 //!
 //! Writing: [`FrameBuf`] collects the operations of one frame and seals it
-//! with its length and CRC; [`Segment`] appends sealed frames to a log file.
-//! Reading: [`FrameReader`] yields frames one at a time (streaming, one
-//! frame in memory) and tells a torn tail from damage in the middle.
+//! with its length and CRC; [`Segment`] appends sealed frames to a log
+//! segment, a preallocated file mapped shared, by copying them into the
+//! mapping. Reading: [`FrameReader`] yields frames one at a time
+//! (streaming, one frame in memory), finds where a log ends in a file
+//! longer than it, and tells a torn tail from damage in the middle.
 
-use std::fs::File;
-use std::io::{self, Read, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::atomic::{compiler_fence, AtomicU64, Ordering};
 use std::sync::Arc;
+
+use memmap2::{MmapMut, MmapOptions};
 
 use crate::codec::{put_varint, Reader};
 use crate::crc;
 
 /// Version written in every file header; readers refuse newer ones.
-pub const VERSION: u32 = 1;
+/// Version 2: log segments are preallocated (zeros follow their log) and
+/// end with an `end` frame once a later segment exists; version 1 files
+/// (log segments as long as their log, no `end`) are still read.
+pub const VERSION: u32 = 2;
 
 const MAGIC_LEN: usize = 8;
 const VERSION_OFFSET: usize = MAGIC_LEN;
@@ -79,6 +88,11 @@ pub enum HeaderError {
 
 /// Checks a file header and returns its sequence number.
 pub fn parse_header(bytes: &[u8], kind: FileKind) -> Result<u64, HeaderError> {
+    parse_header_version(bytes, kind).map(|(seq, _)| seq)
+}
+
+/// Checks a file header and returns its sequence number and version.
+pub fn parse_header_version(bytes: &[u8], kind: FileKind) -> Result<(u64, u32), HeaderError> {
     let h = bytes.get(..HEADER_LEN).ok_or(HeaderError::Short)?;
     let stored = u32::from_le_bytes(le4(&h[HEADER_CRC_OFFSET..]));
     if &h[..MAGIC_LEN] != kind.magic() || crc::crc32c(&h[..HEADER_CRC_OFFSET]) != stored {
@@ -90,7 +104,7 @@ pub fn parse_header(bytes: &[u8], kind: FileKind) -> Result<u64, HeaderError> {
     }
     let mut seq = [0u8; 8];
     seq.copy_from_slice(&h[SEQ_OFFSET..HEADER_CRC_OFFSET]);
-    Ok(u64::from_le_bytes(seq))
+    Ok((u64::from_le_bytes(seq), version))
 }
 
 fn le4(b: &[u8]) -> [u8; 4] {
@@ -279,11 +293,12 @@ impl FrameBuf {
 /// What is wrong at some offset of a file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Damage {
-    /// The file ends inside a frame, or its last frame fails its checksum,
-    /// or only zeros follow: what a crash during an append leaves.
+    /// A frame that runs past the end of the file, or fails its checksum
+    /// with nothing but zeros after it: what a crash during an append
+    /// leaves.
     Torn,
-    /// A frame that fails its checksum or does not parse, with more data
-    /// after it.
+    /// A frame that fails its checksum or does not parse with data after
+    /// it, or data after the zeros that end a log.
     Corrupt,
 }
 
@@ -303,6 +318,8 @@ pub struct FrameReader<R> {
     offset: u64,
     /// The file's length.
     len: u64,
+    /// Where a torn frame's bytes end (its declared end, or the file's).
+    torn_end: u64,
     payload: Vec<u8>,
 }
 
@@ -314,82 +331,102 @@ impl<R: Read> FrameReader<R> {
             inner,
             offset,
             len,
+            torn_end: len,
             payload: Vec::new(),
         }
     }
 
-    /// Offset of the next frame (after the last one returned).
+    /// Offset of the next frame (after the last one returned); once
+    /// `next_frame` gave `Ok(None)`, where the log ends.
     pub fn offset(&self) -> u64 {
         self.offset
     }
 
-    /// The next frame's payload, `Ok(None)` at the end of the file.
+    /// After a torn frame: where its bytes end, so the torn tail is
+    /// `offset..torn_end`.
+    pub fn torn_end(&self) -> u64 {
+        self.torn_end
+    }
+
+    /// The next frame's payload; `Ok(None)` at the end of the log: the end
+    /// of the file, or a frame header of zeros followed only by zeros to
+    /// the end of the file (a preallocated segment's free space).
     pub fn next_frame(&mut self) -> Result<Option<&[u8]>, FrameError> {
         let at = self.offset;
         let left = self.len.saturating_sub(at);
         if left == 0 {
             return Ok(None);
         }
-        if left < FRAME_HEADER_LEN as u64 {
+        let mut head = [0u8; FRAME_HEADER_LEN];
+        let got = left.min(FRAME_HEADER_LEN as u64) as usize;
+        self.inner
+            .read_exact(&mut head[..got])
+            .map_err(FrameError::Io)?;
+        if all_zeros(&head) {
+            // Zeros where a frame would start: the log ends here if only
+            // zeros follow.
+            return match self.zeros_to_end() {
+                Ok(true) => Ok(None),
+                Ok(false) => Err(FrameError::Damaged(Damage::Corrupt, at)),
+                Err(e) => Err(FrameError::Io(e)),
+            };
+        }
+        if got < FRAME_HEADER_LEN {
+            self.torn_end = self.len;
             return Err(FrameError::Damaged(Damage::Torn, at));
         }
-        let mut head = [0u8; FRAME_HEADER_LEN];
-        self.inner.read_exact(&mut head).map_err(FrameError::Io)?;
         let len = u64::from(u32::from_le_bytes(le4(&head)));
         let stored = u32::from_le_bytes(le4(&head[FRAME_CRC_OFFSET..]));
         let end = at + FRAME_HEADER_LEN as u64 + len;
         if end > self.len {
             // The frame runs past the end: torn while it was appended.
+            self.torn_end = self.len;
             return Err(FrameError::Damaged(Damage::Torn, at));
         }
-        let n = len as usize;
-        if len == 0 {
-            return Err(self.classify(at, &head, &[]));
-        }
         self.payload.clear();
-        self.payload.resize(n, 0);
+        self.payload.resize(len as usize, 0);
         self.inner
             .read_exact(&mut self.payload)
             .map_err(FrameError::Io)?;
         let c = crc::extend(crc::crc32c(&head[..FRAME_CRC_OFFSET]), &self.payload);
-        if c != stored {
-            let payload = std::mem::take(&mut self.payload);
-            let e = self.classify(at, &head, &payload);
-            self.payload = payload;
-            return Err(e);
+        if len == 0 || c != stored {
+            // A frame cut short by a crash in the middle of its append
+            // (its header is written first) has only zeros after it.
+            self.torn_end = end;
+            return match self.zeros_to_end() {
+                Ok(true) => Err(FrameError::Damaged(Damage::Torn, at)),
+                Ok(false) => Err(FrameError::Damaged(Damage::Corrupt, at)),
+                Err(e) => Err(FrameError::Io(e)),
+            };
         }
         self.offset = end;
         Ok(Some(&self.payload))
     }
 
-    /// A damaged frame at `at` is a torn tail if it is the file's last
-    /// bytes, or if nothing but zeros follows it; otherwise corruption.
-    fn classify(&mut self, at: u64, head: &[u8], payload: &[u8]) -> FrameError {
-        let end = at + (head.len() + payload.len()) as u64;
-        if end == self.len {
-            return FrameError::Damaged(Damage::Torn, at);
-        }
-        let zeros_so_far = head.iter().chain(payload).all(|&b| b == 0);
-        if !zeros_so_far {
-            return FrameError::Damaged(Damage::Corrupt, at);
-        }
-        let mut rest = [0u8; 64 * 1024];
+    /// True if the rest of the file is zeros.
+    fn zeros_to_end(&mut self) -> io::Result<bool> {
+        let mut rest = vec![0u8; 1 << 20];
         loop {
-            match self.inner.read(&mut rest) {
-                Ok(0) => return FrameError::Damaged(Damage::Torn, at),
-                Ok(n) if rest[..n].iter().all(|&b| b == 0) => continue,
-                Ok(_) => return FrameError::Damaged(Damage::Corrupt, at),
-                Err(e) => return FrameError::Io(e),
+            match self.inner.read(&mut rest)? {
+                0 => return Ok(true),
+                n if all_zeros(&rest[..n]) => continue,
+                _ => return Ok(false),
             }
         }
     }
+}
+
+/// True if `bytes` are all zeros.
+pub fn all_zeros(bytes: &[u8]) -> bool {
+    bytes.iter().all(|&b| b == 0)
 }
 
 /// Faults a test can make a segment suffer (also reachable from ExUnit
 /// through a debug NIF, hence not `cfg(test)`).
 #[derive(Default)]
 pub struct Faults {
-    /// Appends left before one fails with ENOSPC (0: none planned).
+    /// Appends left before one fails with ENOSPC (0: none planned): what
+    /// a full disk does to the creation of the next segment.
     pub enospc_after: AtomicU64,
     /// Syncs left before one fails with EIO (0: none planned).
     pub eio_after: AtomicU64,
@@ -397,7 +434,7 @@ pub struct Faults {
 
 impl Faults {
     /// True when the counter was armed and has just run out.
-    fn fire(counter: &AtomicU64) -> bool {
+    pub fn fire(counter: &AtomicU64) -> bool {
         counter
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| match n {
                 0 => None,
@@ -407,23 +444,74 @@ impl Faults {
     }
 }
 
-/// A log segment open for appending.
+/// Bytes kept free at the end of a segment for its end frame: a frame
+/// header and an `end` op (a tag and two varints of at most 10 bytes).
+pub const END_RESERVE: u64 = (FRAME_HEADER_LEN + 1 + 10 + 10) as u64;
+
+/// The end frame of a log segment that held `records` writes and `atoms`
+/// atom entries.
+pub fn end_frame(records: u64, atoms: u64) -> Vec<u8> {
+    let mut f = FrameBuf::new();
+    f.push(Op::End { records, atoms });
+    f.seal().map(<[u8]>::to_vec).unwrap_or_default()
+}
+
+/// A log segment open for appending: a file preallocated to its capacity
+/// and mapped shared, so an append copies a frame into the page cache and
+/// makes no system call. What it appended survives the process's death at
+/// once; it is on disk once the file is fdatasynced.
 pub struct Segment {
     /// Its sequence number (`wal-<seq>`).
     pub seq: u64,
     file: Arc<File>,
-    /// Bytes in the file: header plus whole frames.
+    map: MmapMut,
+    /// Bytes of log: the header plus whole frames.
     len: u64,
+    /// Writes (records put or removed, clears) and atom entries logged.
+    records: u64,
+    atoms: u64,
 }
 
 impl Segment {
-    /// Wraps a file that holds `len` valid bytes (a header at least).
-    pub fn new(seq: u64, file: File, len: u64) -> Segment {
-        Segment {
+    /// Creates segment `seq` as `path` (mode 0600, failing if it exists):
+    /// `capacity` bytes reserved on disk (so that a store through the
+    /// mapping can never meet a full disk, which would be SIGBUS), its
+    /// header written and synced; then maps it. The caller syncs the
+    /// directory. On failure the file is removed.
+    pub fn create(path: &Path, seq: u64, capacity: u64) -> io::Result<Segment> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)?;
+        let made = Self::prepare(file, seq, capacity);
+        if made.is_err() {
+            let _ = std::fs::remove_file(path);
+        }
+        made
+    }
+
+    fn prepare(file: File, seq: u64, capacity: u64) -> io::Result<Segment> {
+        let capacity = capacity.max(MIN_CAPACITY);
+        crate::arena::allocate(&file, 0, capacity)?;
+        file.write_all_at(&header(FileKind::Log, seq), 0)?;
+        file.sync_all()?;
+        let len = usize::try_from(capacity).map_err(|_| io::ErrorKind::InvalidInput)?;
+        // SAFETY: the file was created here (O_EXCL, mode 0600) in a
+        // directory this process holds locked, and keeps its length while
+        // mapped: Heft shrinks it only after unmapping ([`Segment::finish`]).
+        // Another process truncating it anyway would make a store SIGBUS;
+        // the lock and the file modes are all that guard against that.
+        let map = unsafe { MmapOptions::new().len(len).map_mut(&file)? };
+        Ok(Segment {
             seq,
             file: Arc::new(file),
-            len,
-        }
+            map,
+            len: HEADER_LEN as u64,
+            records: 0,
+            atoms: 0,
+        })
     }
 
     /// The file, for syncing outside the log's lock.
@@ -431,9 +519,14 @@ impl Segment {
         &self.file
     }
 
-    /// Bytes in the file.
+    /// Bytes of log in the file.
     pub fn len(&self) -> u64 {
         self.len
+    }
+
+    /// The file's preallocated size.
+    pub fn capacity(&self) -> u64 {
+        self.map.len() as u64
     }
 
     /// True when it holds no frame yet.
@@ -441,40 +534,58 @@ impl Segment {
         self.len <= HEADER_LEN as u64
     }
 
-    /// Appends a sealed frame with write(2). On failure the file is cut
-    /// back to where it was, so a failed append leaves no partial frame;
-    /// if even that fails the error says so (`cut_failed`), and the caller
-    /// must stop writing to this log.
-    pub fn append(&mut self, frame: &[u8], faults: &Faults) -> Result<(), AppendError> {
-        let res = if Faults::fire(&faults.enospc_after) {
-            Err(io::Error::from_raw_os_error(libc::ENOSPC))
-        } else {
-            (&*self.file).write_all(frame)
-        };
-        match res {
-            Ok(()) => {
-                self.len += frame.len() as u64;
-                Ok(())
-            }
-            Err(e) => {
-                let cut_failed = self.file.set_len(self.len).is_err();
-                Err(AppendError {
-                    error: e,
-                    cut_failed,
-                })
-            }
+    /// True if a frame of `n` bytes fits, leaving room for the end frame.
+    pub fn fits(&self, n: usize) -> bool {
+        self.len + n as u64 + END_RESERVE <= self.capacity()
+    }
+
+    /// Appends a sealed frame holding `records` writes and `atoms` atom
+    /// entries: copies it into the mapping, its header first, so a process
+    /// killed in the middle leaves a frame that fails its checksum with
+    /// zeros after it (a torn tail). No system call. False, appending
+    /// nothing, if it does not [fit](Segment::fits).
+    pub fn append(&mut self, frame: &[u8], records: u64, atoms: u64) -> bool {
+        if !self.fits(frame.len()) || frame.len() < FRAME_HEADER_LEN {
+            return false;
         }
+        let at = self.len as usize;
+        let Some(dst) = self.map.get_mut(at..at + frame.len()) else {
+            return false;
+        };
+        let (head, body) = dst.split_at_mut(FRAME_HEADER_LEN);
+        head.copy_from_slice(&frame[..FRAME_HEADER_LEN]);
+        // Keep the compiler from storing the payload before the header.
+        compiler_fence(Ordering::SeqCst);
+        body.copy_from_slice(&frame[FRAME_HEADER_LEN..]);
+        self.len += frame.len() as u64;
+        self.records += records;
+        self.atoms += atoms;
+        true
+    }
+
+    /// Appends the end frame (there is always room: [`END_RESERVE`]);
+    /// nothing may be appended after it.
+    pub fn seal(&mut self) {
+        let end = end_frame(self.records, self.atoms);
+        let at = self.len as usize;
+        if let Some(dst) = self.map.get_mut(at..at + end.len()) {
+            dst.copy_from_slice(&end);
+            self.len += end.len() as u64;
+        }
+    }
+
+    /// Done with it: unmaps it, cuts the file to its log (giving the
+    /// preallocated rest back) and fdatasyncs it.
+    pub fn finish(self, faults: &Faults) -> io::Result<()> {
+        let Segment { file, map, len, .. } = self;
+        drop(map);
+        file.set_len(len)?;
+        sync_data(&file, faults)
     }
 }
 
-/// Why an append failed.
-#[derive(Debug)]
-pub struct AppendError {
-    /// The write's error.
-    pub error: io::Error,
-    /// The partial frame could not be cut off again.
-    pub cut_failed: bool,
-}
+/// The smallest segment: one page (a header, frames, the end frame).
+pub const MIN_CAPACITY: u64 = 4096;
 
 /// fdatasync, or the injected failure.
 pub fn sync_data(file: &File, faults: &Faults) -> io::Result<()> {
@@ -616,17 +727,138 @@ mod tests {
     }
 
     #[test]
-    fn zeros_after_the_last_frame_are_a_torn_tail() {
+    fn zeros_after_the_last_frame_end_the_log() {
         let mut bytes = frames(&[&[Op::Put(b"aaaa")]]);
+        let log_end = bytes.len();
         bytes.extend_from_slice(&[0u8; 100_000]);
         let (got, err) = read_all(&bytes);
         assert_eq!(got.len(), 1);
-        assert!(matches!(err, Some(FrameError::Damaged(Damage::Torn, _))));
-        // Zeros, then data: corruption.
+        assert!(err.is_none(), "{err:?}");
+        // Zeros, then data: corruption where the zeros start.
         let n = bytes.len();
         bytes[n - 3] = 9;
         let (_, err) = read_all(&bytes);
-        assert!(matches!(err, Some(FrameError::Damaged(Damage::Corrupt, _))));
+        assert!(
+            matches!(err, Some(FrameError::Damaged(Damage::Corrupt, at)) if at as usize == log_end)
+        );
+    }
+
+    #[test]
+    fn a_frame_cut_short_before_zeros_is_torn() {
+        // What a process killed in the middle of an append leaves in a
+        // preallocated segment: the header and part of the payload.
+        let whole = frames(&[&[Op::Put(b"aaaa")], &[Op::Put(&[7u8; 300])]]);
+        let second = {
+            let len = u32::from_le_bytes(le4(&whole[HEADER_LEN..])) as usize;
+            HEADER_LEN + FRAME_HEADER_LEN + len
+        };
+        for written in [
+            FRAME_HEADER_LEN,
+            FRAME_HEADER_LEN + 1,
+            whole.len() - second - 1,
+        ] {
+            let mut bytes = whole[..second + written].to_vec();
+            bytes.resize(whole.len() + 5000, 0);
+            let mut r = FrameReader::new(
+                Cursor::new(&bytes[HEADER_LEN..]),
+                HEADER_LEN as u64,
+                bytes.len() as u64,
+            );
+            assert!(r.next_frame().unwrap().is_some());
+            match r.next_frame() {
+                Err(FrameError::Damaged(Damage::Torn, at)) => assert_eq!(at as usize, second),
+                other => panic!("{written} bytes written: {:?}", other.map(|o| o.is_some())),
+            }
+            assert_eq!(r.torn_end() as usize, whole.len(), "the declared end");
+        }
+    }
+
+    fn temp_path(name: &str) -> std::path::PathBuf {
+        let p = std::env::temp_dir().join(format!("heft-wal-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        p
+    }
+
+    #[test]
+    fn a_segment_fills_to_its_end_frame_and_finishes_trimmed() {
+        let path = temp_path("fill");
+        let mut seg = Segment::create(&path, 3, MIN_CAPACITY).unwrap();
+        assert_eq!(seg.capacity(), MIN_CAPACITY);
+        let mut f = FrameBuf::new();
+        f.push(Op::Put(&[1u8; 100]));
+        let frame = f.seal().unwrap().to_vec();
+        let mut n = 0;
+        while seg.append(&frame, 1, 0) {
+            n += 1;
+        }
+        assert!(!seg.fits(frame.len()));
+        let room = seg.capacity() - seg.len() - END_RESERVE;
+        assert!(room < frame.len() as u64);
+        seg.seal();
+        let sealed = seg.len();
+        seg.finish(&Faults::default()).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes.len() as u64, sealed, "cut to its log");
+        assert_eq!(parse_header(&bytes, FileKind::Log), Ok(3));
+        let mut r = FrameReader::new(
+            Cursor::new(&bytes[HEADER_LEN..]),
+            HEADER_LEN as u64,
+            bytes.len() as u64,
+        );
+        let mut puts = 0;
+        let mut end = None;
+        while let Some(p) = r.next_frame().unwrap() {
+            match ops(p).next() {
+                Some(Ok(Op::Put(_))) => puts += 1,
+                Some(Ok(Op::End { records, atoms })) => end = Some((records, atoms)),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(puts, n);
+        assert_eq!(end, Some((n, 0)));
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_frame_that_ends_exactly_where_the_end_frame_starts_fits() {
+        let path = temp_path("exact");
+        let mut seg = Segment::create(&path, 1, MIN_CAPACITY).unwrap();
+        // One frame sized to leave exactly the end frame's reserve.
+        let room = seg.capacity() - seg.len() - END_RESERVE;
+        let mut f = FrameBuf::new();
+        let mut body = vec![5u8; room as usize];
+        while {
+            f.reset();
+            f.push(Op::Put(&body));
+            f.seal().unwrap().len() as u64 > room
+        } {
+            body.pop();
+        }
+        let frame = f.seal().unwrap().to_vec();
+        assert_eq!(frame.len() as u64, room, "sized to the byte");
+        assert!(seg.append(&frame, 1, 0));
+        assert!(!seg.fits(1));
+        seg.seal();
+        assert!(seg.len() <= seg.capacity());
+        let len = seg.len();
+        seg.finish(&Faults::default()).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes.len() as u64, len);
+        let (frames, err) = {
+            let mut r = FrameReader::new(Cursor::new(&bytes[HEADER_LEN..]), HEADER_LEN as u64, len);
+            let mut v = Vec::new();
+            let err = loop {
+                match r.next_frame() {
+                    Ok(Some(p)) => v.push(p.to_vec()),
+                    Ok(None) => break None,
+                    Err(e) => break Some(e),
+                }
+            };
+            (v, err)
+        };
+        assert!(err.is_none());
+        assert_eq!(frames.len(), 2);
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use heft_core::codec::Value;
 use heft_core::persist::{Config, Event, Events, Failure, Opened, Persisted, SyncMode};
 use heft_core::recovery::{segment_name, OpenError};
 use heft_core::table::{Error as TableError, RecordBuf};
-use heft_core::wal::HEADER_LEN;
+use heft_core::wal::{end_frame, parse_header, FileKind, FrameBuf, Op, END_RESERVE, HEADER_LEN};
 use heft_core::{Backing, Compression, Options, Table};
 
 #[derive(Default)]
@@ -112,13 +112,26 @@ fn body(i: i64, v: i64) -> Vec<u8> {
     .to_bytes()
 }
 
-fn put(t: &Table, i: i64, v: i64) {
-    t.insert(&[t.prepare(&key(i), &body(i, v))]).unwrap();
+/// Runs a write as the NIF does: when the log needs a new segment first
+/// (`WouldBlock`), make room and try again.
+fn write<T>(o: &Open, f: impl Fn(&Table) -> Result<T, TableError>) -> Result<T, TableError> {
+    loop {
+        match f(&o.table) {
+            Err(TableError::WouldBlock) => o.persisted.make_room().unwrap(),
+            other => return other,
+        }
+    }
 }
 
-fn put_batch(t: &Table, keys: std::ops::Range<i64>, v: i64) {
-    let recs: Vec<_> = keys.map(|i| t.prepare(&key(i), &body(i, v))).collect();
-    t.insert(&recs).unwrap();
+fn put(o: &Open, i: i64, v: i64) {
+    write(o, |t| t.insert(&[t.prepare(&key(i), &body(i, v))])).unwrap();
+}
+
+fn put_batch(o: &Open, keys: std::ops::Range<i64>, v: i64) {
+    let recs: Vec<_> = keys
+        .map(|i| o.table.prepare(&key(i), &body(i, v)))
+        .collect();
+    write(o, |t| t.insert(&recs)).unwrap();
 }
 
 /// Every record as (key, body), sorted.
@@ -161,9 +174,9 @@ fn reopen_restores_puts_deletes_clears_and_atoms() {
     let t = &o.table;
     let atom_id = t.atoms().write().intern("hello");
     let atom_rec = Value::Tuple(vec![Value::Int(-1), Value::Atom(atom_id)]).to_bytes();
-    put_batch(t, 0..100, 1);
+    put_batch(&o, 0..100, 1);
     t.clear().unwrap();
-    put_batch(t, 0..50, 2);
+    put_batch(&o, 0..50, 2);
     t.insert(&[t.prepare(&key(-1), &atom_rec)]).unwrap();
     assert!(t.remove(t.hash(&key(7)), &key(7), None).unwrap());
     let want = contents(t);
@@ -184,7 +197,7 @@ fn truncated_tail_is_cut() {
     let d = TempDir::new();
     let (o, _) = create(&d.0, config());
     for i in 0..5 {
-        put_batch(&o.table, i * 10..i * 10 + 10, i);
+        put_batch(&o, i * 10..i * 10 + 10, i);
     }
     close(o);
     let seg = d.join(&segments(&d.0)[0]);
@@ -192,6 +205,12 @@ fn truncated_tail_is_cut() {
     // Offsets where frames end: reopen at every cut and check the table
     // holds exactly the whole batches before it.
     // Every byte near a frame boundary, and a stride through the rest.
+    let mut ends = vec![HEADER_LEN];
+    while let Some(h) = full.get(*ends.last().unwrap()..).filter(|h| h.len() >= 8) {
+        let len = u32::from_le_bytes(h[..4].try_into().unwrap()) as usize;
+        ends.push(ends.last().unwrap() + 8 + len);
+    }
+    assert_eq!(*ends.last().unwrap(), full.len(), "closed: cut to its log");
     let cuts = (HEADER_LEN..full.len()).filter(|c| c % 7 == 0 || (c - HEADER_LEN) % 419 < 3);
     for cut in cuts {
         fs::write(&seg, &full[..cut]).unwrap();
@@ -207,8 +226,19 @@ fn truncated_tail_is_cut() {
         );
         let st = o.persisted.stats();
         assert_eq!(st.recovery.replayed_batches as usize * 10, n);
-        let cut_len = fs::metadata(&seg).unwrap().len() as usize;
-        assert_eq!(st.recovery.torn_bytes as usize, cut - cut_len, "cut {cut}");
+        // The whole frames before the cut are kept; the rest is torn
+        // (unless it is zeros: the free space of a segment).
+        let kept = *ends.iter().rfind(|&&e| e <= cut).unwrap();
+        let torn = if full[kept..cut].iter().all(|&b| b == 0) {
+            0
+        } else {
+            cut - kept
+        };
+        assert_eq!(st.recovery.torn_bytes as usize, torn, "cut {cut}");
+        assert_eq!(
+            st.recovery.replayed_batches as usize + 1,
+            ends.iter().filter(|&&e| e <= cut).count()
+        );
         close(o);
     }
 }
@@ -217,9 +247,9 @@ fn truncated_tail_is_cut() {
 fn checksum_mismatch_in_the_middle_is_corrupt() {
     let d = TempDir::new();
     let (o, _) = create(&d.0, config());
-    put_batch(&o.table, 0..10, 1);
-    put_batch(&o.table, 10..20, 1);
-    put_batch(&o.table, 20..30, 1);
+    put_batch(&o, 0..10, 1);
+    put_batch(&o, 10..20, 1);
+    put_batch(&o, 20..30, 1);
     close(o);
     let name = segments(&d.0)[0].clone();
     let seg = d.join(&name);
@@ -256,11 +286,15 @@ fn checksum_mismatch_in_the_middle_is_corrupt() {
 fn checksum_mismatch_in_the_last_frame_is_a_torn_tail() {
     let d = TempDir::new();
     let (o, _) = create(&d.0, config());
-    put_batch(&o.table, 0..10, 1);
-    put_batch(&o.table, 10..20, 1);
+    put_batch(&o, 0..10, 1);
+    put_batch(&o, 10..20, 1);
     close(o);
     let seg = d.join(&segments(&d.0)[0]);
-    let mut bytes = fs::read(&seg).unwrap();
+    let bytes = fs::read(&seg).unwrap();
+    // As a crash leaves it: without the end frame a close appends.
+    let end = end_frame(20, 0);
+    assert!(bytes.ends_with(&end));
+    let mut bytes = bytes[..bytes.len() - end.len()].to_vec();
     let n = bytes.len();
     bytes[n - 5] ^= 1;
     fs::write(&seg, &bytes).unwrap();
@@ -274,10 +308,10 @@ fn checksum_mismatch_in_the_last_frame_is_a_torn_tail() {
 fn damage_in_an_earlier_segment_is_corrupt_even_at_its_end() {
     let d = TempDir::new();
     let (o, _) = create(&d.0, config());
-    put_batch(&o.table, 0..10, 1);
+    put_batch(&o, 0..10, 1);
     close(o);
     let o = reopen(&d.0, false).unwrap();
-    put_batch(&o.table, 10..20, 1);
+    put_batch(&o, 10..20, 1);
     close(o);
     let segs = segments(&d.0);
     assert_eq!(segs.len(), 2, "{segs:?}");
@@ -292,9 +326,9 @@ fn damage_in_an_earlier_segment_is_corrupt_even_at_its_end() {
 
 fn dumped_table(d: &TempDir) {
     let (o, _) = create(&d.0, config());
-    put_batch(&o.table, 0..1000, 1);
+    put_batch(&o, 0..1000, 1);
     dump_and_wait(&o);
-    put_batch(&o.table, 1000..1010, 2);
+    put_batch(&o, 1000..1010, 2);
     close(o);
 }
 
@@ -347,7 +381,7 @@ fn zero_length_files() {
     // A last segment created but never written: cut, not corrupt.
     let d = TempDir::new();
     let (o, _) = create(&d.0, config());
-    put_batch(&o.table, 0..10, 1);
+    put_batch(&o, 0..10, 1);
     close(o);
     fs::write(d.join(&segment_name(7)), b"").unwrap();
     let o = reopen(&d.0, false);
@@ -359,10 +393,9 @@ fn zero_length_files() {
     assert_eq!(o.table.len().unwrap(), 10);
     assert!(o.persisted.stats().recovery.torn_bytes == 0);
     // The empty segment was dropped and its number reused.
-    assert_eq!(
-        fs::metadata(d.join(&segment_name(2))).unwrap().len(),
-        HEADER_LEN as u64
-    );
+    let reused = fs::read(d.join(&segment_name(2))).unwrap();
+    assert_eq!(parse_header(&reused, FileKind::Log), Ok(2));
+    assert!(reused[HEADER_LEN..].iter().all(|&b| b == 0));
     close(o);
     // A zero-length snapshot or META is damage.
     let d2 = TempDir::new();
@@ -407,11 +440,11 @@ fn missing_log() {
     // A gap between segments.
     let d = TempDir::new();
     let (o, _) = create(&d.0, config());
-    put(&o.table, 1, 1);
+    put(&o, 1, 1);
     close(o);
     for i in 2..4 {
         let o = reopen(&d.0, false).unwrap();
-        put(&o.table, i, 1);
+        put(&o, i, 1);
         close(o);
     }
     let segs = segments(&d.0);
@@ -432,7 +465,7 @@ fn a_dump_interrupted_at_any_step_leaves_a_loadable_table() {
     let d = TempDir::new();
     dumped_table(&d);
     let o = reopen(&d.0, false).unwrap();
-    put_batch(&o.table, 2000..2005, 3);
+    put_batch(&o, 2000..2005, 3);
     let want = contents(&o.table);
     close(o);
     fs::write(d.join("snapshot.tmp"), b"HEFTSNP\ngarbage").unwrap();
@@ -457,23 +490,125 @@ fn concurrent_writers_during_dumps_lose_nothing() {
         ..config()
     };
     let (o, _) = create(&d.0, c);
-    let t = o.table.clone();
     std::thread::scope(|s| {
         for w in 0..3i64 {
-            let t = t.clone();
+            let o = &o;
             s.spawn(move || {
                 for round in 0..40 {
-                    put_batch(&t, w * 1000..w * 1000 + 500, round);
+                    put_batch(o, w * 1000..w * 1000 + 500, round);
                     let k = key(w * 1000 + round);
-                    t.remove(t.hash(&k), &k, None).unwrap();
+                    write(o, |t| t.remove(t.hash(&k), &k, None)).unwrap();
                 }
             });
         }
     });
-    let want = contents(&t);
-    assert!(o.persisted.stats().dumps + 1 >= 1);
-    drop(t);
+    let want = contents(&o.table);
+    // Each round puts the batch back: only the last round's removal stays.
+    assert_eq!(want.len(), 3 * 500 - 3);
+    assert_eq!(o.persisted.stats().log_records, 3 * 40 * 501);
     close(o);
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(contents(&o.table), want);
+    close(o);
+}
+
+#[test]
+fn rotation_under_concurrent_writers_loses_nothing() {
+    // Segments of 8 KiB: writers keep filling them, moving to the spare
+    // the flusher made, or making room themselves when it is not there.
+    let d = TempDir::new();
+    let c = Config {
+        segment_bytes: 8192,
+        ..config()
+    };
+    let (o, _) = create(&d.0, c);
+    std::thread::scope(|s| {
+        for w in 0..4i64 {
+            let o = &o;
+            s.spawn(move || {
+                for i in 0..1500 {
+                    put(o, w * 10_000 + i, i);
+                    if i % 7 == 0 {
+                        let k = key(w * 10_000 + i / 2);
+                        write(o, |t| t.remove(t.hash(&k), &k, None)).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    let want = contents(&o.table);
+    let st = o.persisted.stats();
+    assert!(st.log_segments > 20, "{} segments", st.log_segments);
+    close(o);
+    // Every segment but the last was cut to its log and sealed.
+    let segs = segments(&d.0);
+    assert_eq!(segs.len() as u64, st.log_segments);
+    for name in &segs {
+        assert!(fs::metadata(d.join(name)).unwrap().len() <= 8192, "{name}");
+    }
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(contents(&o.table), want);
+    assert_eq!(o.persisted.stats().recovery.torn_bytes, 0);
+    close(o);
+}
+
+#[test]
+fn a_frame_ending_exactly_at_a_segments_end_then_rotation() {
+    let d = TempDir::new();
+    let c = Config {
+        segment_bytes: 8192,
+        ..config()
+    };
+    let (o, _) = create(&d.0, c);
+    // One record whose frame fills the first segment to the byte: the
+    // 24-byte header, the frame, the end frame's reserve.
+    let room = 8192 - HEADER_LEN - END_RESERVE as usize;
+    let frame_len = |rec: &[u8]| {
+        let mut f = FrameBuf::new();
+        f.push(Op::Put(rec));
+        f.seal().unwrap().len()
+    };
+    let uncompressed = |n: usize| {
+        let mut x = 7u64;
+        let v: Vec<u8> = (0..n)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (x >> 56) as u8
+            })
+            .collect();
+        Value::Tuple(vec![Value::Int(1), Value::Binary(v)]).to_bytes()
+    };
+    let mut n = room;
+    let rec = loop {
+        let p = o.table.prepare(&key(1), &uncompressed(n));
+        if frame_len(p.bytes()) <= room {
+            break p;
+        }
+        n -= 1;
+    };
+    assert_eq!(
+        frame_len(rec.bytes()),
+        room,
+        "a frame of exactly {room} bytes"
+    );
+    write(&o, |t| t.insert(std::slice::from_ref(&rec))).unwrap();
+    assert_eq!(o.persisted.stats().log_segments, 1);
+    put(&o, 2, 2);
+    assert_eq!(
+        o.persisted.stats().log_segments,
+        2,
+        "the next write moved on"
+    );
+    let want = contents(&o.table);
+    close(o);
+    // Sealed and cut: the header, the frame, the end frame.
+    let sealed = 8192 - END_RESERVE + end_frame(1, 0).len() as u64;
+    assert_eq!(
+        fs::metadata(d.join(&segment_name(1))).unwrap().len(),
+        sealed
+    );
     let o = reopen(&d.0, false).unwrap();
     assert_eq!(contents(&o.table), want);
     close(o);
@@ -495,7 +630,7 @@ fn group_commit_shares_fsyncs() {
             let probe = &probe;
             s.spawn(move || {
                 for i in 0..10 {
-                    put(&o.table, w * 100 + i, i);
+                    put(o, w * 100 + i, i);
                     let me = ticket.fetch_add(1, Ordering::Relaxed);
                     if o.persisted.await_durable(me).unwrap().is_none() {
                         while !probe.0.done.lock().unwrap().iter().any(|(t, _)| *t == me) {
@@ -525,7 +660,7 @@ fn a_failed_fsync_poisons_the_log() {
         ..config()
     };
     let (o, probe) = create(&d.0, c);
-    put(&o.table, 1, 1);
+    put(&o, 1, 1);
     o.persisted.faults().eio_after.store(1, Ordering::Relaxed);
     if o.persisted.await_durable(7).unwrap().is_none() {
         while probe.0.done.lock().unwrap().is_empty() {
@@ -549,7 +684,7 @@ fn a_failed_fsync_poisons_the_log() {
 fn a_full_disk_fails_the_write_and_changes_nothing() {
     let d = TempDir::new();
     let (o, _) = create(&d.0, config());
-    put(&o.table, 1, 1);
+    put(&o, 1, 1);
     o.persisted
         .faults()
         .enospc_after
@@ -561,7 +696,7 @@ fn a_full_disk_fails_the_write_and_changes_nothing() {
     }
     assert_eq!(o.table.len().unwrap(), 1);
     let used = o.table.stats().unwrap().arena_live_bytes;
-    put(&o.table, 3, 3);
+    put(&o, 3, 3);
     assert!(o.table.stats().unwrap().arena_live_bytes > used);
     close(o);
     let o = reopen(&d.0, false).unwrap();
@@ -574,7 +709,7 @@ fn a_full_disk_fails_the_write_and_changes_nothing() {
 fn a_second_open_is_locked_and_files_are_private() {
     let d = TempDir::new();
     let (o, _) = create(&d.0, config());
-    put(&o.table, 1, 1);
+    put(&o, 1, 1);
     assert!(matches!(reopen(&d.0, false), Err(OpenError::Locked)));
     let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&d.0), 0o700);
@@ -596,26 +731,163 @@ fn write_threshold_triggers_dumps_and_overload_is_reported() {
     };
     let (o, probe) = create(&d.0, c);
     for i in 0..200 {
-        put_batch(&o.table, i * 100..i * 100 + 100, i);
+        put_batch(&o, i * 100..i * 100 + 100, i);
     }
     o.persisted.request_dump(None).unwrap();
+    // The dumper counts a dump, then reports it.
+    let dumped = || {
+        let events = probe.0.events.lock().unwrap();
+        events.iter().any(|e| matches!(e, Event::Dumped(_)))
+    };
     for _ in 0..1000 {
-        if o.persisted.stats().dump_running_ms.is_none() && o.persisted.stats().dumps > 0 {
+        if dumped() {
             break;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    assert!(dumped());
     assert!(o.persisted.stats().dumps >= 1);
-    let dumped = probe
-        .0
-        .events
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|e| matches!(e, Event::Dumped(_)));
-    assert!(dumped);
     close(o);
     let o = reopen(&d.0, false).unwrap();
     assert_eq!(o.table.len().unwrap(), 20_000);
     close(o);
+}
+
+/// Closes a table with `batches` batches of 10 records written in each of
+/// `sessions` opens, and returns the segment names.
+fn sessions(d: &TempDir, sessions: i64) -> Vec<String> {
+    let (o, _) = create(&d.0, config());
+    put_batch(&o, 0..10, 0);
+    close(o);
+    for n in 1..sessions {
+        let o = reopen(&d.0, false).unwrap();
+        put_batch(&o, n * 10..n * 10 + 10, n);
+        close(o);
+    }
+    segments(&d.0)
+}
+
+#[test]
+fn a_spare_segment_and_free_space_left_by_a_crash_end_the_log() {
+    // A VM killed while it appends to segment 1 with segment 2 made ahead
+    // of time: segment 1 still has its free space (zeros), 2 holds only
+    // its header.
+    let d = TempDir::new();
+    let segs = sessions(&d, 1);
+    let first = d.join(&segs[0]);
+    let len = fs::metadata(&first).unwrap().len();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&first)
+        .unwrap()
+        .set_len(len + 100_000)
+        .unwrap();
+    let mut spare = heft_core::wal::header(FileKind::Log, 2).to_vec();
+    spare.resize(65536, 0);
+    fs::write(d.join(&segment_name(2)), &spare).unwrap();
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 10);
+    let st = o.persisted.stats();
+    assert_eq!(
+        (st.recovery.torn_bytes, st.recovery.replayed_batches),
+        (0, 1)
+    );
+    close(o);
+    // Segment 1 (sealed when the table closed) was cut back to its log;
+    // 2 is the new one.
+    assert!(fs::read(&first).unwrap().ends_with(&end_frame(10, 0)));
+    assert_eq!(fs::metadata(&first).unwrap().len(), len);
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 10);
+    close(o);
+}
+
+#[test]
+fn an_unsealed_segment_followed_by_frames_is_corrupt() {
+    // A power loss can lose segment 1's last pages (its end frame among
+    // them) yet keep segment 2's: a hole in the log, not a torn tail.
+    let d = TempDir::new();
+    let segs = sessions(&d, 2);
+    assert_eq!(segs.len(), 2, "{segs:?}");
+    let first = d.join(&segs[0]);
+    let sealed = fs::metadata(&first).unwrap().len();
+    let unsealed = sealed - end_frame(10, 0).len() as u64;
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&first)
+        .unwrap()
+        .set_len(unsealed)
+        .unwrap();
+    match reopen(&d.0, false) {
+        Err(OpenError::Corrupt { file, offset }) => {
+            assert_eq!((file.as_str(), offset), (segs[0].as_str(), unsealed));
+        }
+        other => panic!("{:?}", other.err()),
+    }
+    let o = reopen(&d.0, true).unwrap();
+    assert_eq!(o.table.len().unwrap(), 10, "segment 1 kept, 2 set aside");
+    assert!(d.join(&format!("lost-{}", segs[1])).exists());
+    close(o);
+}
+
+#[test]
+fn an_end_frame_whose_counts_differ_is_corrupt() {
+    let d = TempDir::new();
+    let segs = sessions(&d, 2);
+    let first = d.join(&segs[0]);
+    let bytes = fs::read(&first).unwrap();
+    let good = end_frame(10, 0);
+    assert!(bytes.ends_with(&good));
+    let mut bad = bytes[..bytes.len() - good.len()].to_vec();
+    bad.extend_from_slice(&end_frame(11, 0));
+    fs::write(&first, &bad).unwrap();
+    assert!(matches!(
+        reopen(&d.0, false),
+        Err(OpenError::Corrupt { file, .. }) if file == segs[0]
+    ));
+}
+
+#[test]
+fn a_vm_killed_in_the_middle_of_an_append_leaves_a_torn_tail() {
+    // The frame's header and part of its payload reached the mapping,
+    // then the free space: zeros.
+    let d = TempDir::new();
+    let (o, _) = create(&d.0, config());
+    for i in 0..3 {
+        put_batch(&o, i * 10..i * 10 + 10, i);
+    }
+    close(o);
+    let seg = d.join(&segments(&d.0)[0]);
+    let full = fs::read(&seg).unwrap();
+    let mut at = HEADER_LEN;
+    let mut starts = Vec::new();
+    while at < full.len() {
+        starts.push(at);
+        at += 8 + u32::from_le_bytes(full[at..at + 4].try_into().unwrap()) as usize;
+    }
+    assert_eq!(starts.len(), 4, "three batches and the end frame");
+    let last = starts[2];
+    let mut bytes = full[..last + (starts[3] - last) / 2].to_vec();
+    bytes.resize(1 << 20, 0);
+    fs::write(&seg, &bytes).unwrap();
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 20);
+    assert_eq!(
+        o.persisted.stats().recovery.torn_bytes as usize,
+        starts[3] - last,
+        "the torn frame's declared extent"
+    );
+    close(o);
+    // Zeros that are not at the end (data after them) are damage.
+    let mut bytes = full.clone();
+    bytes.resize(full.len() + 4096, 0);
+    bytes.extend_from_slice(&full[starts[1]..starts[2]]);
+    fs::write(&seg, &bytes).unwrap();
+    for s in segments(&d.0).iter().skip(1) {
+        fs::remove_file(d.join(s)).unwrap();
+    }
+    assert!(matches!(
+        reopen(&d.0, false),
+        Err(OpenError::Corrupt { offset, .. }) if offset as usize == full.len()
+    ));
 }

@@ -3,6 +3,7 @@
 //! work and Erlang callers see the same reason as from any Elixir function);
 //! I/O failures are returned as `{:error, posix_atom}`.
 
+use std::cell::Cell;
 use std::io;
 
 use heft_core::table::Error as CoreError;
@@ -60,14 +61,30 @@ pub fn no_table() -> Error {
     badarg("the table identifier does not refer to an existing Heft table")
 }
 
-/// Maps a core error: a deleted table raises, I/O is returned.
+thread_local! {
+    /// Set when a write failed because the table's log needs a new segment
+    /// first (persist.rs): the write is retried on a dirty I/O scheduler.
+    static WOULD_BLOCK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Maps a core error: a deleted table raises, I/O is returned. A write
+/// that would block is noted for [`take_would_block`].
 pub fn core(e: CoreError) -> Error {
     match e {
         CoreError::Deleted => no_table(),
         CoreError::Io(e) => io_error(&e),
         CoreError::Poisoned => Error::Term(Box::new(atoms::poisoned())),
+        CoreError::WouldBlock => {
+            WOULD_BLOCK.set(true);
+            Error::Term(Box::new(atoms::heft_io()))
+        }
         _ => badarg(e.to_string()),
     }
+}
+
+/// True (once) if the last core error on this thread was `WouldBlock`.
+pub fn take_would_block() -> bool {
+    WOULD_BLOCK.replace(false)
 }
 
 /// `{:error, posix}` for an I/O error.

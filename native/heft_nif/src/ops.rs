@@ -68,22 +68,25 @@ macro_rules! variants {
 }
 
 /// Write operations: as `variants!`, and for a `sync: :commit` table the
-/// result becomes a commit wait (persist.rs).
+/// result becomes a commit wait (persist.rs). A write to a persistent
+/// table whose log needs a new segment first (rare: the table's flusher
+/// thread makes them ahead of time) answers `:"$heft_io"` from the normal
+/// and DirtyCpu variants; the DirtyIo one makes room and retries.
 macro_rules! write_variants {
     ($imp:ident => $normal:ident, $cpu:ident, $io:ident ($tab:ident $(, $arg:ident)*)) => {
         #[rustler::nif]
         fn $normal<'a>(env: Env<'a>, $tab: Term<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
-            let r = $imp(env, Sched::Normal, $tab, $($arg),*)?;
+            let r = $imp(env, Sched::Normal, $tab, $($arg),*);
             crate::persist::after_write(env, $tab, r)
         }
         #[rustler::nif(schedule = "DirtyCpu")]
         fn $cpu<'a>(env: Env<'a>, $tab: Term<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
-            let r = $imp(env, Sched::Cpu, $tab, $($arg),*)?;
+            let r = $imp(env, Sched::Cpu, $tab, $($arg),*);
             crate::persist::after_write(env, $tab, r)
         }
         #[rustler::nif(schedule = "DirtyIo")]
         fn $io<'a>(env: Env<'a>, $tab: Term<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
-            let r = $imp(env, Sched::Io, $tab, $($arg),*)?;
+            let r = crate::persist::with_room(env, $tab, || $imp(env, Sched::Io, $tab, $($arg),*));
             crate::persist::after_write(env, $tab, r)
         }
     };
@@ -126,9 +129,9 @@ fn open<'a>(
     write: bool,
 ) -> NifResult<Result<ResourceArc<TableRes>, Term<'a>>> {
     let t = resolve(tab)?;
-    // File arenas may page from disk; a persistent table's writes append
-    // to its log (persist.rs): both run on dirty I/O schedulers.
-    let io = matches!(t.backing, Backing::File(_)) || (write && t.persist.is_some());
+    // File arenas may page from disk: they run on dirty I/O schedulers. (A
+    // persistent table's log append is a copy into a mapping: persist.rs.)
+    let io = matches!(t.backing, Backing::File(_));
     if sched == Sched::Normal && io {
         return Ok(Err(retry_io(env)));
     }

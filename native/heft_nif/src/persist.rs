@@ -1,8 +1,12 @@
 //! Persistent tables on the VM side (heft_core::persist does the work):
 //! opening and closing, commit waits, dumps, subscriptions, figures.
 //!
+//! Writes run on normal schedulers: the log append is a copy into a
+//! mapping (heft_core::persist). When the log needs a new segment first,
+//! the write answers `:"$heft_io"` and its DirtyIo twin makes room.
+//!
 //! Waiting without blocking a scheduler: a write to a `sync: :commit`
-//! table appends to the log on a dirty I/O scheduler, registers
+//! table appends to the log, registers
 //! `(pid, ticket)` with the table's flusher thread and returns
 //! `{:"$heft_wait", ticket, result}` at once. The flusher fdatasyncs once
 //! for every record appended so far and sends each waiter it covers
@@ -56,6 +60,7 @@ mod atoms {
         log_bytes,
         log_records,
         log_batches,
+        log_segments,
         commits,
         dumps,
         log_pending_records,
@@ -263,6 +268,7 @@ fn persist_open_io<'a>(
         dump_write_threshold: write_threshold.max(1),
         dump_time_threshold: Duration::from_millis(time_ms.max(1)),
         repair,
+        ..Config::default()
     };
     let subscribers = Arc::new(Mutex::new(Vec::new()));
     let table_id = Arc::new(AtomicU64::new(0));
@@ -336,9 +342,18 @@ pub fn await_durable<'a>(env: Env<'a>, t: &TableRes, result: Term<'a>) -> NifRes
     }
 }
 
-/// After a write NIF: for a `sync: :commit` table, turn its result into a
-/// wait for the commit. Retry markers pass through.
-pub fn after_write<'a>(env: Env<'a>, tab: Term<'a>, result: Term<'a>) -> NifResult<Term<'a>> {
+/// After a write NIF: a write that found no room in its table's log
+/// becomes the `:"$heft_io"` retry marker; for a `sync: :commit` table, its
+/// result becomes a wait for the commit. Retry markers pass through.
+pub fn after_write<'a>(
+    env: Env<'a>,
+    tab: Term<'a>,
+    result: NifResult<Term<'a>>,
+) -> NifResult<Term<'a>> {
+    if errors::take_would_block() {
+        return Ok(errors::retry_io(env));
+    }
+    let result = result?;
     if result.is_atom() && errors::is_retry(result) {
         return Ok(result);
     }
@@ -348,6 +363,27 @@ pub fn after_write<'a>(env: Env<'a>, tab: Term<'a>, result: Term<'a>) -> NifResu
     match &t.persist {
         Some(p) if p.persisted.config().sync == SyncMode::Commit => await_durable(env, &t, result),
         _ => Ok(result),
+    }
+}
+
+/// Runs a write on a dirty I/O scheduler: when the table's log needs a new
+/// segment first, makes it (blocking) and tries again.
+pub fn with_room<'a>(
+    env: Env<'a>,
+    tab: Term<'a>,
+    write: impl Fn() -> NifResult<Term<'a>>,
+) -> NifResult<Term<'a>> {
+    loop {
+        let r = write();
+        if !errors::take_would_block() {
+            return r;
+        }
+        let t = resolve(tab)?;
+        if let Some(p) = &t.persist {
+            if let Err(f) = p.persisted.make_room() {
+                return Ok(failure_term(env, f));
+            }
+        }
     }
 }
 
@@ -443,6 +479,10 @@ fn persist_info<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
         (atoms::log_bytes().encode(env), s.log_bytes.encode(env)),
         (atoms::log_records().encode(env), s.log_records.encode(env)),
         (atoms::log_batches().encode(env), s.log_batches.encode(env)),
+        (
+            atoms::log_segments().encode(env),
+            s.log_segments.encode(env),
+        ),
         (atoms::commits().encode(env), s.commits.encode(env)),
         (atoms::dumps().encode(env), s.dumps.encode(env)),
         (
