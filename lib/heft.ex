@@ -744,9 +744,24 @@ defmodule Heft do
   `rename/2` returns that name; renaming an unnamed table changes only its
   `info(tab, :name)` and returns the table. Raises `ArgumentError` if a
   named table already has that name (including this table itself).
+
+  A persistent table stores its new name in its directory, so `open/2`
+  reopens it under that name; raises `Heft.Error` if that write fails
+  (the table is renamed in the VM all the same).
   """
   @spec rename(tab, atom) :: tab
-  def rename(tab, name) when is_atom(name), do: Native.rename(ref(tab), name)
+  def rename(tab, name) when is_atom(name) do
+    # The resource, which a named table's old name no longer finds after.
+    resource =
+      case ref(tab) do
+        old when is_atom(old) -> with %Heft.Table{ref: r} <- Native.whereis(old), do: r
+        r -> r
+      end
+
+    renamed = Native.rename(ref(tab), name)
+    Heft.Persist.renamed(resource, name)
+    renamed
+  end
 
   def rename(_tab, name),
     do: raise(ArgumentError, "rename/2 needs an atom, got: #{inspect(name)}")

@@ -116,6 +116,7 @@ defmodule Heft.Native do
     do: :erlang.nif_error(:heft_nif_not_loaded)
 
   def persist_close_io(_tab, _remove), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def persist_write_meta_io(_tab, _meta), do: :erlang.nif_error(:heft_nif_not_loaded)
   def persist_sync(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
   def persist_dump(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
   def persist_subscribe(_tab, _pid, _on), do: :erlang.nif_error(:heft_nif_not_loaded)

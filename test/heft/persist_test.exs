@@ -61,6 +61,32 @@ defmodule Heft.PersistTest do
     refute File.exists?(d)
   end
 
+  test "rename/2 stores the new name: open/2 reopens the table under it", ctx do
+    d = dir(ctx)
+    t = Heft.new(:before, [:named_table, persist: d])
+    true = Heft.insert(t, {1, :one})
+    assert Heft.rename(t, :after) == :after
+    assert Heft.info(:before) == :undefined
+    :ok = Heft.close(:after)
+    {:ok, t} = Heft.open(d)
+    assert t == :after
+    assert Heft.lookup(t, 1) == [{1, :one}]
+    # An unnamed table keeps its new name as info(tab, :name).
+    :ok = Heft.close(t)
+    {:ok, t} = Heft.open(d, name: :third)
+    assert Heft.rename(t, :fourth) == :fourth
+    :ok = Heft.close(:fourth)
+    {:ok, t} = Heft.open(d)
+    assert Heft.info(t, :name) == :fourth
+    :ok = Heft.close(t)
+    u = Heft.new(:unnamed, persist: Path.join(ctx.tmp_dir, "u"))
+    %Heft.Table{} = Heft.rename(u, :renamed_unnamed)
+    :ok = Heft.close(u)
+    {:ok, u} = Heft.open(Path.join(ctx.tmp_dir, "u"))
+    assert Heft.info(u, :name) == :renamed_unnamed
+    :ok = Heft.close(u)
+  end
+
   test "new/2 on a directory holding a table loads it; type and keypos must match", ctx do
     d = dir(ctx)
     t = Heft.new(:a, persist: d)

@@ -503,6 +503,12 @@ impl<E: Events> Persisted<E> {
         s.ensure_spare(s.wanted.swap(0, Ordering::AcqRel))
     }
 
+    /// Replaces the stored META blob (temporary file, fsync, rename,
+    /// directory fsync): after a rename, say. Blocking.
+    pub fn write_meta(&self, blob: &[u8]) -> io::Result<()> {
+        recovery::write_meta(&self.shared.dir, blob)
+    }
+
     /// Current figures.
     pub fn stats(&self) -> Stats {
         let s = &self.shared;

@@ -294,6 +294,18 @@ fn persist_open_io<'a>(
     Ok((atoms::ok(), tab).encode(env))
 }
 
+/// Stores `meta` as the META blob of the persistent table (after a
+/// rename): `:ok` or `{:error, posix}`.
+#[rustler::nif(schedule = "DirtyIo")]
+fn persist_write_meta_io<'a>(env: Env<'a>, tab: Term<'a>, meta: Binary<'a>) -> NifResult<Term<'a>> {
+    let t = resolve(tab)?;
+    let p = persistent(&t)?;
+    Ok(match p.persisted.write_meta(meta.as_slice()) {
+        Ok(()) => atoms::ok().encode(env),
+        Err(e) => (atoms::error(), errors::posix(&e)).encode(env),
+    })
+}
+
 fn persistent(t: &TableRes) -> NifResult<&PersistRes> {
     t.persist
         .as_ref()
