@@ -206,7 +206,7 @@ defmodule PersistBench do
   defp percentiles(lat) do
     sorted = Enum.sort(lat)
     p = fn q -> Enum.at(sorted, min(length(sorted) - 1, trunc(q * length(sorted)))) end
-    "p50 #{p.(0.5)} µs, p99 #{p.(0.99)} µs, max #{List.last(sorted)} µs"
+    "p50 #{p.(0.5)} µs, p99 #{p.(0.99)} µs, p99.9 #{p.(0.999)} µs, max #{List.last(sorted)} µs"
   end
 
   defp measure_until(t, task, i, acc) do

@@ -30,8 +30,12 @@ pub const SNAPSHOT_TMP: &str = "snapshot.tmp";
 const FRAME_TARGET: usize = 256 * 1024;
 /// Records copied per hold of the table's read lock.
 const CHUNK_RECORDS: usize = 512;
-/// Writeback is started every this many bytes, so the final fsync is short
-/// and dirty pages do not pile up.
+/// Writeback is started every this many bytes, and the dumper waits for
+/// the window before the last to reach the disk: at most two windows of
+/// the snapshot are dirty or in flight at once, so the dump never pushes
+/// the machine to its dirty-page limit (where the kernel would stall
+/// every process that dirties a page, the log's writers among them) and
+/// the final fsync is short.
 const WRITEBACK_EVERY: u64 = 16 << 20;
 
 /// What a finished snapshot holds.
@@ -111,7 +115,8 @@ fn write_tmp(
         w: BufWriter::with_capacity(1 << 20, &file),
         file: &file,
         bytes: 0,
-        since_writeback: 0,
+        flushed: 0,
+        waited: 0,
     };
     out.put(&wal::header(FileKind::Snapshot, replay_from))?;
     let mut frame = FrameBuf::new();
@@ -174,18 +179,22 @@ struct Out<'f> {
     w: BufWriter<&'f File>,
     file: &'f File,
     bytes: u64,
-    since_writeback: u64,
+    /// Bytes handed to writeback so far; bytes known to be on disk.
+    flushed: u64,
+    waited: u64,
 }
 
 impl Out<'_> {
     fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.w.write_all(bytes)?;
         self.bytes += bytes.len() as u64;
-        self.since_writeback += bytes.len() as u64;
-        if self.since_writeback >= WRITEBACK_EVERY {
+        if self.bytes - self.flushed >= WRITEBACK_EVERY {
             self.w.flush()?;
-            start_writeback(self.file);
-            self.since_writeback = 0;
+            // Start the new window; wait for the one before it.
+            writeback(self.file, self.flushed, self.bytes - self.flushed, false);
+            writeback(self.file, self.waited, self.flushed - self.waited, true);
+            self.waited = self.flushed;
+            self.flushed = self.bytes;
         }
         Ok(())
     }
@@ -204,11 +213,23 @@ impl Out<'_> {
     }
 }
 
-/// Asks the kernel to start writing the file's dirty pages (no waiting).
-fn start_writeback(file: &File) {
+/// Asks the kernel to start writing a range of the file's dirty pages, or
+/// (`wait`) to write them and wait until they are on disk. Pacing only: the
+/// final fsync is what makes the snapshot durable.
+fn writeback(file: &File, offset: u64, len: u64, wait: bool) {
+    if len == 0 {
+        return;
+    }
+    let flags = if wait {
+        libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER
+    } else {
+        libc::SYNC_FILE_RANGE_WRITE
+    };
     // SAFETY: sync_file_range only acts on the descriptor, which `file`
     // keeps open; its result is advisory here and ignored.
     unsafe {
-        libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
+        libc::sync_file_range(file.as_raw_fd(), offset as i64, len as i64, flags);
     }
 }
