@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, Read};
 use std::path::Path;
+use std::sync::mpsc;
 
 use crate::record::Header;
 use crate::snapshot::{create_private, sync_dir, SNAPSHOT, SNAPSHOT_TMP};
@@ -424,48 +425,160 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n)
 }
 
+/// A put that passed the checks: its parsed header, where it starts in the
+/// payload, its key's hash.
+#[derive(Clone, Copy)]
+struct CheckedPut {
+    header: Header,
+    at: usize,
+    hash: u64,
+}
+
+/// A frame checked whole, before any of it is applied.
+#[derive(Default)]
+struct Checked {
+    puts: Vec<CheckedPut>,
+    /// Atom entries.
+    atoms: u64,
+    /// It ends with an end op.
+    end: bool,
+    /// It holds deletes or clears: applied op by op.
+    in_order: bool,
+}
+
+/// Checks every operation of a frame: they parse, the end op (snapshots
+/// only) is last, atom names are UTF-8, and every put's record header
+/// spans exactly its bytes; notes the puts with their key hashes. Reads
+/// the table only to hash keys, so it may run on another thread.
+fn check(table: &Table, payload: &[u8], snapshot: bool, c: &mut Checked) -> Result<(), Apply> {
+    c.puts.clear();
+    c.atoms = 0;
+    c.end = false;
+    c.in_order = false;
+    for op in wal::ops(payload) {
+        let op = op.map_err(|_| Apply::Bad)?;
+        if c.end {
+            return Err(Apply::Bad); // the end marker must be last
+        }
+        match op {
+            Op::Put(bytes) => {
+                let h = Header::parse(bytes).map_err(|_| Apply::Bad)?;
+                if h.total_len() != bytes.len() {
+                    return Err(Apply::Bad);
+                }
+                c.puts.push(CheckedPut {
+                    header: h,
+                    at: bytes.as_ptr() as usize - payload.as_ptr() as usize,
+                    hash: table.hash(&bytes[h.key_start()..h.body_start()]),
+                });
+            }
+            Op::Atom { name, .. } if std::str::from_utf8(name).is_err() => return Err(Apply::Bad),
+            Op::Atom { .. } => c.atoms += 1,
+            Op::End { .. } if !snapshot => return Err(Apply::Bad),
+            Op::End { .. } => c.end = true,
+            Op::Clear | Op::Delete(_) if snapshot => return Err(Apply::Bad),
+            Op::Clear | Op::Delete(_) => c.in_order = true,
+        }
+    }
+    Ok(())
+}
+
+/// A snapshot frame read and checked by the loading helper thread.
+struct Loaded {
+    at: u64,
+    payload: Vec<u8>,
+    checked: Checked,
+    /// The file ends right after this frame.
+    last: bool,
+}
+
 /// Loads `dir/snapshot`; returns the segment to replay from and the number
 /// of records.
+///
+/// Two threads: a helper reads the file, checks each frame's CRC and
+/// operations and hashes its keys, while this one first faults in the
+/// arena's pages, then places the records the helper has checked. (Half
+/// the time of loading was reading and checking, half placing.)
 fn load_snapshot(dir: &Path, applier: &mut Applier) -> Result<(u64, u64), Load> {
     let (seq, _, len, r) = open_file(&dir.join(SNAPSHOT), FileKind::Snapshot, SNAPSHOT)?;
-    // Its records take about as many arena bytes as the file has.
-    applier
-        .table
-        .bulk_reserve(len)
-        .map_err(|e| match table_err(e) {
-            Apply::Table(e) => Load::Failed(e),
-            Apply::Bad => Load::Failed(corrupt(SNAPSHOT, 0)),
-        })?;
-    let mut frames = wal::FrameReader::new(r, HEADER_LEN as u64, len);
     let damaged = |offset| Load::Damaged {
         offset,
         seq: Some(seq),
         len,
     };
-    let mut puts = 0u64;
-    let mut atoms = 0u64;
-    loop {
-        let at = frames.offset();
-        let payload = match frames.next_frame() {
-            Ok(Some(p)) => p,
-            // No end marker: the snapshot is cut short.
-            Ok(None) => return Err(damaged(at)),
-            Err(FrameError::Damaged(_, at)) => return Err(damaged(at)),
-            Err(FrameError::Io(e)) => return Err(e.into()),
-        };
-        let applied = applier.apply(payload, true).map_err(|e| match e {
-            Apply::Bad => damaged(at),
-            Apply::Table(e) => Load::Failed(e),
-        })?;
-        puts += applied.puts;
-        atoms += applied.atoms;
-        if let Some((records, n_atoms)) = applied.end {
-            if records != puts || n_atoms != atoms || frames.offset() != len {
-                return Err(damaged(at));
+    let table = applier.table;
+    std::thread::scope(|scope| {
+        // A few frames (a few hundred KiB each) ahead at most; payload
+        // buffers come back for reuse.
+        let (tx, rx) = mpsc::sync_channel::<Result<Loaded, Load>>(8);
+        let (back_tx, back_rx) = mpsc::channel::<(Vec<u8>, Checked)>();
+        let reader = move || {
+            let mut frames = wal::FrameReader::new(r, HEADER_LEN as u64, len);
+            loop {
+                let at = frames.offset();
+                let loaded = match frames.next_frame() {
+                    // No end marker: the snapshot is cut short.
+                    Ok(None) => Err(damaged(at)),
+                    Err(FrameError::Damaged(_, at)) => Err(damaged(at)),
+                    Err(FrameError::Io(e)) => Err(e.into()),
+                    Ok(Some(_)) => {
+                        let (spare, mut checked) = back_rx.try_recv().unwrap_or_default();
+                        let payload = frames.take_payload(spare);
+                        match check(table, &payload, true, &mut checked) {
+                            Ok(()) => Ok(Loaded {
+                                at,
+                                payload,
+                                checked,
+                                last: frames.offset() == len,
+                            }),
+                            Err(Apply::Bad) => Err(damaged(at)),
+                            Err(Apply::Table(e)) => Err(Load::Failed(e)),
+                        }
+                    }
+                };
+                let stop = loaded.as_ref().map_or(true, |l| l.checked.end);
+                if tx.send(loaded).is_err() || stop {
+                    return;
+                }
             }
-            return Ok((seq, puts));
+        };
+        std::thread::Builder::new()
+            .name("heft-load".into())
+            .spawn_scoped(scope, reader)?;
+        // Its records take about as many arena bytes as the file has.
+        table.bulk_reserve(len).map_err(|e| match table_err(e) {
+            Apply::Table(e) => Load::Failed(e),
+            Apply::Bad => Load::Failed(corrupt(SNAPSHOT, 0)),
+        })?;
+        let mut puts = 0u64;
+        let mut atoms = 0u64;
+        for loaded in rx {
+            let Loaded {
+                at,
+                payload,
+                checked,
+                last,
+            } = loaded?;
+            let applied = applier
+                .apply_checked(&payload, &checked)
+                .map_err(|e| match e {
+                    Apply::Bad => damaged(at),
+                    Apply::Table(e) => Load::Failed(e),
+                })?;
+            puts += applied.puts;
+            atoms += applied.atoms;
+            if let Some((records, n_atoms)) = applied.end {
+                if records != puts || n_atoms != atoms || !last {
+                    return Err(damaged(at));
+                }
+                return Ok((seq, puts));
+            }
+            let _ = back_tx.send((payload, checked));
         }
-    }
+        Err(Load::Failed(OpenError::Io(io::Error::other(
+            "the snapshot's reader stopped early",
+        ))))
+    })
 }
 
 /// How a segment's log ended.
@@ -627,8 +740,8 @@ struct Applier<'t> {
     /// Puts placed but not yet indexed: the index is built once at the end
     /// (or before a delete or clear), not record by record.
     bulk: Bulk,
-    /// The puts of the frame being applied: header and offset.
-    puts: Vec<(Header, usize)>,
+    /// The checks of the frame being applied (kept for its allocation).
+    checked: Checked,
     /// What stopped the last segment replayed, and where its torn frame's
     /// bytes end.
     last_damage: Option<Damage>,
@@ -645,7 +758,7 @@ impl<'t> Applier<'t> {
         Applier {
             table,
             bulk: Bulk::default(),
-            puts: Vec::new(),
+            checked: Checked::default(),
             last_damage: None,
             torn_end: 0,
             seg_records: 0,
@@ -655,42 +768,19 @@ impl<'t> Applier<'t> {
     }
 
     fn apply(&mut self, payload: &[u8], snapshot: bool) -> Result<Applied, Apply> {
-        // Check every operation first. Puts are noted (parsed header and
-        // place in the payload) as they are checked, so that a frame of
-        // puts and atoms, nearly every frame, is applied without parsing
-        // it again.
-        let mut saw_end = false;
-        let mut in_order = false;
-        let mut atoms = 0u64;
-        self.puts.clear();
-        for op in wal::ops(payload) {
-            let op = op.map_err(|_| Apply::Bad)?;
-            if saw_end {
-                return Err(Apply::Bad); // the end marker must be last
-            }
-            match op {
-                Op::Put(bytes) => {
-                    let h = Header::parse(bytes).map_err(|_| Apply::Bad)?;
-                    if h.total_len() != bytes.len() {
-                        return Err(Apply::Bad);
-                    }
-                    let at = bytes.as_ptr() as usize - payload.as_ptr() as usize;
-                    self.puts.push((h, at));
-                }
-                Op::Atom { name, .. } if std::str::from_utf8(name).is_err() => {
-                    return Err(Apply::Bad)
-                }
-                Op::Atom { .. } => atoms += 1,
-                Op::End { .. } if !snapshot => return Err(Apply::Bad),
-                Op::End { .. } => saw_end = true,
-                Op::Clear | Op::Delete(_) if snapshot => return Err(Apply::Bad),
-                Op::Clear | Op::Delete(_) => in_order = true,
-            }
-        }
+        let mut checked = std::mem::take(&mut self.checked);
+        let applied = check(self.table, payload, snapshot, &mut checked)
+            .and_then(|()| self.apply_checked(payload, &checked));
+        self.checked = checked;
+        applied
+    }
+
+    /// Applies a frame [`check`] passed.
+    fn apply_checked(&mut self, payload: &[u8], c: &Checked) -> Result<Applied, Apply> {
         let mut a = Applied::default();
-        if !in_order {
+        if !c.in_order {
             // Atoms first: puts only place bytes, which name atoms by id.
-            if atoms > 0 || saw_end {
+            if c.atoms > 0 || c.end {
                 for op in wal::ops(payload).flatten() {
                     match op {
                         Op::Atom { id, name } => self.atom(id, name)?,
@@ -699,51 +789,54 @@ impl<'t> Applier<'t> {
                     }
                 }
             }
-            a.atoms = atoms;
-            a.puts = self.puts.len() as u64;
-            let recs = self
-                .puts
-                .iter()
-                .map(|&(h, at)| (h, &payload[at..at + h.total_len()]));
+            a.atoms = c.atoms;
+            a.puts = c.puts.len() as u64;
+            let recs = c.puts.iter().map(|p| {
+                let bytes = &payload[p.at..p.at + p.header.total_len()];
+                (p.header, bytes, p.hash)
+            });
             self.table
                 .bulk_put(recs, &mut self.bulk)
                 .map_err(table_err)?;
             return Ok(a);
         }
-        // Deletes or clears: apply in order, placing the puts before each.
-        let mut puts: Vec<(Header, &[u8])> = Vec::new();
+        // Deletes or clears: apply in order, placing the puts before each
+        // (the checked puts are the frame's put ops, in order).
+        let mut puts = c.puts.iter();
+        let mut pending = Vec::new();
         for op in wal::ops(payload).flatten() {
             match op {
-                Op::Put(bytes) => {
-                    let h = Header::parse(bytes).map_err(|_| Apply::Bad)?;
-                    puts.push((h, bytes));
+                Op::Put(_) => {
+                    if let Some(p) = puts.next() {
+                        let bytes = &payload[p.at..p.at + p.header.total_len()];
+                        pending.push((p.header, bytes, p.hash));
+                    }
                     a.puts += 1;
                 }
                 Op::Atom { id, name } => {
                     self.atom(id, name)?;
                     a.atoms += 1;
                 }
-                Op::Delete(key) => {
-                    self.place(&mut puts)?;
+                Op::Delete(_) | Op::Clear => {
+                    self.place(&mut pending)?;
                     self.flush()?;
-                    let h = self.table.hash(key);
-                    self.table.remove(h, key, None).map_err(table_err)?;
-                    a.deletes += 1;
-                }
-                Op::Clear => {
-                    self.place(&mut puts)?;
-                    self.flush()?;
-                    self.table.clear().map_err(table_err)?;
-                    a.clears += 1;
+                    if let Op::Delete(key) = op {
+                        let h = self.table.hash(key);
+                        self.table.remove(h, key, None).map_err(table_err)?;
+                        a.deletes += 1;
+                    } else {
+                        self.table.clear().map_err(table_err)?;
+                        a.clears += 1;
+                    }
                 }
                 Op::End { .. } => {}
             }
         }
-        self.place(&mut puts)?;
+        self.place(&mut pending)?;
         Ok(a)
     }
 
-    fn place(&mut self, puts: &mut Vec<(Header, &[u8])>) -> Result<(), Apply> {
+    fn place(&mut self, puts: &mut Vec<(Header, &[u8], u64)>) -> Result<(), Apply> {
         if !puts.is_empty() {
             self.table
                 .bulk_put(puts.drain(..), &mut self.bulk)

@@ -479,20 +479,17 @@ impl Table {
 
     /// Places records read back from disk (header, key, body as stored,
     /// each with its header as `Header::parse` gave it, checked by the
-    /// caller to span the record's bytes exactly) in the arena without
-    /// indexing them: nobody may use the table until
-    /// [`Table::bulk_finish`]. Not logged.
+    /// caller to span the record's bytes exactly, and its key's
+    /// [hash](Table::hash)) in the arena without indexing them: nobody may
+    /// use the table until [`Table::bulk_finish`]. Not logged.
     pub fn bulk_put<'r>(
         &self,
-        recs: impl ExactSizeIterator<Item = (Header, &'r [u8])>,
+        recs: impl ExactSizeIterator<Item = (Header, &'r [u8], u64)>,
         bulk: &mut Bulk,
     ) -> Result<(), Error> {
         let mut st = self.write()?;
         bulk.slots.reserve(recs.len());
-        for (h, bytes) in recs {
-            let key = bytes
-                .get(h.key_start()..h.body_start())
-                .ok_or_else(|| Error::Io(io::ErrorKind::InvalidData.into()))?;
+        for (h, bytes, hash) in recs {
             let loc = st.arena.alloc(bytes.len())?;
             let dst = st
                 .arena
@@ -501,10 +498,7 @@ impl Table {
             dst.copy_from_slice(bytes);
             st.raw_bytes += (h.key_len + h.raw_len) as u64;
             st.stored_bytes += bytes.len() as u64;
-            bulk.slots.push(Slot {
-                hash: self.hash(key),
-                loc,
-            });
+            bulk.slots.push(Slot { hash, loc });
         }
         Ok(())
     }
@@ -1078,9 +1072,12 @@ mod tests {
             let recs: Vec<Vec<u8>> = range
                 .map(|i| t.prepare(&key(i % 3000), &body(i + round, 3)).bytes)
                 .collect();
-            let parsed: Vec<(Header, &[u8])> = recs
+            let parsed: Vec<(Header, &[u8], u64)> = recs
                 .iter()
-                .map(|r| (Header::parse(r).unwrap(), r.as_slice()))
+                .map(|r| {
+                    let h = Header::parse(r).unwrap();
+                    (h, r.as_slice(), t.hash(&r[h.key_start()..h.body_start()]))
+                })
                 .collect();
             let mut bulk = Bulk::default();
             t.bulk_put(parsed.into_iter(), &mut bulk).unwrap();

@@ -403,6 +403,12 @@ impl<R: Read> FrameReader<R> {
         Ok(Some(&self.payload))
     }
 
+    /// The payload `next_frame` just returned, as an owned buffer; `spare`
+    /// (any contents) becomes the buffer for the next frame.
+    pub fn take_payload(&mut self, spare: Vec<u8>) -> Vec<u8> {
+        std::mem::replace(&mut self.payload, spare)
+    }
+
     /// True if the rest of the file is zeros.
     fn zeros_to_end(&mut self) -> io::Result<bool> {
         let mut rest = vec![0u8; 1 << 20];
