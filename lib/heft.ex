@@ -404,6 +404,154 @@ defmodule Heft do
     )
   end
 
+  # --- Match specifications and patterns (lib/heft/select.ex) -------------
+
+  @typedoc """
+  A match specification, as for `:ets.select/2`: a list of
+  `{head, guards, body}` clauses. `:ets.fun2ms/1` output works unchanged.
+  """
+  @type match_spec :: [{term, [term], [term]}]
+
+  @typedoc "The opaque continuation of `select/3`, `match/3` and `match_object/3`."
+  @type continuation :: term
+
+  @doc """
+  The results of the match specification for every object it matches, as
+  `:ets.select/2`.
+
+  The spec is compiled once and run by the VM's own matcher
+  (`:ets.match_spec_run/2`) over objects decoded a few hundred at a time,
+  so results are ETS's and memory grows with the results, not the table.
+  When every clause's head binds the key (a literal such as `{42, :_}`, or
+  a variable pinned by a guard such as `{:"=:=", :"$1", 42}`), the objects
+  are looked up by key instead of scanned. The order of results is
+  unspecified (as in an ETS set).
+
+  Raises `ArgumentError` for an invalid spec, as ETS raises `badarg`.
+
+  ## Examples
+
+      iex> tab = Heft.new(:sel_doc, [])
+      iex> Heft.insert(tab, [{1, :a}, {2, :b}, {3, :c}])
+      iex> Heft.select(tab, [{{:"$1", :"$2"}, [{:>, :"$1", 1}], [:"$2"]}]) |> Enum.sort()
+      [:b, :c]
+      iex> Heft.select(tab, [{{2, :"$1"}, [], [:"$1"]}])
+      [:b]
+  """
+  @spec select(tab, match_spec) :: [term]
+  def select(tab, spec), do: Heft.Select.select(ref(tab), spec)
+
+  @doc """
+  Like `select/2`, but returns at most `limit` results at a time:
+  `{results, continuation}`, or `:"$end_of_table"` when there are none
+  left. Pass the continuation to `select/1` for the next results. When the
+  last results are returned with them, the continuation is
+  `:"$end_of_table"` (as ETS does). Raises `ArgumentError` if `limit` is
+  not a positive integer.
+  """
+  @spec select(tab, match_spec, pos_integer) :: {[term], continuation} | :"$end_of_table"
+  def select(tab, spec, limit), do: Heft.Select.select(ref(tab), spec, limit)
+
+  @doc """
+  Continues a `select/3` (or `match/3`, `match_object/3`,
+  `select_reverse/3`): the next `{results, continuation}`, or
+  `:"$end_of_table"`. Objects inserted or deleted between calls may or may
+  not be seen; every object present throughout is seen once. Raises
+  `ArgumentError` if the table no longer exists.
+  """
+  @spec select(continuation) :: {[term], continuation} | :"$end_of_table"
+  def select(continuation), do: Heft.Select.continue(continuation)
+
+  @doc """
+  As `select/2`, in reverse order where the table has an order. A `:set`
+  has none, so this is `select/2`, as in ETS.
+  """
+  @spec select_reverse(tab, match_spec) :: [term]
+  def select_reverse(tab, spec), do: select(tab, spec)
+
+  @doc "As `select/3`, in reverse order where the table has one (see `select_reverse/2`)."
+  @spec select_reverse(tab, match_spec, pos_integer) ::
+          {[term], continuation} | :"$end_of_table"
+  def select_reverse(tab, spec, limit), do: select(tab, spec, limit)
+
+  @doc "Continues a `select_reverse/3`; see `select/1`."
+  @spec select_reverse(continuation) :: {[term], continuation} | :"$end_of_table"
+  def select_reverse(continuation), do: select(continuation)
+
+  @doc """
+  The number of objects for which the match specification returns `true`.
+  A spec whose first clause matches everything and returns `true`
+  (`[{:_, [], [true]}]`) is answered from the table's size.
+  """
+  @spec select_count(tab, match_spec) :: non_neg_integer
+  def select_count(tab, spec), do: Heft.Select.select_count(ref(tab), spec)
+
+  @doc """
+  Deletes every object for which the match specification returns `true`
+  and returns how many it deleted. Each object is deleted only if it is
+  still exactly the object the spec saw (an object another process changed
+  meanwhile is kept), so concurrent writers are never undone.
+  """
+  @spec select_delete(tab, match_spec) :: non_neg_integer
+  def select_delete(tab, spec), do: Heft.Select.select_delete(ref(tab), spec)
+
+  @doc """
+  Replaces every object the match specification matches with the spec's
+  result and returns how many it replaced. Each replacement is atomic: it
+  happens only if the object is still the one the spec saw; an object
+  changed meanwhile is read again and the spec run on its new value.
+
+  As in ETS, the spec must provably keep each object's key: every clause's
+  body is `[:"$_"]`, or a single tuple construction (`{{...}}`) or
+  constant (`{:const, tuple}`) whose key element is the head's key
+  variable or literal (or `{:element, keypos, :"$_"}`). Otherwise raises
+  `ArgumentError` and replaces nothing.
+  """
+  @spec select_replace(tab, match_spec) :: non_neg_integer
+  def select_replace(tab, spec), do: Heft.Select.select_replace(ref(tab), spec)
+
+  @doc """
+  The bindings of the pattern's variables (`:"$1"`, `:"$2"`...) for each
+  matching object, as `:ets.match/2`: a list of lists, each in variable
+  number order. `:_` matches anything.
+  """
+  @spec match(tab, term) :: [[term]]
+  def match(tab, pattern), do: select(tab, Heft.MatchSpec.of_pattern(pattern, :bindings))
+
+  @doc "As `match/2`, `limit` at a time (see `select/3`); continue with `match/1`."
+  @spec match(tab, term, pos_integer) :: {[[term]], continuation} | :"$end_of_table"
+  def match(tab, pattern, limit),
+    do: select(tab, Heft.MatchSpec.of_pattern(pattern, :bindings), limit)
+
+  @doc "Continues a `match/3`; see `select/1`."
+  @spec match(continuation) :: {[[term]], continuation} | :"$end_of_table"
+  def match(continuation), do: select(continuation)
+
+  @doc "Every object that matches the pattern, as `:ets.match_object/2`."
+  @spec match_object(tab, term) :: [object]
+  def match_object(tab, pattern), do: select(tab, Heft.MatchSpec.of_pattern(pattern, :object))
+
+  @doc "As `match_object/2`, `limit` at a time; continue with `match_object/1`."
+  @spec match_object(tab, term, pos_integer) :: {[object], continuation} | :"$end_of_table"
+  def match_object(tab, pattern, limit),
+    do: select(tab, Heft.MatchSpec.of_pattern(pattern, :object), limit)
+
+  @doc "Continues a `match_object/3`; see `select/1`."
+  @spec match_object(continuation) :: {[object], continuation} | :"$end_of_table"
+  def match_object(continuation), do: select(continuation)
+
+  @doc """
+  Deletes every object that matches the pattern (each only if unchanged,
+  as `select_delete/2`). Returns `true`.
+  """
+  @spec match_delete(tab, term) :: true
+  def match_delete(tab, pattern) do
+    _ = select_delete(tab, Heft.MatchSpec.of_pattern(pattern, true))
+    true
+  end
+
+  # --- end of match specifications ----------------------------------------
+
   @info_order [
     :name,
     :named_table,

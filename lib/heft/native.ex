@@ -34,7 +34,10 @@ defmodule Heft.Native do
     update_element: 3,
     first: 1,
     next: 2,
-    chunk: 3
+    chunk: 3,
+    # Match specifications (native/heft_nif/src/select.rs)
+    delete_objects: 2,
+    replace_objects: 2
   ]
 
   for {name, arity} <- @ops, variant <- [name, :"#{name}_cpu", :"#{name}_io"] do
@@ -71,4 +74,7 @@ defmodule Heft.Native do
   def kernel_view(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
   def live_tables, do: :erlang.nif_error(:heft_nif_not_loaded)
   def debug_panic, do: :erlang.nif_error(:heft_nif_not_loaded)
+
+  # Match specifications and table files (select.rs, tab_file.rs)
+  def select_access(_tab, _write), do: :erlang.nif_error(:heft_nif_not_loaded)
 end

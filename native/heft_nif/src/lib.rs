@@ -8,6 +8,7 @@ mod codec;
 mod errors;
 mod ops;
 mod resource;
+mod select;
 
 use std::sync::atomic::Ordering;
 

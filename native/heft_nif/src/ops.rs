@@ -67,6 +67,7 @@ macro_rules! variants {
         }
     };
 }
+pub(crate) use variants;
 
 variants!(insert_impl => insert, insert_cpu, insert_io (tab, objs));
 variants!(insert_new_impl => insert_new, insert_new_cpu, insert_new_io (tab, objs));
@@ -98,7 +99,7 @@ pub fn resolve(tab: Term) -> NifResult<ResourceArc<TableRes>> {
 }
 
 /// Resolves the table and checks access; `Err(term)` is a retry marker.
-fn open<'a>(
+pub(crate) fn open<'a>(
     env: Env<'a>,
     tab: Term<'a>,
     sched: Sched,
@@ -164,7 +165,7 @@ fn with_buf<R>(f: impl FnOnce(&mut RecordBuf, &mut Vec<u8>) -> R) -> R {
 }
 
 /// Decodes a copied record into a term of `env`.
-fn decode_item<'a>(
+pub(crate) fn decode_item<'a>(
     env: Env<'a>,
     t: &TableRes,
     buf: &RecordBuf,
@@ -196,7 +197,7 @@ fn decode_key<'a>(env: Env<'a>, t: &TableRes, key: &[u8]) -> NifResult<Term<'a>>
 }
 
 /// The elements of a record, checked against the table's keypos.
-fn record_elems<'a>(obj: Term<'a>, keypos: usize) -> NifResult<Vec<Term<'a>>> {
+pub(crate) fn record_elems<'a>(obj: Term<'a>, keypos: usize) -> NifResult<Vec<Term<'a>>> {
     let elems = get_tuple(obj).map_err(|_| badarg("not a tuple"))?;
     if elems.len() < keypos {
         return Err(badarg(format!(
