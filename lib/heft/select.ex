@@ -29,6 +29,7 @@ defmodule Heft.Select do
 
   @chunk 256
   @replace_rounds 16
+  @stats :heft_select_stats
 
   @type ref :: reference | atom
 
@@ -180,6 +181,7 @@ defmodule Heft.Select do
   # plans the walk.
   defp source(ref, spec, access) do
     _ = Native.select_access(ref, access == :write)
+    Process.put(@stats, %{chunks: 0, lookups: 0, objects: 0})
 
     case spec do
       [] ->
@@ -193,10 +195,25 @@ defmodule Heft.Select do
     end
   end
 
-  # The next batch of objects and what is left.
-  defp batch(_ref, {:scan, :"$end_of_table"}), do: {[], :done}
+  # The next batch of objects and what is left, counted in `stats/0`.
+  defp batch(ref, source) do
+    {objects, rest} = fetch(ref, source)
+    kind = if match?({:scan, _}, source), do: :chunks, else: :lookups
 
-  defp batch(ref, {:scan, cursor}) do
+    case Process.get(@stats) do
+      %{^kind => calls, objects: n} = stats ->
+        Process.put(@stats, %{stats | kind => calls + 1, objects: n + length(objects)})
+
+      _ ->
+        :ok
+    end
+
+    {objects, rest}
+  end
+
+  defp fetch(_ref, {:scan, :"$end_of_table"}), do: {[], :done}
+
+  defp fetch(ref, {:scan, cursor}) do
     size = @chunk
 
     case call(chunk(ref, cursor, size)) do
@@ -205,7 +222,7 @@ defmodule Heft.Select do
     end
   end
 
-  defp batch(ref, {:keys, keys}) do
+  defp fetch(ref, {:keys, keys}) do
     {now, later} = Enum.split(keys, @chunk)
     objects = Enum.flat_map(now, fn key -> call(lookup(ref, key)) end)
     {objects, if(later == [], do: :done, else: {:keys, later})}
@@ -217,6 +234,13 @@ defmodule Heft.Select do
     {objects, source} = batch(ref, source)
     fold(ref, source, fun.(objects, acc), fun)
   end
+
+  @doc false
+  # What the calling process's last select-family call (since it planned
+  # its walk) fetched: chunk NIF calls, batches of lookups, and objects
+  # decoded. For tests that prove a bound key does not scan.
+  @spec stats() :: %{chunks: non_neg_integer, lookups: non_neg_integer, objects: non_neg_integer}
+  def stats, do: Process.get(@stats, %{chunks: 0, lookups: 0, objects: 0})
 
   @doc false
   # How select would find the objects `spec` can match (for tests and
