@@ -94,9 +94,12 @@ defmodule Heft do
     * `{:keypos, n}` - the element that holds the key (default 1).
     * `{:heir, pid, data}` or `{:heir, :none}` (default) - who takes the
       table when the owner exits.
-    * `compression: :zlib` (default) or `:none` - per-record raw deflate.
+    * `compression: :zlib` (default) or `:none` - per-record raw deflate,
+      kept only where it saves at least 1/8 of the record.
       `:compressed` (ETS's option) means `compression: :zlib`.
-    * `compression_level: 0..9` - deflate level (default 1).
+    * `compression_level: 0..9` - zlib's level for records over 4 KiB
+      (default 1); shorter ones are deflated by Heft's own fast encoder
+      (fixed Huffman codes), whatever the level.
     * `arena: :memory` (default) or `{:file, dir}` - a memfd in RAM, or a
       file in the existing directory `dir` (mode 0600, removed with the
       table).

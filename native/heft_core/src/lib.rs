@@ -2,7 +2,8 @@
 //! tested, benchmarked and fuzzed without a VM.
 //!
 //! - [`codec`]: the Heft term format (docs/term-format.md).
-//! - [`compress`]: per-record raw deflate.
+//! - [`compress`]: per-record raw deflate; [`deflate`]: the encoder for
+//!   short bodies.
 //! - [`record`]: a record's header, key and body in the arena.
 //! - [`arena`]: the mmap'd region and its size-class allocator.
 //! - [`index`]: the hash index, sorted by hash so walks can resume.
@@ -15,6 +16,7 @@ pub mod arena;
 pub mod atoms;
 pub mod codec;
 pub mod compress;
+pub mod deflate;
 pub mod index;
 pub mod record;
 pub mod table;
