@@ -302,7 +302,11 @@ fn contains_neg_zero(t: Term) -> bool {
                     stack.push(h);
                     rest = tail;
                 }
-                stack.push(rest);
+                // The tail of an improper list; `[]` (itself of type List)
+                // would be pushed again forever.
+                if !rest.is_empty_list() {
+                    stack.push(rest);
+                }
             }
             TermType::Map => {
                 if let Some(it) = MapIterator::new(t) {
