@@ -555,6 +555,81 @@ defmodule Heft do
 
   # --- end of match specifications ----------------------------------------
 
+  # --- Table files (lib/heft/tab_file.ex, format in docs/tab-file.md) ------
+
+  @doc """
+  Writes the table to `filename`: its options (name, type, keypos,
+  protection, compression, whether it is named) and every object, in the
+  checksummed format of docs/tab-file.md. The file is written beside its
+  destination and renamed over it when complete, so `filename` never holds
+  half a table.
+
+  Options:
+
+    * `sync: boolean` - fsync the file before renaming it, and its
+      directory after (default `false`).
+    * `extended_info: list` - accepted for compatibility with
+      `:ets.tab2file/3` and ignored: every file has checksums and an object
+      count.
+
+  Objects are read in chunks while other processes may write: the file
+  holds every object present throughout the call.
+
+  Returns `:ok`, or `{:error, reason}` with a POSIX reason (`:enoent` when
+  the directory does not exist, `:eacces`, `:enospc`...). Raises
+  `ArgumentError` if the table does not exist or the caller may not read
+  it, or for an unknown option.
+  """
+  @spec tab2file(tab, Path.t(), keyword) :: :ok | {:error, File.posix()}
+  def tab2file(tab, filename, opts \\ []) do
+    ref = ref(tab)
+
+    for opt <- opts do
+      case opt do
+        {:sync, b} when is_boolean(b) -> :ok
+        {:extended_info, l} when is_list(l) -> :ok
+        other -> raise ArgumentError, "unknown tab2file option: #{inspect(other)}"
+      end
+    end
+
+    Heft.TabFile.write(ref, filename, opts)
+  end
+
+  @doc """
+  Reads a table written by `tab2file/3` and creates it again, owned by
+  the caller, with its stored options. Returns `{:ok, tab}` (the name for
+  a named table), or `{:error, reason}` without creating anything:
+
+    * a POSIX atom (`:enoent`, `:eacces`, `:eisdir`...) - the file cannot
+      be read.
+    * `:badfile` - not a Heft table file (empty, or no magic).
+    * `{:unsupported_version, v}` - written by a newer format.
+    * `{:truncated, offset}` - the file ends early, inside the frame that
+      starts at byte `offset` or before the end frame.
+    * `{:corrupt, offset}` - the frame at byte `offset` fails its checksum
+      or is malformed.
+    * `:cannot_create_table` - a named table of the stored name exists.
+
+  Options: `arena: :memory | {:file, dir}` for the new table (default
+  `:memory`, as for `new/2`); `verify: boolean` is accepted for
+  compatibility with `:ets.file2tab/2` and ignored, since every frame is
+  always verified.
+  """
+  @spec file2tab(Path.t(), keyword) :: {:ok, tab} | {:error, Heft.TabFile.reason()}
+  def file2tab(filename, opts \\ []) do
+    for opt <- opts do
+      case opt do
+        {:verify, b} when is_boolean(b) -> :ok
+        {:arena, _} -> :ok
+        other -> raise ArgumentError, "unknown file2tab option: #{inspect(other)}"
+      end
+    end
+
+    Heft.TabFile.read(filename, opts)
+  end
+
+  # --- end of table files ---------------------------------------------------
+
   @info_order [
     :name,
     :named_table,

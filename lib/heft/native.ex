@@ -77,4 +77,5 @@ defmodule Heft.Native do
 
   # Match specifications and table files (select.rs, tab_file.rs)
   def select_access(_tab, _write), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def fsync_dir(_path), do: :erlang.nif_error(:heft_nif_not_loaded)
 end

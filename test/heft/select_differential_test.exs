@@ -5,8 +5,8 @@ defmodule Heft.SelectDifferentialTest do
   # on both sides. The seed is ExUnit's (`mix test --seed N` reproduces a
   # run) unless HEFT_MS_SEED is set, and every failure message carries it.
   #
-  #     mix test test/heft/select_differential_test.exs                # ~2,000 specs
-  #     mix test test/heft/select_differential_test.exs --include slow # ~40,000
+  #     mix test test/heft/select_differential_test.exs                # ~10,000 specs
+  #     mix test test/heft/select_differential_test.exs --include slow # ~90,000
   use ExUnit.Case, async: true
 
   alias Heft.Test.MatchSpecGen, as: Gen
@@ -56,7 +56,8 @@ defmodule Heft.SelectDifferentialTest do
         spec = Gen.spec(keypos)
         check(e, h, spec, where)
 
-        if rem(i, 8) == 0, do: check_writes(objects, keypos, spec, Gen.replace_spec(keypos), where)
+        if rem(i, 8) == 0,
+          do: check_writes(objects, keypos, spec, Gen.replace_spec(keypos), where)
       end
 
       :ets.delete(e)
@@ -108,12 +109,12 @@ defmodule Heft.SelectDifferentialTest do
   end
 
   test "random specs give ETS's results" do
-    run(1, 20)
+    run(50, 200)
   end
 
   @tag :slow
   @tag timeout: 600_000
   test "random specs give ETS's results (long run)" do
-    run(200, 200)
+    run(300, 300)
   end
 end

@@ -791,7 +791,10 @@ mod tests {
         );
         let mut nan = vec![tag::FLOAT];
         nan.extend_from_slice(&f64::NAN.to_le_bytes());
-        assert_eq!(decode(&nan, None, &mut ValueBuilder), Err(DecodeError::BadFloat));
+        assert_eq!(
+            decode(&nan, None, &mut ValueBuilder),
+            Err(DecodeError::BadFloat)
+        );
         let mut trailing = good.clone();
         trailing.push(0);
         assert_eq!(

@@ -9,6 +9,7 @@ mod errors;
 mod ops;
 mod resource;
 mod select;
+mod tab_file;
 
 use std::sync::atomic::Ordering;
 
