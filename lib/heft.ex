@@ -61,6 +61,12 @@ defmodule Heft do
   >   `first/next` walk is safe while other processes write.
   > - Only `:set` tables for now. Counters (`update_counter/3,4`) work up
   >   to ±2^127; ETS has no limit.
+  > - `select/2` and its family also look objects up by key when a guard
+  >   pins the key (`[{{:"$1", :_}, [{:==, :"$1", 42}], [:"$_"]}]`, as
+  >   `:ets.fun2ms/1` writes `fn {k, _} when k == 42`); ETS scans the table
+  >   for that and only looks up keys written literally in the head.
+  > - `tab2file/3` writes Heft's own checksummed format (docs/tab-file.md),
+  >   and `file2tab/2` reads only that, not ETS's files.
   > - `:read_concurrency`, `:write_concurrency` and `:decentralized_counters`
   >   are accepted and ignored: readers never block each other, and writers
   >   hold the table's lock only to copy bytes, not to encode or compress.

@@ -106,7 +106,7 @@ defmodule Heft.Select do
     ms = MatchSpec.compile!(spec)
 
     if MatchSpec.counts_all?(spec) do
-      Native.select_access(ref, false)
+      ref |> Native.select_access(false) |> elem(0)
     else
       fold(ref, source(ref, spec, :read), 0, fn objects, n ->
         Enum.reduce(MatchSpec.run(objects, ms), n, fn
@@ -180,7 +180,7 @@ defmodule Heft.Select do
   # Checks access (raising as ETS does even when nothing would match) and
   # plans the walk.
   defp source(ref, spec, access) do
-    _ = Native.select_access(ref, access == :write)
+    {_size, keypos} = Native.select_access(ref, access == :write)
     Process.put(@stats, %{chunks: 0, lookups: 0, objects: 0})
 
     case spec do
@@ -188,7 +188,7 @@ defmodule Heft.Select do
         :done
 
       _ ->
-        case MatchSpec.plan(spec, Native.info(ref).keypos) do
+        case MatchSpec.plan(spec, keypos) do
           {:lookup, keys} -> {:keys, keys}
           :scan -> {:scan, :start}
         end
@@ -248,6 +248,7 @@ defmodule Heft.Select do
   @spec plan(ref, MatchSpec.t()) :: :scan | {:lookup, [term]}
   def plan(ref, spec) do
     _ = MatchSpec.compile!(spec)
-    MatchSpec.plan(spec, Native.info(ref).keypos)
+    {_size, keypos} = Native.select_access(ref, false)
+    MatchSpec.plan(spec, keypos)
   end
 end

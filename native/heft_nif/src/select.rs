@@ -19,11 +19,12 @@ use crate::resource::TableRes;
 variants!(delete_objects_impl => delete_objects, delete_objects_cpu, delete_objects_io (tab, objs));
 variants!(replace_objects_impl => replace_objects, replace_objects_cpu, replace_objects_io (tab, pairs));
 
-/// The table's size, after checking that the caller may read it (or write
-/// it, with `write`): select functions raise as ETS does even when nothing
-/// would match. Reads no record, so it never needs a dirty scheduler.
+/// `{size, keypos}`, after checking that the caller may read the table (or
+/// write it, with `write`): select functions raise as ETS does even when
+/// nothing would match. Reads no record, so it never needs a dirty
+/// scheduler.
 #[rustler::nif]
-fn select_access(env: Env, tab: Term, write: bool) -> NifResult<usize> {
+fn select_access(env: Env, tab: Term, write: bool) -> NifResult<(usize, usize)> {
     let t = resolve(tab)?;
     let allowed = if write {
         t.may_write(env)
@@ -37,7 +38,7 @@ fn select_access(env: Env, tab: Term, write: bool) -> NifResult<usize> {
             "the table is private to its owner"
         }));
     }
-    t.core.len().map_err(errors::core)
+    Ok((t.core.len().map_err(errors::core)?, t.keypos))
 }
 
 /// Opens the table for writing on a dirty scheduler: batches go there at
