@@ -407,31 +407,9 @@ fn delete_object_impl<'a>(
     obj: Term<'a>,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, true);
-    let elems = record_elems(obj, t.keypos)?;
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
-    let k = encoded!(env, enc.key(env, elems[t.keypos - 1]));
-    let wanted = encoded!(env, enc.key(env, obj));
-    let h = t.core.hash(&k);
-    let mut buf = RecordBuf::new();
-    let mut scratch = Vec::new();
-    loop {
-        buf.clear();
-        if !t.core.get(h, &k, &mut buf).map_err(errors::core)? {
-            return Ok(true.encode(env));
-        }
-        let it = buf.items()[0];
-        let stored = decode_item(env, &t, &buf, &it, &mut scratch, &mut Scratch::default())?;
-        // Objects match when their canonical encodings are equal (=:=).
-        if encoded!(env, enc.key(env, stored)) != wanted {
-            return Ok(true.encode(env));
-        }
-        if t.core
-            .replace_if(h, &k, Some((&buf, &it)), None)
-            .map_err(errors::core)?
-        {
-            return Ok(true.encode(env));
-        }
-    }
+    encoded!(env, crate::select::delete_exact(env, &t, &mut enc, obj)?);
+    Ok(true.encode(env))
 }
 
 fn delete_all_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>) -> NifResult<Term<'a>> {

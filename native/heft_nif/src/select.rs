@@ -58,30 +58,42 @@ fn list(objs: Term) -> NifResult<Vec<Term>> {
     objs.decode().map_err(|_| badarg("not a proper list"))
 }
 
-fn encoded<T>(r: Result<T, EncodeError>) -> NifResult<T> {
+/// The value of an encoding, or `Ok(Err(e))` from the enclosing function:
+/// encodings stop (`TooBig` on a budget) before anything is changed.
+macro_rules! enc {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return Ok(Err(e)),
+        }
+    };
+}
+
+/// An encoding error as a NIF error (no budget, so only `Unsupported`).
+fn unbudgeted<T>(r: Result<T, EncodeError>) -> NifResult<T> {
     r.map_err(|_| badarg("a term Heft cannot store"))
 }
 
-/// The record stored under `obj`'s key if it is `obj` exactly: the key's
-/// encoding and hash, and the record copied into `buf`.
+/// What is stored under an object's key.
 struct Seen {
     key: Vec<u8>,
     hash: u64,
+    /// The stored record (copied into the caller's buffer) if it is the
+    /// object exactly.
     item: Option<Item>,
 }
 
-/// Looks `obj` up by its key and copies the stored record into `buf`;
-/// `item` is `None` unless the stored object is `obj` exactly.
+/// Looks `obj` up by its key, copying the stored record into `buf`.
 fn find_exact<'a>(
     env: Env<'a>,
     t: &TableRes,
     enc: &mut TermEncoder,
     obj: Term<'a>,
     buf: &mut RecordBuf,
-) -> NifResult<Seen> {
+) -> NifResult<Result<Seen, EncodeError>> {
     let elems = record_elems(obj, t.keypos)?;
-    let key = encoded(enc.key(env, elems[t.keypos - 1]))?;
-    let wanted = encoded(enc.key(env, obj))?;
+    let key = enc!(enc.key(env, elems[t.keypos - 1]));
+    let wanted = enc!(enc.key(env, obj));
     let hash = t.core.hash(&key);
     buf.clear();
     let mut item = None;
@@ -89,11 +101,37 @@ fn find_exact<'a>(
         let it = buf.items()[0];
         let mut scratch = Vec::new();
         let stored = decode_item(env, t, buf, &it, &mut scratch, &mut Scratch::default())?;
-        if encoded(enc.key(env, stored))? == wanted {
+        if enc!(enc.key(env, stored)) == wanted {
             item = Some(it);
         }
     }
-    Ok(Seen { key, hash, item })
+    Ok(Ok(Seen { key, hash, item }))
+}
+
+/// Deletes `obj` if the table holds it exactly (`=:=`), with a
+/// compare-and-swap so that a concurrent rewrite is never undone; true if
+/// it did. `delete_object/2` and `select_delete/2` share it.
+pub(crate) fn delete_exact<'a>(
+    env: Env<'a>,
+    t: &TableRes,
+    enc: &mut TermEncoder,
+    obj: Term<'a>,
+) -> NifResult<Result<bool, EncodeError>> {
+    let mut buf = RecordBuf::new();
+    loop {
+        let seen = enc!(find_exact(env, t, enc, obj, &mut buf)?);
+        let Some(it) = seen.item else {
+            return Ok(Ok(false));
+        };
+        let swapped = t
+            .core
+            .replace_if(seen.hash, &seen.key, Some((&buf, &it)), None)
+            .map_err(errors::core)?;
+        if swapped {
+            return Ok(Ok(true));
+        }
+        // Rewritten between our read and the swap: look again.
+    }
 }
 
 /// Deletes each object of the list that is in the table exactly as given;
@@ -106,21 +144,10 @@ fn delete_objects_impl<'a>(
 ) -> NifResult<Term<'a>> {
     let t = open_dirty!(env, tab, sched);
     let mut enc = TermEncoder::new(&t.atoms, usize::MAX);
-    let mut buf = RecordBuf::new();
     let mut deleted = 0usize;
     for obj in list(objs)? {
-        loop {
-            let seen = find_exact(env, &t, &mut enc, obj, &mut buf)?;
-            let Some(it) = seen.item else { break };
-            let expected = Some((&buf, &it));
-            if t.core
-                .replace_if(seen.hash, &seen.key, expected, None)
-                .map_err(errors::core)?
-            {
-                deleted += 1;
-                break;
-            }
-            // Rewritten between our read and the swap: look again.
+        if unbudgeted(delete_exact(env, &t, &mut enc, obj)?)? {
+            deleted += 1;
         }
     }
     Ok(deleted.encode(env))
@@ -145,10 +172,10 @@ fn replace_objects_impl<'a>(
         let (new, old): (Term, Term) =
             pair.decode().map_err(|_| badarg("not a {new, old} pair"))?;
         let elems = record_elems(new, t.keypos)?;
-        let rec = encoded(enc.record(env, &elems, t.keypos))?;
+        let rec = unbudgeted(enc.record(env, &elems, t.keypos))?;
         let prepared = t.core.prepare(&rec.key, &rec.body);
         loop {
-            let seen = find_exact(env, &t, &mut enc, old, &mut buf)?;
+            let seen = unbudgeted(find_exact(env, &t, &mut enc, old, &mut buf)?)?;
             if seen.key != rec.key {
                 return Err(badarg("a replacement changes the object's key"));
             }
