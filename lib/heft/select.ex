@@ -117,19 +117,26 @@ defmodule Heft.Select do
     end
   end
 
-  @spec select_delete(ref, MatchSpec.t()) :: non_neg_integer
+  @spec select_delete(ref, MatchSpec.t()) :: non_neg_integer | {:error, atom}
   def select_delete(ref, spec) do
     ms = spec |> tagged() |> MatchSpec.compile!()
 
     fold(ref, source(ref, spec, :write), 0, fn objects, n ->
       case for {true, object} <- MatchSpec.run(objects, ms), do: object do
         [] -> n
-        doomed -> n + call(delete_objects(ref, doomed))
+        doomed -> n + written(call(delete_objects(ref, doomed)))
       end
     end)
+  catch
+    {__MODULE__, error} -> error
   end
 
-  @spec select_replace(ref, MatchSpec.t()) :: non_neg_integer
+  # The result of a write NIF, or a throw of its `{:error, reason}` (a
+  # persistent table's log or a full disk), caught by the public function.
+  defp written({:error, _} = error), do: throw({__MODULE__, error})
+  defp written(result), do: result
+
+  @spec select_replace(ref, MatchSpec.t()) :: non_neg_integer | {:error, atom}
   def select_replace(ref, spec) do
     _ = MatchSpec.compile!(spec)
     %{keypos: keypos} = info = Native.info(ref)
@@ -147,6 +154,8 @@ defmodule Heft.Select do
     fold(ref, source(ref, spec, :write), 0, fn objects, n ->
       n + replace(ref, ms, keypos, MatchSpec.run(objects, ms), @replace_rounds)
     end)
+  catch
+    {__MODULE__, error} -> error
   end
 
   # Replaces each `old` by `new` if `old` is still in the table; an object
@@ -156,7 +165,10 @@ defmodule Heft.Select do
 
   defp replace(ref, ms, keypos, results, rounds) do
     {same, changes} = Enum.split_with(results, fn {new, old} -> new === old end)
-    {replaced, lost} = if changes == [], do: {0, []}, else: call(replace_objects(ref, changes))
+
+    {replaced, lost} =
+      if changes == [], do: {0, []}, else: written(call(replace_objects(ref, changes)))
+
     done = length(same) + replaced
 
     if lost == [] or rounds == 0 do

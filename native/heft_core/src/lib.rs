@@ -10,16 +10,24 @@
 //! - [`table`]: a set table: index + arena behind one lock.
 //! - [`atoms`]: a table's atom dictionary.
 //! - [`accounting`]: the kernel's view of a mapping (smaps).
+//! - [`persist`]: persistent tables: write-ahead log, group commit, dumps
+//!   ([`wal`] frames, [`snapshot`] writing, [`recovery`] loading, [`crc`]);
+//!   formats in docs/persistence-format.md.
 
 pub mod accounting;
 pub mod arena;
 pub mod atoms;
 pub mod codec;
 pub mod compress;
+pub mod crc;
 pub mod deflate;
 pub mod index;
+pub mod persist;
 pub mod record;
+pub mod recovery;
+pub mod snapshot;
 pub mod table;
+pub mod wal;
 
 pub use arena::Backing;
 pub use compress::Compression;

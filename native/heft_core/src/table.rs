@@ -13,7 +13,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::io;
 
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::{
     MappedRwLockReadGuard, MappedRwLockWriteGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
@@ -22,7 +22,7 @@ use parking_lot::{
 use crate::arena::{Arena, Backing};
 use crate::atoms::AtomTable;
 use crate::compress::{self, Codec, Compression};
-use crate::index::{HashIndex, Inserted};
+use crate::index::{HashIndex, Inserted, Slot};
 use crate::record::{self, Header};
 
 /// How to build a table.
@@ -42,16 +42,21 @@ pub struct Options {
 pub enum Error {
     /// The table has been deleted.
     Deleted,
-    /// The arena could not grow (for a file arena: the disk is full). The
-    /// table is unchanged and still readable.
+    /// The arena could not grow (for a file arena: the disk is full), or
+    /// the journal could not log the change. The table is unchanged and
+    /// still readable.
     Io(io::Error),
+    /// The journal refuses writes since a failed fsync (persist.rs); the
+    /// table is unchanged and still readable.
+    Poisoned,
 }
 
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Error::Deleted => write!(f, "the table has been deleted"),
-            Error::Io(e) => write!(f, "arena: {e}"),
+            Error::Io(e) => write!(f, "i/o: {e}"),
+            Error::Poisoned => write!(f, "the table's log failed to sync; reopen it"),
         }
     }
 }
@@ -70,6 +75,50 @@ impl std::error::Error for Error {}
 impl From<io::Error> for Error {
     fn from(e: io::Error) -> Self {
         Error::Io(e)
+    }
+}
+
+// ---- Persistence hook (persist.rs): every change is shown to the journal
+// under the write lock, after its blocks are allocated and before it is
+// applied, so log order is apply order and a change the journal refuses is
+// not applied.
+
+/// One change as the journal sees it.
+#[derive(Clone, Copy, Debug)]
+pub enum Change<'a> {
+    /// A record as stored (header, key, body) replaces any with its key.
+    Put(&'a [u8]),
+    /// The record with this encoded key is removed.
+    Delete(&'a [u8]),
+    /// Every record is removed.
+    Clear,
+}
+
+/// Logs changes before a table applies them (see persist.rs).
+pub trait Journal: Send + Sync {
+    /// Logs `changes`, which the table applies atomically once this returns
+    /// `Ok`. On error the table applies nothing and returns the error.
+    fn log(&self, changes: &[Change<'_>]) -> Result<(), Error>;
+}
+// ---- end of persistence hook
+
+/// Records placed in the arena but not yet indexed, while a table is
+/// loaded in bulk (recovery.rs): [`Table::bulk_put`], then
+/// [`Table::bulk_finish`].
+#[derive(Default)]
+pub struct Bulk {
+    slots: Vec<Slot>,
+}
+
+impl Bulk {
+    /// Records placed and not yet indexed.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// True when nothing waits to be indexed.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
     }
 }
 
@@ -279,6 +328,15 @@ impl State {
         Ok(locs)
     }
 
+    /// Frees blocks `place` filled, when the change is not applied after all.
+    fn unplace(&mut self, recs: &[&Prepared], locs: &[u64]) {
+        for (r, loc) in recs.iter().zip(locs) {
+            self.raw_bytes -= (r.key_len + r.raw_len) as u64;
+            self.stored_bytes -= r.bytes.len() as u64;
+            self.arena.free(*loc);
+        }
+    }
+
     fn link(&mut self, r: &Prepared, loc: u64) {
         let key = r.key();
         let State { index, arena, .. } = self;
@@ -318,6 +376,7 @@ pub struct Table {
     state: RwLock<Option<State>>,
     atoms: Arc<RwLock<AtomTable>>,
     backing: Backing,
+    journal: OnceLock<Arc<dyn Journal>>,
 }
 
 impl Table {
@@ -336,6 +395,7 @@ impl Table {
             })),
             atoms: Arc::new(RwLock::new(AtomTable::new())),
             backing: opts.backing.clone(),
+            journal: OnceLock::new(),
         })
     }
 
@@ -380,6 +440,100 @@ impl Table {
         self.hasher.hash_one(key)
     }
 
+    /// Makes `journal` log every later change (persist.rs). A table has at
+    /// most one journal: false if it had one already.
+    pub fn set_journal(&self, journal: Arc<dyn Journal>) -> bool {
+        self.journal.set(journal).is_ok()
+    }
+
+    fn log(&self, changes: &[Change<'_>]) -> Result<(), Error> {
+        match self.journal.get() {
+            Some(j) => j.log(changes),
+            None => Ok(()),
+        }
+    }
+
+    fn log_puts(&self, recs: &[&Prepared]) -> Result<(), Error> {
+        if self.journal.get().is_none() {
+            return Ok(());
+        }
+        let changes: Vec<Change> = recs.iter().map(|r| Change::Put(&r.bytes)).collect();
+        self.log(&changes)
+    }
+
+    /// Places records read back from disk (header, key, body as stored,
+    /// each checked with `Header::parse` by the caller) in the arena
+    /// without indexing them: nobody may use the table until
+    /// [`Table::bulk_finish`]. Not logged.
+    pub fn bulk_put(&self, recs: &[&[u8]], bulk: &mut Bulk) -> Result<(), Error> {
+        let mut st = self.write()?;
+        for bytes in recs {
+            let h = Header::parse(bytes)
+                .map_err(|e| Error::Io(io::Error::new(io::ErrorKind::InvalidData, e)))?;
+            let loc = st.arena.alloc(bytes.len())?;
+            let dst = st
+                .arena
+                .get_mut(loc, bytes.len())
+                .expect("a block just allocated lies inside the arena");
+            dst.copy_from_slice(bytes);
+            st.raw_bytes += (h.key_len + h.raw_len) as u64;
+            st.stored_bytes += bytes.len() as u64;
+            let key = &bytes[h.key_start()..h.body_start()];
+            bulk.slots.push(Slot {
+                hash: self.hash(key),
+                loc,
+            });
+        }
+        Ok(())
+    }
+
+    /// Indexes what [`Table::bulk_put`] placed; of records with the same
+    /// key, the last placed wins (and replaces one already indexed).
+    pub fn bulk_finish(&self, bulk: &mut Bulk) -> Result<(), Error> {
+        let mut st = self.write()?;
+        // Sorted by (hash, key, placing order): of equal keys the last
+        // placed comes last. Keys are compared only on equal hashes.
+        let mut order: Vec<(Slot, u32)> = std::mem::take(&mut bulk.slots)
+            .into_iter()
+            .zip(0u32..)
+            .collect();
+        {
+            let arena = &st.arena;
+            order.sort_unstable_by(|(a, i), (b, j)| {
+                a.hash.cmp(&b.hash).then_with(|| {
+                    key_in(arena, a.loc)
+                        .cmp(key_in(arena, b.loc))
+                        .then(i.cmp(j))
+                })
+            });
+        }
+        let slots = order.into_iter().map(|(s, _)| s);
+        let mut kept: Vec<Slot> = Vec::with_capacity(slots.len());
+        for s in slots {
+            match kept.last_mut() {
+                Some(last) if last.hash == s.hash && st.key_at(last.loc) == st.key_at(s.loc) => {
+                    let old = std::mem::replace(last, s);
+                    st.release(old.loc);
+                }
+                _ => kept.push(s),
+            }
+        }
+        if st.index.is_empty() {
+            st.index.build_sorted(&kept);
+            return Ok(());
+        }
+        for s in kept {
+            let State { index, arena, .. } = &mut *st;
+            let key = key_in(arena, s.loc);
+            if let Inserted::Replaced(old) =
+                index.insert(s.hash, s.loc, |l| key_in(arena, l).cmp(key))
+            {
+                st.release(old);
+            }
+        }
+        Ok(())
+    }
+
     /// Compresses and frames a record (no lock taken). `body` is the
     /// encoded record, `key` its key's canonical encoding.
     pub fn prepare(&self, key: &[u8], body: &[u8]) -> Prepared {
@@ -406,6 +560,10 @@ impl Table {
         let refs: Vec<&Prepared> = recs.iter().collect();
         let mut st = self.write()?;
         let locs = st.place(&refs)?;
+        if let Err(e) = self.log_puts(&refs) {
+            st.unplace(&refs, &locs);
+            return Err(e);
+        }
         for (r, loc) in recs.iter().zip(locs) {
             st.link(r, loc);
         }
@@ -421,6 +579,10 @@ impl Table {
             return Ok(false);
         }
         let locs = st.place(&refs)?;
+        if let Err(e) = self.log_puts(&refs) {
+            st.unplace(&refs, &locs);
+            return Err(e);
+        }
         for (r, loc) in recs.iter().zip(locs) {
             st.link(r, loc);
         }
@@ -456,6 +618,7 @@ impl Table {
         let Some(pos) = st.find(hash, key) else {
             return Ok(false);
         };
+        self.log(&[Change::Delete(key)])?;
         if let Some(out) = out {
             st.copy_out(pos, out);
         }
@@ -490,10 +653,15 @@ impl Table {
         }
         match (pos, new) {
             (_, Some(new)) => {
-                let loc = st.place(&[new])?[0];
-                st.link(new, loc);
+                let locs = st.place(&[new])?;
+                if let Err(e) = self.log_puts(&[new]) {
+                    st.unplace(&[new], &locs);
+                    return Err(e);
+                }
+                st.link(new, locs[0]);
             }
             (Some(pos), None) => {
+                self.log(&[Change::Delete(key)])?;
                 let slot = st.index.remove_at(pos);
                 st.release(slot.loc);
             }
@@ -505,6 +673,7 @@ impl Table {
     /// Removes every record.
     pub fn clear(&self) -> Result<(), Error> {
         let mut st = self.write()?;
+        self.log(&[Change::Clear])?;
         st.arena.clear()?;
         st.index.clear();
         st.raw_bytes = 0;

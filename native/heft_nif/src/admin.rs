@@ -2,6 +2,7 @@
 //! all, and the figures behind info/1.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use heft_core::{accounting, Backing, Compression, Options, Table};
 use rustler::{Atom, Binary, Encoder, Env, LocalPid, NifResult, ResourceArc, Term};
@@ -68,11 +69,22 @@ fn protection_atom(p: Protection) -> Atom {
     }
 }
 
+/// Table options, as validated by Heft.new/2.
+pub struct NewArgs {
+    pub named: bool,
+    pub protection: Protection,
+    pub keypos: usize,
+    pub heir: Option<Heir>,
+    pub compression: Compression,
+    pub backing: Backing,
+    pub label: String,
+}
+
 /// Options arrive validated by Heft.new/2:
 /// `{named, protection, keypos, heir, compression, arena}` with heir
 /// `:none | {pid, data}`, compression `:none | {:zlib, level}` and arena
 /// `:memory | {:file, dir}`.
-fn new_impl<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>> {
+pub fn parse_new_args<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<NewArgs> {
     type Opts<'b> = (bool, Atom, usize, Term<'b>, Term<'b>, Term<'b>);
     let (named, protection, keypos, heir, compression, arena): Opts<'a> = opts
         .decode()
@@ -104,40 +116,67 @@ fn new_impl<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>>
         Backing::File(PathBuf::from(dir))
     };
     let label = name.to_term(env).atom_to_string().unwrap_or_default();
-    let core = match Table::new(&Options {
-        backing: backing.clone(),
+    Ok(NewArgs {
+        named,
+        protection,
+        keypos,
+        heir,
         compression,
+        backing,
         label,
-    }) {
-        Ok(core) => core,
-        Err(e) => return Err(errors::io_error(&e)),
-    };
+    })
+}
+
+/// Wraps a core table into a registered resource owned by the caller;
+/// returns the table's handle and id. `persist` makes it persistent.
+pub fn install<'a>(
+    env: Env<'a>,
+    name: Atom,
+    args: NewArgs,
+    core: Arc<Table>,
+    persist: Option<crate::persist::PersistRes>,
+) -> NifResult<(Term<'a>, u64)> {
     let owner = env.pid();
     let meta = Meta {
         name,
-        named,
+        named: args.named,
         monitor: None,
-        heir,
+        heir: args.heir,
     };
-    let res = ResourceArc::new(TableRes::new(
+    let mut res = TableRes::new(
         core,
-        keypos,
-        protection,
-        compression,
-        backing,
+        args.keypos,
+        args.protection,
+        args.compression,
+        args.backing,
         owner,
         meta,
-    ));
-    {
-        let mut meta = res.meta.lock();
-        res.set_owner(env, &res, &mut meta, owner);
+    );
+    if let Some(p) = persist {
+        res = res.with_persist(p);
     }
-    if !resource::register(&res, name, named) {
+    let res = ResourceArc::new(res);
+    // The caller is alive: it is making this call.
+    let _ = res.set_owner(env, &res, &mut res.meta.lock(), owner);
+    if !resource::register(&res, name, args.named) {
         resource::delete(&res);
         return Err(badarg("a table with this name already exists"));
     }
     let meta = res.meta.lock();
-    Ok(tab_term(env, &res, &meta))
+    Ok((tab_term(env, &res, &meta), res.id))
+}
+
+fn new_impl<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>> {
+    let args = parse_new_args(env, name, opts)?;
+    let core = match Table::new(&Options {
+        backing: args.backing.clone(),
+        compression: args.compression,
+        label: args.label.clone(),
+    }) {
+        Ok(core) => core,
+        Err(e) => return Err(errors::io_error(&e)),
+    };
+    install(env, name, args, Arc::new(core), None).map(|(tab, _)| tab)
 }
 
 #[rustler::nif]
@@ -151,16 +190,21 @@ fn new_io<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>> {
     new_impl(env, name, opts)
 }
 
+/// Deletes the table. A persistent table answers `:"$heft_io"` instead:
+/// closing it and removing its files is I/O (persist.rs `persist_close_io`).
 #[rustler::nif]
-fn delete_table(env: Env, tab: Term) -> NifResult<bool> {
+fn delete_table<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
     let t = resolve(tab)?;
     if !t.may_write(env) {
         return Err(badarg(
             "only the owner may delete a protected or private table",
         ));
     }
+    if t.persist.is_some() {
+        return Ok(errors::retry_io(env));
+    }
     resource::delete(&t);
-    Ok(true)
+    Ok(true.encode(env))
 }
 
 #[rustler::nif]
@@ -178,7 +222,12 @@ fn give_away<'a>(env: Env<'a>, tab: Term<'a>, pid: Term<'a>, data: Term<'a>) -> 
     }
     let mut meta = t.meta.lock();
     let from = t.owner();
-    t.set_owner(env, &t, &mut meta, pid);
+    if !t.set_owner(env, &t, &mut meta, pid) {
+        // It died since the check above: the table goes with it.
+        drop(meta);
+        resource::delete(&t);
+        return Ok(true);
+    }
     let msg = (atoms::heft_transfer(), tab_term(env, &t, &meta), from, data);
     let _ = env.send(&pid, msg);
     Ok(true)
@@ -200,6 +249,8 @@ fn set_heir<'a>(env: Env<'a>, tab: Term<'a>, heir: Term<'a>) -> NifResult<bool> 
     Ok(true)
 }
 
+/// Renames the table. A named table answers with its new name; an unnamed
+/// one (whose name only shows in info/1) with its identifier, as in ETS.
 #[rustler::nif]
 fn rename<'a>(env: Env<'a>, tab: Term<'a>, name: Atom) -> NifResult<Term<'a>> {
     let t = resolve(tab)?;
@@ -212,7 +263,7 @@ fn rename<'a>(env: Env<'a>, tab: Term<'a>, name: Atom) -> NifResult<Term<'a>> {
     if !resource::rename(&t, &mut meta, name) {
         return Err(badarg("a table with this name already exists"));
     }
-    Ok(name.encode(env))
+    Ok(tab_term(env, &t, &meta))
 }
 
 /// The identifier of the table named `name` (never the name itself), or
@@ -220,7 +271,7 @@ fn rename<'a>(env: Env<'a>, tab: Term<'a>, name: Atom) -> NifResult<Term<'a>> {
 #[rustler::nif]
 fn whereis(env: Env, name: Atom) -> Term {
     match resource::lookup_name(name) {
-        Some(t) => tab_struct(env, &t, name),
+        Some(t) => tab_struct(env, &t),
         None => atoms::undefined().encode(env),
     }
 }

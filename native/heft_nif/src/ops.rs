@@ -7,13 +7,12 @@
 
 use std::cell::RefCell;
 
-use heft_core::codec::{self, Scratch};
 use heft_core::table::{Item, RecordBuf};
 use heft_core::{Backing, Cursor};
 use rustler::types::tuple::get_tuple;
 use rustler::{Atom, Binary, Encoder, Env, NewBinary, NifResult, ResourceArc, Term};
 
-use crate::codec::{EncodeError, EncodedRecord, TermBuilder, TermEncoder, NORMAL_BUDGET};
+use crate::codec::{self, EncodeError, EncodedRecord, TermEncoder, NORMAL_BUDGET};
 use crate::errors::{self, badarg, no_table, retry_cpu, retry_io};
 use crate::resource::{lookup_name, Protection, TableRes};
 
@@ -67,19 +66,41 @@ macro_rules! variants {
         }
     };
 }
-pub(crate) use variants;
 
-variants!(insert_impl => insert, insert_cpu, insert_io (tab, objs));
-variants!(insert_new_impl => insert_new, insert_new_cpu, insert_new_io (tab, objs));
+/// Write operations: as `variants!`, and for a `sync: :commit` table the
+/// result becomes a commit wait (persist.rs).
+macro_rules! write_variants {
+    ($imp:ident => $normal:ident, $cpu:ident, $io:ident ($tab:ident $(, $arg:ident)*)) => {
+        #[rustler::nif]
+        fn $normal<'a>(env: Env<'a>, $tab: Term<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
+            let r = $imp(env, Sched::Normal, $tab, $($arg),*)?;
+            crate::persist::after_write(env, $tab, r)
+        }
+        #[rustler::nif(schedule = "DirtyCpu")]
+        fn $cpu<'a>(env: Env<'a>, $tab: Term<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
+            let r = $imp(env, Sched::Cpu, $tab, $($arg),*)?;
+            crate::persist::after_write(env, $tab, r)
+        }
+        #[rustler::nif(schedule = "DirtyIo")]
+        fn $io<'a>(env: Env<'a>, $tab: Term<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
+            let r = $imp(env, Sched::Io, $tab, $($arg),*)?;
+            crate::persist::after_write(env, $tab, r)
+        }
+    };
+}
+pub(crate) use write_variants;
+
+write_variants!(insert_impl => insert, insert_cpu, insert_io (tab, objs));
+write_variants!(insert_new_impl => insert_new, insert_new_cpu, insert_new_io (tab, objs));
 variants!(lookup_impl => lookup, lookup_cpu, lookup_io (tab, key));
 variants!(lookup_element_impl => lookup_element, lookup_element_cpu, lookup_element_io (tab, key, pos));
 variants!(member_impl => member, member_cpu, member_io (tab, key));
-variants!(take_impl => take, take_cpu, take_io (tab, key));
-variants!(delete_key_impl => delete_key, delete_key_cpu, delete_key_io (tab, key));
-variants!(delete_object_impl => delete_object, delete_object_cpu, delete_object_io (tab, obj));
-variants!(delete_all_impl => delete_all_objects, delete_all_objects_cpu, delete_all_objects_io (tab));
-variants!(update_counter_impl => update_counter, update_counter_cpu, update_counter_io (tab, key, ops, default));
-variants!(update_element_impl => update_element, update_element_cpu, update_element_io (tab, key, ops));
+write_variants!(take_impl => take, take_cpu, take_io (tab, key));
+write_variants!(delete_key_impl => delete_key, delete_key_cpu, delete_key_io (tab, key));
+write_variants!(delete_object_impl => delete_object, delete_object_cpu, delete_object_io (tab, obj));
+write_variants!(delete_all_impl => delete_all_objects, delete_all_objects_cpu, delete_all_objects_io (tab));
+write_variants!(update_counter_impl => update_counter, update_counter_cpu, update_counter_io (tab, key, ops, default));
+write_variants!(update_element_impl => update_element, update_element_cpu, update_element_io (tab, key, ops));
 variants!(first_impl => first, first_cpu, first_io (tab));
 variants!(next_impl => next, next_cpu, next_io (tab, key));
 variants!(chunk_impl => chunk, chunk_cpu, chunk_io (tab, cursor, max));
@@ -106,7 +127,10 @@ pub(crate) fn open<'a>(
     write: bool,
 ) -> NifResult<Result<ResourceArc<TableRes>, Term<'a>>> {
     let t = resolve(tab)?;
-    if sched == Sched::Normal && matches!(t.backing, Backing::File(_)) {
+    // File arenas may page from disk; a persistent table's writes append
+    // to its log (persist.rs): both run on dirty I/O schedulers.
+    let io = matches!(t.backing, Backing::File(_)) || (write && t.persist.is_some());
+    if sched == Sched::Normal && io {
         return Ok(Err(retry_io(env)));
     }
     let allowed = if write {
@@ -171,16 +195,11 @@ pub(crate) fn decode_item<'a>(
     buf: &RecordBuf,
     it: &Item,
     scratch: &mut Vec<u8>,
-    s: &mut Scratch<Term<'a>>,
 ) -> NifResult<Term<'a>> {
     let body = buf
         .body(it, scratch)
         .map_err(|_| badarg("internal error: a stored record does not inflate"))?;
-    let mut b = TermBuilder {
-        env,
-        atoms: &t.atoms,
-    };
-    codec::decode_with(body, Some(buf.key(it)), &mut b, s).map_err(|e| {
+    codec::decode(env, &t.atoms, body, Some(buf.key(it))).map_err(|e| {
         badarg(format!(
             "internal error: a stored record does not decode: {e}"
         ))
@@ -188,11 +207,7 @@ pub(crate) fn decode_item<'a>(
 }
 
 fn decode_key<'a>(env: Env<'a>, t: &TableRes, key: &[u8]) -> NifResult<Term<'a>> {
-    let mut b = TermBuilder {
-        env,
-        atoms: &t.atoms,
-    };
-    codec::decode(key, None, &mut b)
+    codec::decode(env, &t.atoms, key, None)
         .map_err(|e| badarg(format!("internal error: a stored key does not decode: {e}")))
 }
 
@@ -213,16 +228,18 @@ fn objects(objs: Term) -> NifResult<Vec<Term>> {
     if objs.is_tuple() {
         return Ok(vec![objs]);
     }
+    proper_list(objs).ok_or_else(|| badarg("not a tuple or a proper list of tuples"))
+}
+
+/// The elements of a proper list; `None` for anything else.
+fn proper_list(list: Term) -> Option<Vec<Term>> {
     let mut out = Vec::new();
-    let mut rest = objs;
+    let mut rest = list;
     while let Ok((head, tail)) = rest.list_get_cell() {
         out.push(head);
         rest = tail;
     }
-    if !rest.is_empty_list() {
-        return Err(badarg("not a tuple or a proper list of tuples"));
-    }
-    Ok(out)
+    rest.is_empty_list().then_some(out)
 }
 
 fn prepare_all<'a>(
@@ -318,8 +335,8 @@ fn lookup_impl<'a>(
         if it.header.raw_len > sched.decode_budget() && sched == Sched::Normal {
             return Ok(retry_cpu(env));
         }
-        let obj = decode_item(env, &t, buf, &it, scratch, &mut Scratch::default())?;
-        Ok([obj].encode(env))
+        let obj = decode_item(env, &t, buf, &it, scratch)?;
+        Ok(Term::list_new_empty(env).list_prepend(obj))
     })
 }
 
@@ -380,8 +397,8 @@ fn take_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, key: Term<'a>) -> Ni
             return Ok(Term::list_new_empty(env));
         }
         let it = buf.items()[0];
-        let obj = decode_item(env, &t, buf, &it, scratch, &mut Scratch::default())?;
-        Ok([obj].encode(env))
+        let obj = decode_item(env, &t, buf, &it, scratch)?;
+        Ok(Term::list_new_empty(env).list_prepend(obj))
     })
 }
 
@@ -489,7 +506,7 @@ fn rewrite<'a, R>(
         let found = t.core.get(h, &k, &mut buf).map_err(errors::core)?;
         let mut elems = if found {
             let it = buf.items()[0];
-            let obj = decode_item(env, t, &buf, &it, &mut scratch, &mut Scratch::default())?;
+            let obj = decode_item(env, t, &buf, &it, &mut scratch)?;
             get_tuple(obj).map_err(|_| badarg("not a tuple"))?
         } else if let Some(d) = default {
             let mut elems = record_elems(d, t.keypos)?;
@@ -525,18 +542,28 @@ fn update_counter_impl<'a>(
     default: Term<'a>,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, true);
-    let (ops_list, is_list) = if ops.is_list() || ops.is_empty_list() {
-        let v: Vec<Term> = ops.decode().map_err(|_| badarg("not a proper list"))?;
-        (v, true)
+    let (parsed, is_list): (Vec<CounterOp>, bool) = if ops.is_list() {
+        let items = proper_list(ops).ok_or_else(|| badarg("not a proper list of operations"))?;
+        let parsed = items
+            .iter()
+            .map(|o| match o.is_tuple() {
+                true => counter_op(*o, t.keypos),
+                // A bare increment is only allowed on its own, as in ETS.
+                false => Err(badarg("not a counter update operation {Pos, Incr}")),
+            })
+            .collect::<NifResult<_>>()?;
+        (parsed, true)
     } else {
-        (vec![ops], false)
+        (vec![counter_op(ops, t.keypos)?], false)
     };
-    let parsed: Vec<CounterOp> = ops_list
-        .iter()
-        .map(|o| counter_op(*o, t.keypos))
-        .collect::<NifResult<_>>()?;
     let default = match get_tuple(default).as_deref() {
-        Ok([tag, d]) if Atom::from_term(*tag).is_ok_and(|a| a == atoms::default()) => Some(*d),
+        Ok([tag, d]) if Atom::from_term(*tag).is_ok_and(|a| a == atoms::default()) => {
+            if !d.is_tuple() {
+                // ETS refuses a non-tuple default even when the key exists.
+                return Err(badarg("the default object is not a tuple"));
+            }
+            Some(*d)
+        }
         _ => None,
     };
     let keypos = t.keypos;
@@ -577,27 +604,13 @@ fn update_element_impl<'a>(
     ops: Term<'a>,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, true);
-    let ops_list: Vec<Term> = if ops.is_tuple() {
-        vec![ops]
-    } else {
-        ops.decode()
-            .map_err(|_| badarg("not an element update or a list of them"))?
-    };
-    let parsed: Vec<(usize, Term)> = ops_list
-        .iter()
-        .map(|op| match get_tuple(*op).as_deref() {
-            Ok([p, v]) => p
-                .decode::<usize>()
-                .ok()
-                .filter(|p| *p >= 1)
-                .map(|p| (p, *v))
-                .ok_or_else(|| badarg("the position is not a positive integer")),
-            _ => Err(badarg("not an element update {Pos, Value}")),
-        })
-        .collect::<NifResult<_>>()?;
+    // As in ETS, a malformed update is only an error when the key exists:
+    // a missing key answers false whatever the update.
+    let parsed: Result<Vec<(usize, Term)>, &'static str> = element_updates(ops);
     let keypos = t.keypos;
     let outcome = rewrite(env, sched, &t, key, None, |elems| {
-        for (pos, value) in &parsed {
+        let parsed = parsed.as_ref().map_err(|why| badarg(*why))?;
+        for (pos, value) in parsed {
             if *pos == keypos || *pos > elems.len() {
                 return Err(badarg(format!("position {pos} cannot be updated")));
             }
@@ -611,22 +624,61 @@ fn update_element_impl<'a>(
     }
 }
 
+/// `{Pos, Value}` or a proper list of them.
+fn element_updates(ops: Term) -> Result<Vec<(usize, Term)>, &'static str> {
+    let items = if ops.is_tuple() {
+        vec![ops]
+    } else {
+        proper_list(ops).ok_or("not an element update or a proper list of them")?
+    };
+    items
+        .iter()
+        .map(|op| match get_tuple(*op).as_deref() {
+            Ok([p, v]) => p
+                .decode::<usize>()
+                .ok()
+                .filter(|p| *p >= 1)
+                .map(|p| (p, *v))
+                .ok_or("the position is not a positive integer"),
+            _ => Err("not an element update {Pos, Value}"),
+        })
+        .collect()
+}
+
 fn first_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
-    match t.core.first_key().map_err(errors::core)? {
-        Some(k) => decode_key(env, &t, &k),
-        None => Ok(atoms::end_of_table().encode(env)),
-    }
+    let k = t.core.first_key().map_err(errors::core)?;
+    stored_key(env, &t, k)
 }
 
 fn next_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, key: Term<'a>) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
     let k = encoded!(env, enc.key(env, key));
-    match t.core.next_key(t.core.hash(&k), &k).map_err(errors::core)? {
-        Some(k) => decode_key(env, &t, &k),
-        None => Ok(atoms::end_of_table().encode(env)),
+    let next = t.core.next_key(t.core.hash(&k), &k).map_err(errors::core)?;
+    stored_key(env, &t, next)
+}
+
+/// The key a walk returns: decoded from the index's canonical bytes, or,
+/// when those may have turned a -0.0 into 0.0, read from the stored object
+/// itself, so the walk gives back the key exactly as inserted.
+fn stored_key<'a>(env: Env<'a>, t: &TableRes, key: Option<Vec<u8>>) -> NifResult<Term<'a>> {
+    let Some(k) = key else {
+        return Ok(atoms::end_of_table().encode(env));
+    };
+    let canonical = decode_key(env, t, &k)?;
+    if !codec::key_may_be_inexact(canonical) {
+        return Ok(canonical);
     }
+    with_buf(|buf, scratch| {
+        if !t.core.get(t.core.hash(&k), &k, buf).map_err(errors::core)? {
+            return Ok(canonical); // deleted meanwhile: the canonical key will do
+        }
+        let it = buf.items()[0];
+        let obj = decode_item(env, t, buf, &it, scratch)?;
+        let elems = get_tuple(obj).map_err(|_| badarg("not a tuple"))?;
+        Ok(elems.get(t.keypos - 1).copied().unwrap_or(canonical))
+    })
 }
 
 /// `{records, cursor}` after `cursor` (`:start` or a cursor returned
@@ -667,10 +719,9 @@ fn chunk_impl<'a>(
         if sched == Sched::Normal && raw > 2 * budget {
             return Ok(retry_cpu(env));
         }
-        let mut s = Scratch::default();
         let mut records = Vec::with_capacity(buf.len());
         for it in buf.items() {
-            records.push(decode_item(env, &t, buf, it, scratch, &mut s)?);
+            records.push(decode_item(env, &t, buf, it, scratch)?);
         }
         let cursor = match next {
             Some(c) => {

@@ -7,17 +7,16 @@
 //!
 //! [`Table::replace_if`]: heft_core::Table::replace_if
 
-use heft_core::codec::Scratch;
 use heft_core::table::{Item, RecordBuf};
 use rustler::{Encoder, Env, NifResult, Term};
 
 use crate::codec::{EncodeError, TermEncoder};
 use crate::errors::{self, badarg, retry_cpu};
-use crate::ops::{decode_item, open, record_elems, resolve, variants, Sched};
+use crate::ops::{decode_item, open, record_elems, resolve, write_variants, Sched};
 use crate::resource::TableRes;
 
-variants!(delete_objects_impl => delete_objects, delete_objects_cpu, delete_objects_io (tab, objs));
-variants!(replace_objects_impl => replace_objects, replace_objects_cpu, replace_objects_io (tab, pairs));
+write_variants!(delete_objects_impl => delete_objects, delete_objects_cpu, delete_objects_io (tab, objs));
+write_variants!(replace_objects_impl => replace_objects, replace_objects_cpu, replace_objects_io (tab, pairs));
 
 /// `{size, keypos}`, after checking that the caller may read the table (or
 /// write it, with `write`): select functions raise as ETS does even when
@@ -100,7 +99,7 @@ fn find_exact<'a>(
     if t.core.get(hash, &key, buf).map_err(errors::core)? {
         let it = buf.items()[0];
         let mut scratch = Vec::new();
-        let stored = decode_item(env, t, buf, &it, &mut scratch, &mut Scratch::default())?;
+        let stored = decode_item(env, t, buf, &it, &mut scratch)?;
         if enc!(enc.key(env, stored)) == wanted {
             item = Some(it);
         }
