@@ -459,6 +459,37 @@ defmodule Heft.SelectTest do
     end
   end
 
+  describe "file arenas and persistent tables" do
+    @describetag :tmp_dir
+
+    test "a file arena's walks and writes go through dirty I/O schedulers", %{tmp_dir: dir} do
+      e = :ets.new(:file_arena, [:public])
+      h = Heft.new(:file_arena, [:public, arena: {:file, dir}])
+      :ets.insert(e, @objects)
+      Heft.insert(h, @objects)
+      t = {e, h}
+      same(t, fn m, tab -> m.select(tab, [{{:"$1", 3, :_}, [], [:"$1"]}]) end)
+      same(t, fn m, tab -> m.select(tab, [{{77, :_, :_}, [], [:"$_"]}]) end)
+      same(t, fn m, tab -> m.select_delete(tab, [{{:_, 4, :_}, [], [true]}]) end)
+      same(t, fn m, tab -> m.select_replace(tab, [{{:"$1", 2, :_}, [], [{{:"$1", 0, :x}}]}]) end)
+      contents(t)
+    end
+
+    test "deletes and replaces of a persistent table are logged", %{tmp_dir: dir} do
+      dir = Path.join(dir, "persisted")
+      h = Heft.new(:persisted_select, [:public, persist: dir, sync: :commit])
+      Heft.insert(h, @objects)
+      assert Heft.select_delete(h, [{{:_, 4, :_}, [], [true]}]) == 286
+      assert Heft.select_replace(h, [{{:"$1", 2, :_}, [], [{{:"$1", 0, :x}}]}]) == 286
+      expected = Enum.sort(Heft.tab2list(h))
+      assert Heft.close(h) == :ok
+      {:ok, h} = Heft.open(dir)
+      assert Enum.sort(Heft.tab2list(h)) == expected
+      assert Heft.select_count(h, [{{:_, 0, :x}, [], [true]}]) == 286
+      Heft.delete(h)
+    end
+  end
+
   describe "access" do
     test "a private table raises for other processes, a protected one for writes" do
       priv = Heft.new(:priv, [:private])
