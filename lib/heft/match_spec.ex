@@ -153,7 +153,14 @@ defmodule Heft.MatchSpec do
 
   # The value of a guard expression without variables, computed by the VM
   # itself (so every guard function and constructor means what it means to
-  # ETS); :error when it has variables or fails.
+  # ETS); :error when it has variables or fails. Numbers, binaries and
+  # plain atoms stand for themselves.
+  defp constant(expr) when is_number(expr) or is_binary(expr), do: {:ok, expr}
+
+  defp constant(expr) when is_atom(expr) and expr != :_ do
+    if dollar?(expr), do: :error, else: {:ok, expr}
+  end
+
   defp constant(expr) do
     if mentions_dollar?(expr) do
       :error
