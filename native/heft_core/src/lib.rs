@@ -29,6 +29,8 @@ pub mod record;
 pub mod recovery;
 pub mod snapshot;
 pub mod table;
+#[cfg(test)]
+mod testutil;
 pub mod wal;
 
 pub use arena::Backing;
