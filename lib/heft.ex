@@ -258,7 +258,10 @@ defmodule Heft do
     do: raise(ArgumentError, "table type #{inspect(type)} is not supported yet (only :set)")
 
   defp option(:named_table, o), do: %{o | named: true}
-  defp option(p, o) when p in [:public, :protected, :private], do: %{o | protection: p}
+  # As in ETS: :public and :private set the protection (the last one
+  # wins); :protected, the default, changes nothing.
+  defp option(:protected, o), do: o
+  defp option(p, o) when p in [:public, :private], do: %{o | protection: p}
   defp option({:keypos, n}, o) when is_integer(n) and n >= 1, do: %{o | keypos: n}
   defp option({:heir, :none}, o), do: %{o | heir: :none}
 
