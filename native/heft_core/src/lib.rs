@@ -6,7 +6,8 @@
 //!   short bodies.
 //! - [`record`]: a record's header, key and body in the arena.
 //! - [`arena`]: the mmap'd region and its size-class allocator.
-//! - [`index`]: the hash index, sorted by hash so walks can resume.
+//! - [`index`]: the hash index, sorted by hash so walks can resume;
+//!   [`hash`]: its keyed key hash.
 //! - [`table`]: a set table: index + arena behind one lock.
 //! - [`atoms`]: a table's atom dictionary.
 //! - [`accounting`]: the kernel's view of a mapping (smaps).
@@ -21,12 +22,15 @@ pub mod codec;
 pub mod compress;
 pub mod crc;
 pub mod deflate;
+pub mod hash;
 pub mod index;
 pub mod persist;
 pub mod record;
 pub mod recovery;
 pub mod snapshot;
 pub mod table;
+#[cfg(test)]
+mod testutil;
 pub mod wal;
 
 pub use arena::Backing;

@@ -9,7 +9,6 @@
 //! offset and bytes, and retry when another writer got there first.
 
 use std::cmp::Ordering;
-use std::hash::{BuildHasher, RandomState};
 use std::io;
 
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
@@ -22,6 +21,7 @@ use parking_lot::{
 use crate::arena::{Arena, Backing};
 use crate::atoms::AtomTable;
 use crate::compress::{self, Codec, Compression};
+use crate::hash::KeyedHash;
 use crate::index::{HashIndex, Inserted, Slot};
 use crate::record::{self, Header};
 
@@ -381,7 +381,7 @@ fn key_in(arena: &Arena, loc: u64) -> &[u8] {
 
 /// A set table.
 pub struct Table {
-    hasher: RandomState,
+    hasher: KeyedHash,
     compression: Compression,
     state: RwLock<Option<State>>,
     atoms: Arc<RwLock<AtomTable>>,
@@ -395,7 +395,7 @@ impl Table {
         let arena = Arena::new(&opts.backing, &opts.label)?;
         LIVE.fetch_add(1, AtomicOrdering::Relaxed);
         Ok(Table {
-            hasher: RandomState::new(),
+            hasher: KeyedHash::random(),
             compression: opts.compression,
             state: RwLock::new(Some(State {
                 index: HashIndex::new(&opts.label),
@@ -447,7 +447,7 @@ impl Table {
 
     /// The hash of an encoded key.
     pub fn hash(&self, key: &[u8]) -> u64 {
-        self.hasher.hash_one(key)
+        self.hasher.hash(key)
     }
 
     /// Makes `journal` log every later change (persist.rs). A table has at
