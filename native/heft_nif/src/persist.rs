@@ -103,14 +103,17 @@ pub type Waiter = (LocalPid, u64);
 
 static TICKETS: AtomicU64 = AtomicU64::new(1);
 
-fn failure_term<'a>(env: Env<'a>, f: Failure) -> Term<'a> {
-    let reason = match f {
+fn failure_reason(f: Failure) -> Atom {
+    match f {
         Failure::Io(Some(errno)) => errors::posix(&std::io::Error::from_raw_os_error(errno)),
         Failure::Io(None) => atoms::eio(),
         Failure::Poisoned => atoms::poisoned(),
         Failure::Closed => atoms::closed(),
-    };
-    (atoms::error(), reason).encode(env)
+    }
+}
+
+fn failure_term<'a>(env: Env<'a>, f: Failure) -> Term<'a> {
+    (atoms::error(), failure_reason(f)).encode(env)
 }
 
 impl Events for NifEvents {
@@ -396,6 +399,18 @@ pub fn with_room<'a>(
                 return Ok(failure_term(env, f));
             }
         }
+    }
+}
+
+/// Makes room in a persistent table's log (blocking: dirty schedulers
+/// only), for a write that failed with `WouldBlock` inside an operation
+/// that writes several times and so cannot simply be run again from the
+/// start. `Err` carries `{:error, reason}` when the disk is full.
+pub fn make_room(t: &TableRes) -> NifResult<()> {
+    errors::take_would_block();
+    match t.persist.as_ref().map(|p| p.persisted.make_room()) {
+        Some(Err(f)) => Err(rustler::Error::Term(Box::new(failure_reason(f)))),
+        _ => Ok(()),
     }
 }
 

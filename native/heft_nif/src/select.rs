@@ -7,7 +7,7 @@
 //!
 //! [`Table::replace_if`]: heft_core::Table::replace_if
 
-use heft_core::table::{Item, RecordBuf};
+use heft_core::table::{Error as CoreError, Item, RecordBuf};
 use rustler::{Encoder, Env, NifResult, Term};
 
 use crate::codec::{EncodeError, TermEncoder};
@@ -145,7 +145,15 @@ fn delete_objects_impl<'a>(
     let mut enc = TermEncoder::new(&t.atoms, usize::MAX);
     let mut deleted = 0usize;
     for obj in list(objs)? {
-        if unbudgeted(delete_exact(env, &t, &mut enc, obj)?)? {
+        // A log that needs a new segment first: make room here and go on
+        // (running the whole list again would miscount).
+        let done = loop {
+            match delete_exact(env, &t, &mut enc, obj) {
+                Err(_) if errors::take_would_block() => crate::persist::make_room(&t)?,
+                r => break r?,
+            }
+        };
+        if unbudgeted(done)? {
             deleted += 1;
         }
     }
@@ -183,10 +191,16 @@ fn replace_objects_impl<'a>(
                 break;
             };
             let expected = Some((&buf, &it));
-            if t.core
-                .replace_if(seen.hash, &seen.key, expected, Some(&prepared))
-                .map_err(errors::core)?
-            {
+            let swapped = loop {
+                match t
+                    .core
+                    .replace_if(seen.hash, &seen.key, expected, Some(&prepared))
+                {
+                    Err(CoreError::WouldBlock) => crate::persist::make_room(&t)?,
+                    r => break r.map_err(errors::core)?,
+                }
+            };
+            if swapped {
                 replaced += 1;
                 break;
             }
