@@ -3,8 +3,9 @@
 //! and refusing (or, asked to, repairing) damage before it. Formats in
 //! docs/persistence-format.md.
 //!
-//! Loading streams: one frame (at most a few hundred KiB for a snapshot,
-//! one write batch for a log) is in memory at a time besides the table.
+//! Loading streams: a log is replayed one frame (one write batch) at a
+//! time; a snapshot is read by a helper thread at most ten frames (a few
+//! MiB) ahead of the thread that places its records (`load_snapshot`).
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
