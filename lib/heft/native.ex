@@ -34,7 +34,10 @@ defmodule Heft.Native do
     update_element: 3,
     first: 1,
     next: 2,
-    chunk: 3
+    last: 1,
+    prev: 2,
+    chunk: 3,
+    chunk_back: 3
   ]
 
   for {name, arity} <- @ops, variant <- [name, :"#{name}_cpu", :"#{name}_io"] do

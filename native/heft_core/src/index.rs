@@ -153,6 +153,11 @@ impl HashIndex {
         self.slots[pos]
     }
 
+    /// The entry at `pos`, or `None` for an empty slot or past the end.
+    pub fn get(&self, pos: usize) -> Option<Slot> {
+        self.slots.get(pos).filter(|s| !s.is_empty()).copied()
+    }
+
     /// Points the entry at `pos` to a new record offset (same key).
     pub fn set_loc(&mut self, pos: usize, loc: u64) {
         debug_assert!(loc != 0 && !self.slots[pos].is_empty());
@@ -209,22 +214,46 @@ impl HashIndex {
                 }
                 p += 1;
             }
-            // Insert at p: shift the run [p, e) one slot right into the
-            // first empty slot e.
-            let empty = self.slots[p.min(self.slots.len())..]
-                .iter()
-                .position(Slot::is_empty)
-                .map(|i| p + i);
-            match empty {
-                Some(e) => {
-                    self.slots.copy_within(p..e, p + 1);
-                    self.slots[p] = Slot { hash, loc };
-                    self.len += 1;
-                    return Inserted::New;
-                }
-                // The run reaches the end of the tail: grow and retry.
-                None => self.grow(),
+            if self.put_at(p, Slot { hash, loc }) {
+                return Inserted::New;
             }
+            // The run reaches the end of the tail: grow and retry.
+            self.grow();
+        }
+    }
+
+    /// Inserts `hash -> loc` after every entry of an equal key, so that
+    /// the entries of one key (in a bag table) stay in insertion order.
+    pub fn append(&mut self, hash: u64, loc: u64, mut cmp: impl FnMut(u64) -> Ordering) {
+        debug_assert!(loc != 0);
+        if (self.len + 1) * LOAD_DEN > (1usize << self.bits) * LOAD_NUM {
+            self.grow();
+        }
+        loop {
+            let p = self.seek_after(hash, &mut cmp);
+            if self.put_at(p, Slot { hash, loc }) {
+                return;
+            }
+            self.grow();
+        }
+    }
+
+    /// Puts `slot` at `p`, shifting the run `[p, e)` one slot right into
+    /// the first empty slot `e`; false (changing nothing) if the run
+    /// reaches the end of the tail.
+    fn put_at(&mut self, p: usize, slot: Slot) -> bool {
+        let empty = self.slots[p.min(self.slots.len())..]
+            .iter()
+            .position(Slot::is_empty)
+            .map(|i| p + i);
+        match empty {
+            Some(e) => {
+                self.slots.copy_within(p..e, p + 1);
+                self.slots[p] = slot;
+                self.len += 1;
+                true
+            }
+            None => false,
         }
     }
 
@@ -430,6 +459,26 @@ mod tests {
         all.sort_unstable();
         all.dedup();
         assert_eq!(all.len(), seen.len(), "no key is seen twice");
+    }
+
+    #[test]
+    fn appended_entries_of_a_key_stay_together_in_insertion_order() {
+        let mut ix = HashIndex::default();
+        // Locs 1..: key = loc / 1000, so loc says key and arrival.
+        let key = |loc: u64| loc / 1000;
+        for round in 0..40u64 {
+            for k in 0..200u64 {
+                let loc = k * 1000 + round + 1;
+                ix.append(weak_hash(k), loc, |l| key(l).cmp(&k));
+            }
+        }
+        assert_eq!(ix.len(), 8000);
+        for k in 0..200u64 {
+            let p = ix.find(weak_hash(k), |l| key(l).cmp(&k)).unwrap();
+            let run: Vec<u64> = (p..p + 40).map(|q| ix.slot(q).loc).collect();
+            assert_eq!(run, (1..=40).map(|r| k * 1000 + r).collect::<Vec<_>>());
+            assert!(ix.get(p + 40).map_or(true, |s| key(s.loc) != k));
+        }
     }
 
     #[test]

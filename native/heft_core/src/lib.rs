@@ -6,6 +6,9 @@
 //! - [`record`]: a record's header, key and body in the arena.
 //! - [`arena`]: the mmap'd region and its size-class allocator.
 //! - [`index`]: the hash index, sorted by hash so walks can resume.
+//! - [`order`]: Erlang term order over encoded keys.
+//! - [`ordered`]: the ordered index of ordered_set tables.
+//! - [`etf`]: the external-term-format pieces keys embed (pids, funs...).
 //! - [`table`]: a set table: index + arena behind one lock.
 //! - [`atoms`]: a table's atom dictionary.
 //! - [`accounting`]: the kernel's view of a mapping (smaps).
@@ -15,7 +18,10 @@ pub mod arena;
 pub mod atoms;
 pub mod codec;
 pub mod compress;
+pub mod etf;
 pub mod index;
+pub mod order;
+pub mod ordered;
 pub mod record;
 pub mod table;
 

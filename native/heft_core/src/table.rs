@@ -1,12 +1,22 @@
-//! A set table: the hash index and the arena behind one read/write lock.
+//! A table: its key index and the arena behind one read/write lock.
+//!
+//! Four kinds, as in ETS ([`Kind`]): a set and a bag (or duplicate_bag)
+//! keep a hash index (see [`entries`]), a bag several entries a key in
+//! insertion order; an ordered_set keeps an ordered index whose keys
+//! compare in Erlang term order ([`crate::order`]).
 //!
 //! Callers encode and compress outside the lock ([`Table::prepare`]); under
 //! the write lock a change is an arena allocation, a copy and an index
 //! update. Readers copy a record's stored bytes out under the read lock and
 //! decompress and decode after releasing it, so no lock is held while
-//! (de)compressing. Updates that read, compute and write (counters, element
-//! updates) use [`Table::replace_if`], a compare-and-swap on the record's
-//! offset and bytes, and retry when another writer got there first.
+//! (de)compressing (bag inserts may inflate a stored body to compare two
+//! objects, see [`objects`]). Updates that read, compute and write
+//! (counters, element updates) use [`Table::replace_if`], a compare-and-swap
+//! on the record's offset and bytes, and retry when another writer got there
+//! first.
+
+mod entries;
+mod objects;
 
 use std::cmp::Ordering;
 use std::hash::{BuildHasher, RandomState};
@@ -21,9 +31,44 @@ use parking_lot::{
 
 use crate::arena::{Arena, Backing};
 use crate::atoms::AtomTable;
+use crate::codec;
 use crate::compress::{self, Codec, Compression};
-use crate::index::{HashIndex, Inserted};
 use crate::record::{self, Header};
+use entries::{Entries, Order, Pos};
+
+/// A table's kind, with ETS's semantics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// One object a key; keys match (`=:=`).
+    Set,
+    /// One object a key; keys compare equal (`==`, so `1` and `1.0` are one
+    /// key) and are kept in Erlang term order.
+    OrderedSet,
+    /// Any number of objects a key, but no two matching (`=:=`) ones; keys
+    /// match (`=:=`).
+    Bag,
+    /// Any number of objects a key, duplicates kept.
+    DuplicateBag,
+}
+
+impl Kind {
+    /// True for bag and duplicate_bag: several objects a key.
+    pub fn is_bag(self) -> bool {
+        matches!(self, Kind::Bag | Kind::DuplicateBag)
+    }
+}
+
+/// Which way a walk goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// First to last.
+    Forward,
+    /// Last to first: descending keys in an ordered_set; in a hash table
+    /// the keys in the order of `Forward` (as ETS's `last/1` and `prev/2`
+    /// are its `first/1` and `next/2` there), each key's objects last to
+    /// first (as ETS's `foldr/3`).
+    Backward,
+}
 
 /// How to build a table.
 #[derive(Clone, Debug)]
@@ -34,6 +79,8 @@ pub struct Options {
     pub compression: Compression,
     /// Shown in /proc/PID/maps and in file arena names.
     pub label: String,
+    /// The table's kind.
+    pub kind: Kind,
 }
 
 /// What a table operation can fail with.
@@ -79,12 +126,26 @@ pub struct Prepared {
     key_len: usize,
     header_len: usize,
     raw_len: usize,
+    codec: Codec,
     bytes: Vec<u8>,
+    /// Bag kinds: the uncompressed body, when `bytes` holds it compressed.
+    raw: Option<Vec<u8>>,
+    /// Bag kinds, for an object compared ignoring the sign of zero: its
+    /// canonical form with zeros normalized (see [`objects`]).
+    normalized: Option<Vec<u8>>,
 }
 
 impl Prepared {
     fn key(&self) -> &[u8] {
         &self.bytes[self.header_len..self.header_len + self.key_len]
+    }
+
+    fn stored_body(&self) -> &[u8] {
+        &self.bytes[self.header_len + self.key_len..]
+    }
+
+    fn raw_body(&self) -> &[u8] {
+        self.raw.as_deref().unwrap_or_else(|| self.stored_body())
     }
 }
 
@@ -162,6 +223,21 @@ impl RecordBuf {
         }
     }
 
+    /// Reverses each run of records with one key, from item `from` on.
+    fn reverse_runs(&mut self, from: usize) {
+        let mut start = from;
+        while start < self.items.len() {
+            let same = |a: &Item, b: &Item| a.hash == b.hash && self.key(a) == self.key(b);
+            let first = self.items[start];
+            let len = self.items[start..]
+                .iter()
+                .take_while(|it| same(&first, it))
+                .count();
+            self.items[start..start + len].reverse();
+            start += len;
+        }
+    }
+
     fn push(&mut self, hash: u64, loc: u64, header: Header, bytes: &[u8]) {
         let start = self.bytes.len();
         self.bytes.extend_from_slice(bytes);
@@ -188,7 +264,8 @@ pub struct Cursor {
 pub struct Stats {
     /// Records in the table.
     pub size: u64,
-    /// The hash index's slot array (its exact heap allocation).
+    /// The key index: the hash index's slot array, or the ordered index's
+    /// pages in use and directory (see each index's `heap_bytes`).
     pub index_bytes: u64,
     /// Other heap memory: the atom dictionary (estimated from capacities)
     /// and the arena's free lists.
@@ -208,13 +285,13 @@ pub struct Stats {
     pub payload_stored_bytes: u64,
     /// Start address of the arena mapping (to find it in smaps).
     pub arena_address: u64,
-    /// Start address of the index's slot array mapping.
+    /// Start address of the index's mapping (slot array or pages).
     pub index_address: u64,
 }
 
 /// A table's storage. Dropping it frees the index and unmaps the arena.
 pub struct State {
-    index: HashIndex,
+    entries: Entries,
     arena: Arena,
     raw_bytes: u64,
     stored_bytes: u64,
@@ -242,8 +319,37 @@ impl State {
         key_in(&self.arena, loc)
     }
 
-    fn find(&self, hash: u64, key: &[u8]) -> Option<usize> {
-        self.index.find(hash, |loc| self.key_at(loc).cmp(key))
+    /// The first entry of `key` and how many it has.
+    fn find(&self, ord: Order, hash: u64, key: &[u8]) -> Option<(Pos, usize)> {
+        self.entries.find(&self.arena, ord, hash, key)
+    }
+
+    /// Removes every entry of `key`; copies their records to `out` first
+    /// when given. Returns how many there were.
+    fn remove_key(
+        &mut self,
+        ord: Order,
+        hash: u64,
+        key: &[u8],
+        out: Option<&mut RecordBuf>,
+    ) -> usize {
+        let Some((pos, n)) = self.find(ord, hash, key) else {
+            return 0;
+        };
+        if let Some(out) = out {
+            (0..n).for_each(|i| self.copy_out(Entries::nth(pos, i), out));
+        }
+        // A removal may reorganise the index: look the key up again.
+        while let Some((pos, _)) = self.find(ord, hash, key) {
+            self.remove_at(pos);
+        }
+        n
+    }
+
+    /// Removes the entry at `pos` and frees its record.
+    fn remove_at(&mut self, pos: Pos) {
+        let loc = self.entries.remove_at(pos);
+        self.release(loc);
     }
 
     fn release(&mut self, loc: u64) {
@@ -279,19 +385,63 @@ impl State {
         Ok(locs)
     }
 
-    fn link(&mut self, r: &Prepared, loc: u64) {
-        let key = r.key();
-        let State { index, arena, .. } = self;
-        let cmp = |l: u64| key_in(arena, l).cmp(key);
-        if let Inserted::Replaced(old) = index.insert(r.hash, loc, cmp) {
+    /// Indexes the record `r` placed at `loc`: after its key's objects in a
+    /// bag, else replacing the object of an equal key.
+    fn link(&mut self, kind: Kind, ord: Order, r: &Prepared, loc: u64) {
+        let State { entries, arena, .. } = self;
+        if let Some(old) = entries.add(arena, ord, kind.is_bag(), r.hash, r.key(), loc) {
             self.release(old);
         }
     }
 
-    fn copy_out(&self, pos: usize, out: &mut RecordBuf) {
-        let s = self.index.slot(pos);
-        let (h, bytes) = self.record_at(s.loc);
-        out.push(s.hash, s.loc, h, bytes);
+    /// Of `recs`, in order, those a bag stores: each unless an object of
+    /// its key, stored or earlier in `recs`, matches it.
+    fn new_objects<'r>(
+        &self,
+        ord: Order,
+        recs: impl Iterator<Item = &'r Prepared>,
+    ) -> Vec<&'r Prepared> {
+        let mut kept: Vec<&Prepared> = Vec::new();
+        for r in recs {
+            let stored = self.find(ord, r.hash, r.key()).is_some_and(|(pos, n)| {
+                (0..n).any(|i| {
+                    let loc = self.entries.loc(Entries::nth(pos, i));
+                    objects::same_stored(&self.arena, loc, r)
+                })
+            });
+            if !stored && !kept.iter().any(|k| objects::same_prepared(k, r)) {
+                kept.push(r);
+            }
+        }
+        kept
+    }
+
+    /// Places and indexes `recs` in order, all or none; a bag keeps only
+    /// new objects, and takes a batch in reverse order, as ETS does.
+    fn store(&mut self, kind: Kind, ord: Order, recs: &[Prepared]) -> Result<(), Error> {
+        let recs: Vec<&Prepared> = match kind {
+            Kind::Bag => self.new_objects(ord, recs.iter().rev()),
+            _ => recs.iter().collect(),
+        };
+        let locs = self.place(&recs)?;
+        for (r, loc) in recs.iter().zip(locs) {
+            self.link(kind, ord, r, loc);
+        }
+        Ok(())
+    }
+
+    fn copy_out(&self, pos: Pos, out: &mut RecordBuf) {
+        let loc = self.entries.loc(pos);
+        let (h, bytes) = self.record_at(loc);
+        out.push(self.entries.hash(pos), loc, h, bytes);
+    }
+
+    /// True if the entry at `pos` has the key of `out`'s last record.
+    fn continues(&self, pos: Pos, out: &RecordBuf) -> bool {
+        out.items.last().is_some_and(|last| {
+            let loc = self.entries.loc(pos);
+            self.entries.hash(pos) == last.hash && self.key_at(loc) == out.key(last)
+        })
     }
 }
 
@@ -311,10 +461,11 @@ fn key_in(arena: &Arena, loc: u64) -> &[u8] {
     &bytes[h.key_start()..h.body_start()]
 }
 
-/// A set table.
+/// A table.
 pub struct Table {
     hasher: RandomState,
     compression: Compression,
+    kind: Kind,
     state: RwLock<Option<State>>,
     atoms: Arc<RwLock<AtomTable>>,
     backing: Backing,
@@ -328,8 +479,9 @@ impl Table {
         Ok(Table {
             hasher: RandomState::new(),
             compression: opts.compression,
+            kind: opts.kind,
             state: RwLock::new(Some(State {
-                index: HashIndex::new(&opts.label),
+                entries: Entries::new(opts.kind, &opts.label),
                 arena,
                 raw_bytes: 0,
                 stored_bytes: 0,
@@ -380,8 +532,22 @@ impl Table {
         self.hasher.hash_one(key)
     }
 
+    /// The table's kind.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The atom dictionary, read-locked, for an ordered_set, whose keys
+    /// compare by atom names. Always taken after the state lock (the NIF
+    /// takes the dictionary's write lock only while holding neither).
+    fn names(&self) -> Option<RwLockReadGuard<'_, AtomTable>> {
+        (self.kind == Kind::OrderedSet).then(|| self.atoms.read())
+    }
+
     /// Compresses and frames a record (no lock taken). `body` is the
-    /// encoded record, `key` its key's canonical encoding.
+    /// encoded record, `key` its key's canonical encoding. For a bag or
+    /// duplicate_bag, `body` must be written canonically (no
+    /// back-references, maps sorted; see [`codec::canonical`]).
     pub fn prepare(&self, key: &[u8], body: &[u8]) -> Prepared {
         let mut packed = Vec::new();
         let codec = compress::compress(body, self.compression, &mut packed);
@@ -391,48 +557,60 @@ impl Table {
         };
         let mut bytes = Vec::new();
         record::write(&mut bytes, codec, key, stored, body.len());
+        let keep_raw = self.kind.is_bag() && codec != Codec::Raw;
         Prepared {
             hash: self.hash(key),
             key_len: key.len(),
             header_len: record::header_len(codec, key.len(), stored.len(), body.len()),
             raw_len: body.len(),
+            codec,
             bytes,
+            raw: keep_raw.then(|| body.to_vec()),
+            normalized: None,
         }
     }
 
-    /// Inserts all records, replacing equal keys, in order (a later record
-    /// with the same key wins). All or nothing: on error none is inserted.
+    /// [`Table::prepare`] for an object of a bag or duplicate_bag that holds
+    /// a float zero, on a VM where `0.0 =:= -0.0`: it matches objects that
+    /// differ from it only in the sign of zeros.
+    pub fn prepare_ignoring_zero_sign(&self, key: &[u8], body: &[u8]) -> Prepared {
+        let mut p = self.prepare(key, body);
+        p.normalized = codec::canonical(body, Some(key), true).ok();
+        p
+    }
+
+    /// Inserts all records, in order. In a set or ordered_set a record
+    /// replaces the one of an equal key (a later record of a batch wins);
+    /// a duplicate_bag keeps every record; a bag takes the batch in reverse
+    /// order (as ETS does) and skips records whose object matches one of
+    /// its key already there. All or nothing: on error none is inserted.
     pub fn insert(&self, recs: &[Prepared]) -> Result<(), Error> {
-        let refs: Vec<&Prepared> = recs.iter().collect();
         let mut st = self.write()?;
-        let locs = st.place(&refs)?;
-        for (r, loc) in recs.iter().zip(locs) {
-            st.link(r, loc);
-        }
-        Ok(())
+        let names = self.names();
+        st.store(self.kind, order(&names), recs)
     }
 
-    /// Inserts all records if none of their keys is present; returns false
-    /// (inserting nothing) otherwise.
+    /// Inserts all records (as [`Table::insert`]) if none of their keys is
+    /// present; returns false (inserting nothing) otherwise.
     pub fn insert_new(&self, recs: &[Prepared]) -> Result<bool, Error> {
-        let refs: Vec<&Prepared> = recs.iter().collect();
         let mut st = self.write()?;
-        if recs.iter().any(|r| st.find(r.hash, r.key()).is_some()) {
+        let names = self.names();
+        let ord = order(&names);
+        if recs.iter().any(|r| st.find(ord, r.hash, r.key()).is_some()) {
             return Ok(false);
         }
-        let locs = st.place(&refs)?;
-        for (r, loc) in recs.iter().zip(locs) {
-            st.link(r, loc);
-        }
+        st.store(self.kind, ord, recs)?;
         Ok(true)
     }
 
-    /// Copies the record with this key into `out` (appending); false if absent.
+    /// Copies the records with this key into `out` (appending; several in a
+    /// bag, in insertion order); false if there are none.
     pub fn get(&self, hash: u64, key: &[u8], out: &mut RecordBuf) -> Result<bool, Error> {
         let st = self.read()?;
-        Ok(match st.find(hash, key) {
-            Some(pos) => {
-                st.copy_out(pos, out);
+        let names = self.names();
+        Ok(match st.find(order(&names), hash, key) {
+            Some((pos, n)) => {
+                (0..n).for_each(|i| st.copy_out(Entries::nth(pos, i), out));
                 true
             }
             None => false,
@@ -441,11 +619,13 @@ impl Table {
 
     /// True if the key is present.
     pub fn contains(&self, hash: u64, key: &[u8]) -> Result<bool, Error> {
-        Ok(self.read()?.find(hash, key).is_some())
+        let st = self.read()?;
+        let names = self.names();
+        Ok(st.find(order(&names), hash, key).is_some())
     }
 
-    /// Removes the key; copies the removed record into `out` when given.
-    /// Returns whether it was present.
+    /// Removes every record with the key; copies them into `out` when
+    /// given. Returns whether there were any.
     pub fn remove(
         &self,
         hash: u64,
@@ -453,21 +633,38 @@ impl Table {
         out: Option<&mut RecordBuf>,
     ) -> Result<bool, Error> {
         let mut st = self.write()?;
-        let Some(pos) = st.find(hash, key) else {
-            return Ok(false);
-        };
-        if let Some(out) = out {
-            st.copy_out(pos, out);
+        let names = self.names();
+        Ok(st.remove_key(order(&names), hash, key, out) > 0)
+    }
+
+    /// Removes from a bag or duplicate_bag the objects of `r`'s key that
+    /// match `r`'s object (`=:=`): in a bag the one, in a duplicate_bag
+    /// every copy. Returns how many were removed.
+    pub fn remove_object(&self, r: &Prepared) -> Result<usize, Error> {
+        let mut st = self.write()?;
+        let names = self.names();
+        let ord = order(&names);
+        let mut removed = 0;
+        while let Some((pos, n)) = st.find(ord, r.hash, r.key()) {
+            let hit = (0..n).map(|i| Entries::nth(pos, i)).find(|&p| {
+                let loc = st.entries.loc(p);
+                objects::same_stored(&st.arena, loc, r)
+            });
+            let Some(p) = hit else { break };
+            st.remove_at(p);
+            removed += 1;
+            if self.kind != Kind::DuplicateBag {
+                break;
+            }
         }
-        let slot = st.index.remove_at(pos);
-        st.release(slot.loc);
-        Ok(true)
+        Ok(removed)
     }
 
     /// Replaces (or with `new: None`, removes) the record with this key if
     /// it is still the one in `expected` (same offset and bytes), or inserts
     /// `new` if `expected` is `None` and the key is still absent. Returns
     /// false, changing nothing, if another writer changed the key meanwhile.
+    /// For set and ordered_set tables (one record a key).
     pub fn replace_if(
         &self,
         hash: u64,
@@ -476,11 +673,13 @@ impl Table {
         new: Option<&Prepared>,
     ) -> Result<bool, Error> {
         let mut st = self.write()?;
-        let pos = st.find(hash, key);
+        let names = self.names();
+        let ord = order(&names);
+        let pos = st.find(ord, hash, key).map(|(pos, _)| pos);
         let same = match (pos, expected) {
             (None, None) => true,
             (Some(pos), Some((buf, it))) => {
-                let loc = st.index.slot(pos).loc;
+                let loc = st.entries.loc(pos);
                 loc == it.loc && st.record_at(loc).1 == buf.record(it)
             }
             _ => false,
@@ -491,12 +690,9 @@ impl Table {
         match (pos, new) {
             (_, Some(new)) => {
                 let loc = st.place(&[new])?[0];
-                st.link(new, loc);
+                st.link(self.kind, ord, new, loc);
             }
-            (Some(pos), None) => {
-                let slot = st.index.remove_at(pos);
-                st.release(slot.loc);
-            }
+            (Some(pos), None) => st.remove_at(pos),
             (None, None) => {}
         }
         Ok(true)
@@ -506,17 +702,13 @@ impl Table {
     pub fn clear(&self) -> Result<(), Error> {
         let mut st = self.write()?;
         st.arena.clear()?;
-        st.index.clear();
+        st.entries.clear();
         st.raw_bytes = 0;
         st.stored_bytes = 0;
         Ok(())
     }
 
-    /// Copies up to `max_records` records (stopping early once they hold
-    /// `max_raw` bytes of key plus uncompressed body, the measure of what
-    /// decoding them will cost) that come after `after` in walk order
-    /// (from the start when `None`). Returns where to resume, or `None` when
-    /// the walk reached the end.
+    /// [`Table::chunk_in`] forward.
     pub fn chunk(
         &self,
         after: Option<&Cursor>,
@@ -524,29 +716,52 @@ impl Table {
         max_raw: usize,
         out: &mut RecordBuf,
     ) -> Result<Option<Cursor>, Error> {
+        self.chunk_in(Direction::Forward, after, max_records, max_raw, out)
+    }
+
+    /// Copies up to `max_records` records (stopping early once they hold
+    /// `max_raw` bytes of key plus uncompressed body, the measure of what
+    /// decoding them will cost) that come after the key of `after` in walk
+    /// order (from the start when `None`); see [`Direction`]. A bag's key
+    /// is never split between chunks: a chunk takes all of its last key's
+    /// records, beyond the limits if need be. Returns where to resume, or
+    /// `None` when the walk reached the end.
+    pub fn chunk_in(
+        &self,
+        dir: Direction,
+        after: Option<&Cursor>,
+        max_records: usize,
+        max_raw: usize,
+        out: &mut RecordBuf,
+    ) -> Result<Option<Cursor>, Error> {
         let st = self.read()?;
-        let mut p = match after {
-            None => 0,
-            Some(c) => st
-                .index
-                .seek_after(c.hash, |loc| st.key_at(loc).cmp(&c.key)),
+        let names = self.names();
+        let ord = order(&names);
+        let back = dir == Direction::Backward;
+        let (e, a) = (&st.entries, &st.arena);
+        let mut p = match (after, back) {
+            (None, false) => e.first(),
+            (None, true) => e.last(),
+            (Some(c), false) => e.seek_after(a, ord, c.hash, &c.key),
+            (Some(c), true) => e.seek_before(a, ord, c.hash, &c.key),
         };
         let first = out.len();
         let mut raw = 0usize;
-        while out.len() - first < max_records && raw < max_raw {
-            match st.index.next_occupied(p) {
-                Some(q) => {
-                    st.copy_out(q, out);
-                    if let Some(it) = out.items.last() {
-                        raw += it.header.key_len + it.header.raw_len;
-                    }
-                    p = q + 1;
-                }
-                None => return Ok(None),
+        while let Some(pos) = p {
+            let full = out.len() - first >= max_records || raw >= max_raw;
+            if full && !(self.kind.is_bag() && st.continues(pos, out)) {
+                break;
             }
+            st.copy_out(pos, out);
+            if let Some(it) = out.items.last() {
+                raw += it.header.key_len + it.header.raw_len;
+            }
+            p = if back { e.prev(pos) } else { e.next(pos) };
         }
-        // Stopped because the chunk is full: is there anything after it?
-        if st.index.next_occupied(p).is_none() {
+        if back && self.kind.is_bag() {
+            out.reverse_runs(first);
+        }
+        if p.is_none() {
             return Ok(None);
         }
         Ok(out.items.last().map(|last| Cursor {
@@ -555,29 +770,59 @@ impl Table {
         }))
     }
 
+    /// Copies the record at one end of the walk order into `out`: the
+    /// first, or with `Backward` the last (the greatest key of an
+    /// ordered_set; the first of a hash table, as ETS's `last/1`). False
+    /// if the table is empty.
+    pub fn end_record(&self, dir: Direction, out: &mut RecordBuf) -> Result<bool, Error> {
+        let st = self.read()?;
+        let pos = match dir {
+            Direction::Forward => st.entries.first(),
+            Direction::Backward => st.entries.last(),
+        };
+        Ok(pos.map(|pos| st.copy_out(pos, out)).is_some())
+    }
+
+    /// Copies into `out` the first record of the key after (`Forward`) or
+    /// before (`Backward`) `key` in walk order, whether or not `key` is
+    /// still in the table; false at the end. In a hash table both
+    /// directions give the next key, as ETS's `next/2` and `prev/2` do.
+    pub fn step_record(
+        &self,
+        dir: Direction,
+        hash: u64,
+        key: &[u8],
+        out: &mut RecordBuf,
+    ) -> Result<bool, Error> {
+        let st = self.read()?;
+        let names = self.names();
+        let ord = order(&names);
+        let (e, a) = (&st.entries, &st.arena);
+        let pos = match dir {
+            Direction::Forward => e.seek_after(a, ord, hash, key),
+            Direction::Backward => e.seek_before(a, ord, hash, key),
+        };
+        Ok(pos.map(|pos| st.copy_out(pos, out)).is_some())
+    }
+
     /// The first key in walk order.
     pub fn first_key(&self) -> Result<Option<Vec<u8>>, Error> {
-        let st = self.read()?;
-        Ok(st
-            .index
-            .next_occupied(0)
-            .map(|pos| st.key_at(st.index.slot(pos).loc).to_vec()))
+        let mut out = RecordBuf::new();
+        self.end_record(Direction::Forward, &mut out)?;
+        Ok(out.items().first().map(|it| out.key(it).to_vec()))
     }
 
     /// The key after `key` in walk order, whether or not `key` is still in
     /// the table.
     pub fn next_key(&self, hash: u64, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        let st = self.read()?;
-        let p = st.index.seek_after(hash, |loc| st.key_at(loc).cmp(key));
-        Ok(st
-            .index
-            .next_occupied(p)
-            .map(|pos| st.key_at(st.index.slot(pos).loc).to_vec()))
+        let mut out = RecordBuf::new();
+        self.step_record(Direction::Forward, hash, key, &mut out)?;
+        Ok(out.items().first().map(|it| out.key(it).to_vec()))
     }
 
     /// Number of records.
     pub fn len(&self) -> Result<usize, Error> {
-        Ok(self.read()?.index.len())
+        Ok(self.read()?.entries.len())
     }
 
     /// True when the table holds no records.
@@ -589,8 +834,8 @@ impl Table {
     pub fn stats(&self) -> Result<Stats, Error> {
         let st = self.read()?;
         Ok(Stats {
-            size: st.index.len() as u64,
-            index_bytes: st.index.heap_bytes(),
+            size: st.entries.len() as u64,
+            index_bytes: st.entries.heap_bytes(),
             meta_bytes: self.atoms.read().heap_bytes() + st.arena.overhead_bytes(),
             arena_mapped_bytes: st.arena.mapped_bytes(),
             arena_used_bytes: st.arena.used_bytes(),
@@ -599,8 +844,16 @@ impl Table {
             payload_raw_bytes: st.raw_bytes,
             payload_stored_bytes: st.stored_bytes,
             arena_address: st.arena.address() as u64,
-            index_address: st.index.address() as u64,
+            index_address: st.entries.address() as u64,
         })
+    }
+}
+
+/// How keys compare, given the dictionary [`Table::names`] gave.
+fn order<'a>(names: &'a Option<RwLockReadGuard<'_, AtomTable>>) -> Order<'a> {
+    match names {
+        Some(n) => Order::Term(n),
+        None => Order::Bytes,
     }
 }
 
@@ -615,10 +868,15 @@ mod tests {
     use crate::codec::Value;
 
     fn table(compression: Compression) -> Table {
+        table_of(Kind::Set, compression)
+    }
+
+    fn table_of(kind: Kind, compression: Compression) -> Table {
         Table::new(&Options {
             backing: Backing::Memory,
             compression,
             label: "test".into(),
+            kind,
         })
         .unwrap()
     }
@@ -809,5 +1067,257 @@ mod tests {
         assert_eq!((s.size, s.arena_live_bytes, s.payload_raw_bytes), (0, 0, 0));
         assert!(s.arena_used_bytes < 100);
         assert!(t.first_key().unwrap().is_none());
+    }
+
+    fn float_key(f: f64) -> Vec<u8> {
+        Value::Float(f).to_bytes()
+    }
+
+    /// All records as (key, body) in walk order, in chunks of `n`.
+    fn walk(t: &Table, dir: Direction, n: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut cursor = None;
+        loop {
+            let mut buf = RecordBuf::new();
+            let next = t
+                .chunk_in(dir, cursor.as_ref(), n, usize::MAX, &mut buf)
+                .unwrap();
+            let mut scratch = Vec::new();
+            for it in buf.items() {
+                let body = buf.body(it, &mut scratch).unwrap().to_vec();
+                out.push((buf.key(it).to_vec(), body));
+            }
+            match next {
+                Some(c) => cursor = Some(c),
+                None => return out,
+            }
+        }
+    }
+
+    fn all_bodies(t: &Table, k: &[u8]) -> Vec<Vec<u8>> {
+        let mut buf = RecordBuf::new();
+        t.get(t.hash(k), k, &mut buf).unwrap();
+        let mut scratch = Vec::new();
+        buf.items()
+            .iter()
+            .map(|it| buf.body(it, &mut scratch).unwrap().to_vec())
+            .collect()
+    }
+
+    #[test]
+    fn an_ordered_set_walks_in_term_order_both_ways() {
+        let t = table_of(Kind::OrderedSet, Compression::Zlib(1));
+        // Interleaved integers and floats, inserted shuffled.
+        let mut keys: Vec<Vec<u8>> = (0..3000)
+            .map(|i| {
+                if i % 2 == 0 {
+                    key(i * 7919 % 6000 - 3000)
+                } else {
+                    float_key((i * 7919 % 6000 - 3000) as f64 + 0.5)
+                }
+            })
+            .collect();
+        let recs: Vec<Prepared> = keys.iter().map(|k| t.prepare(k, &body(0, 10))).collect();
+        t.insert(&recs).unwrap();
+        let names = |_| "";
+        keys.sort_by(|a, b| crate::order::compare(a, b, names));
+        let fwd: Vec<Vec<u8>> = walk(&t, Direction::Forward, 77)
+            .into_iter()
+            .map(|r| r.0)
+            .collect();
+        assert_eq!(fwd, keys);
+        let mut back: Vec<Vec<u8>> = walk(&t, Direction::Backward, 50)
+            .into_iter()
+            .map(|r| r.0)
+            .collect();
+        back.reverse();
+        assert_eq!(back, keys);
+        // first/last/next/prev, including from keys that are not there.
+        assert_eq!(t.first_key().unwrap().as_ref(), keys.first());
+        let mut last = RecordBuf::new();
+        assert!(t.end_record(Direction::Backward, &mut last).unwrap());
+        assert_eq!(Some(&last.key(&last.items()[0]).to_vec()), keys.last());
+        let k = float_key(10.25);
+        let step = |dir| {
+            let mut out = RecordBuf::new();
+            assert!(t.step_record(dir, 0, &k, &mut out).unwrap());
+            out.key(&out.items()[0]).to_vec()
+        };
+        let (next, prev) = (step(Direction::Forward), step(Direction::Backward));
+        assert_eq!(crate::order::compare(&next, &k, names), Ordering::Greater);
+        assert_eq!(crate::order::compare(&prev, &k, names), Ordering::Less);
+        let i = keys.iter().position(|x| x == &next).unwrap();
+        assert_eq!(keys[i - 1], prev);
+    }
+
+    #[test]
+    fn an_ordered_set_key_compares_with_equality_and_keeps_the_last_key_given() {
+        let t = table_of(Kind::OrderedSet, Compression::None);
+        t.insert(&[t.prepare(&float_key(1.0), &body(1, 1))])
+            .unwrap();
+        t.insert(&[t.prepare(&key(1), &body(2, 1))]).unwrap();
+        assert_eq!(t.len().unwrap(), 1);
+        let mut buf = RecordBuf::new();
+        assert!(t.get(0, &float_key(1.0), &mut buf).unwrap());
+        assert_eq!(buf.key(&buf.items()[0]), key(1).as_slice());
+        assert!(t.contains(0, &key(1)).unwrap());
+        // insert_new sees 1.0 as present; a batch's last equal key wins.
+        assert!(!t
+            .insert_new(&[t.prepare(&float_key(1.0), &body(3, 1))])
+            .unwrap());
+        let batch = [
+            t.prepare(&key(2), &body(4, 1)),
+            t.prepare(&float_key(2.0), &body(5, 1)),
+        ];
+        assert!(t.insert_new(&batch).unwrap());
+        assert_eq!(all_bodies(&t, &key(2)), vec![body(5, 1)]);
+        // A compare-and-swap finds the record by an equal key.
+        let mut seen = RecordBuf::new();
+        t.get(0, &float_key(2.0), &mut seen).unwrap();
+        let it = seen.items()[0];
+        let new = t.prepare(&float_key(2.0), &body(6, 1));
+        assert!(t
+            .replace_if(0, &key(2), Some((&seen, &it)), Some(&new))
+            .unwrap());
+        assert_eq!(all_bodies(&t, &key(2)), vec![body(6, 1)]);
+        assert!(t.remove(0, &float_key(1.0), None).unwrap());
+        assert_eq!(t.len().unwrap(), 1);
+        assert!(t.stats().unwrap().index_bytes >= 4096);
+    }
+
+    #[test]
+    fn an_ordered_set_orders_atoms_by_name_not_id() {
+        let t = table_of(Kind::OrderedSet, Compression::None);
+        let names = ["zebra", "apple", "mango"];
+        for n in names {
+            t.atoms().write().intern(n);
+        }
+        let recs: Vec<Prepared> = (0..3u32)
+            .map(|id| t.prepare(&Value::Atom(id).to_bytes(), &body(0, 0)))
+            .collect();
+        t.insert(&recs).unwrap();
+        let order: Vec<Vec<u8>> = walk(&t, Direction::Forward, 10)
+            .into_iter()
+            .map(|r| r.0)
+            .collect();
+        let want: Vec<Vec<u8>> = [1u32, 2, 0]
+            .iter()
+            .map(|&id| Value::Atom(id).to_bytes())
+            .collect();
+        assert_eq!(order, want);
+    }
+
+    #[test]
+    fn a_bag_keeps_distinct_objects_in_insertion_order() {
+        for compression in [Compression::None, Compression::Zlib(6)] {
+            let t = table_of(Kind::Bag, compression);
+            let k = key(1);
+            let obj = |v: i64| body(v, 100);
+            t.insert(&[t.prepare(&k, &obj(1))]).unwrap();
+            // One batch: taken in reverse order, duplicates dropped.
+            let batch: Vec<Prepared> = [2, 3, 1, 2, 4]
+                .iter()
+                .map(|&v| t.prepare(&k, &obj(v)))
+                .collect();
+            t.insert(&batch).unwrap();
+            assert_eq!(all_bodies(&t, &k), vec![obj(1), obj(4), obj(2), obj(3)]);
+            assert_eq!(t.len().unwrap(), 4);
+            // Re-inserting an object keeps its place.
+            t.insert(&[t.prepare(&k, &obj(2))]).unwrap();
+            assert_eq!(all_bodies(&t, &k), vec![obj(1), obj(4), obj(2), obj(3)]);
+            // insert_new is false once the key has any object.
+            assert!(!t.insert_new(&[t.prepare(&k, &obj(9))]).unwrap());
+            // Objects of other keys stay apart.
+            t.insert(&[t.prepare(&key(2), &obj(1))]).unwrap();
+            assert_eq!(all_bodies(&t, &key(2)), vec![obj(1)]);
+            // remove_object takes the one matching object.
+            assert_eq!(t.remove_object(&t.prepare(&k, &obj(4))).unwrap(), 1);
+            assert_eq!(t.remove_object(&t.prepare(&k, &obj(4))).unwrap(), 0);
+            assert_eq!(all_bodies(&t, &k), vec![obj(1), obj(2), obj(3)]);
+            // remove takes them all, and gives them back in order.
+            let mut out = RecordBuf::new();
+            assert!(t.remove(t.hash(&k), &k, Some(&mut out)).unwrap());
+            assert_eq!(out.len(), 3);
+            assert_eq!(t.len().unwrap(), 1);
+            let s = t.stats().unwrap();
+            assert_eq!(s.size, 1);
+            assert_eq!(s.payload_raw_bytes, (key(2).len() + obj(1).len()) as u64);
+        }
+    }
+
+    #[test]
+    fn a_duplicate_bag_keeps_copies_and_remove_object_takes_them_all() {
+        let t = table_of(Kind::DuplicateBag, Compression::Zlib(1));
+        let k = key(7);
+        let batch: Vec<Prepared> = [1, 2, 1, 1]
+            .iter()
+            .map(|&v| t.prepare(&k, &body(v, 80)))
+            .collect();
+        t.insert(&batch).unwrap();
+        assert_eq!(
+            all_bodies(&t, &k),
+            vec![body(1, 80), body(2, 80), body(1, 80), body(1, 80)]
+        );
+        assert_eq!(t.remove_object(&t.prepare(&k, &body(1, 80))).unwrap(), 3);
+        assert_eq!(all_bodies(&t, &k), vec![body(2, 80)]);
+    }
+
+    #[test]
+    fn a_bag_ignores_the_sign_of_zero_only_when_asked() {
+        let t = table_of(Kind::Bag, Compression::None);
+        let k = key(1);
+        let zero = |f: f64| Value::Tuple(vec![Value::Int(1), Value::Float(f)]).to_bytes();
+        t.insert(&[t.prepare(&k, &zero(-0.0))]).unwrap();
+        // Where 0.0 =:= -0.0 the NIF asks to ignore the sign: a match.
+        t.insert(&[t.prepare_ignoring_zero_sign(&k, &zero(0.0))])
+            .unwrap();
+        assert_eq!(all_bodies(&t, &k), vec![zero(-0.0)], "the first one stays");
+        // Where they differ it does not ask.
+        t.insert(&[t.prepare(&k, &zero(0.0))]).unwrap();
+        assert_eq!(all_bodies(&t, &k), vec![zero(-0.0), zero(0.0)]);
+        assert_eq!(
+            t.remove_object(&t.prepare_ignoring_zero_sign(&k, &zero(0.0)))
+                .unwrap(),
+            1
+        );
+    }
+
+    #[test]
+    fn bag_chunks_never_split_a_key() {
+        let t = table_of(Kind::DuplicateBag, Compression::None);
+        let recs: Vec<Prepared> = (0..300)
+            .flat_map(|k| (0..(k % 5 + 1)).map(move |v| (k, v)))
+            .map(|(k, v)| t.prepare(&key(k), &body(v, 4)))
+            .collect();
+        t.insert(&recs).unwrap();
+        let total = recs.len();
+        let mut cursor = None;
+        let mut seen = Vec::new();
+        loop {
+            let mut buf = RecordBuf::new();
+            let next = t.chunk(cursor.as_ref(), 7, usize::MAX, &mut buf).unwrap();
+            let keys: Vec<Vec<u8>> = buf.items().iter().map(|it| buf.key(it).to_vec()).collect();
+            // A chunk's keys never reappear later.
+            for k in &keys {
+                assert!(!seen.contains(k) || seen.last() == Some(k));
+            }
+            seen.extend(keys);
+            match next {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        assert_eq!(seen.len(), total);
+        let mut distinct = seen.clone();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 300);
+        // first/next visit each key once.
+        let mut k = t.first_key().unwrap().unwrap();
+        let mut n = 1;
+        while let Some(next) = t.next_key(t.hash(&k), &k).unwrap() {
+            k = next;
+            n += 1;
+        }
+        assert_eq!(n, 300);
     }
 }

@@ -11,7 +11,12 @@
 //! Keys are encoded canonically instead: no back-references, map pairs
 //! sorted by their encoded key, and -0.0 written as 0.0 on VMs where
 //! `0.0 =:= -0.0` (OTP 26 and older). Equal keys (`=:=`) then have equal
-//! bytes, which is what the index compares.
+//! bytes, which is what the index compares. Objects of bag tables are
+//! written canonically too, but keep the sign of zero as given (see
+//! heft_core's table/objects.rs for how they are compared).
+//!
+//! Canonical encoding sorts a map's pairs after encoding them, recursing
+//! once per level of maps nested in maps: [`MAX_MAP_DEPTH`] bounds that.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -32,6 +37,11 @@ pub static NEG_ZERO_IS_ZERO: AtomicBool = AtomicBool::new(true);
 /// about 10-20 ns each).
 pub const NORMAL_BUDGET: usize = 40_000;
 
+/// How deep maps may nest in a key or a bag object (each level is a
+/// nested call while encoding; heft_core's comparator, for its part,
+/// follows maps inside map keys at most `order::MAX_MAP_KEY_DEPTH` deep).
+pub const MAX_MAP_DEPTH: u32 = 64;
+
 /// Why a term could not be encoded.
 #[derive(Debug, PartialEq, Eq)]
 pub enum EncodeError {
@@ -39,6 +49,21 @@ pub enum EncodeError {
     TooBig,
     /// A term the format cannot hold (never expected; reported, not hidden).
     Unsupported,
+    /// Maps nested deeper than [`MAX_MAP_DEPTH`] in a key or bag object.
+    TooDeep,
+}
+
+impl EncodeError {
+    /// The `ArgumentError` message for a term that will never be encoded
+    /// (not for `TooBig`, which is a retry).
+    pub fn message(&self) -> String {
+        match self {
+            EncodeError::TooDeep => format!(
+                "maps nested more than {MAX_MAP_DEPTH} deep in a key or a bag object (a Heft limit)"
+            ),
+            _ => "a term Heft cannot store".to_string(),
+        }
+    }
 }
 
 /// Hashes term words (pointers) for the identity map.
@@ -62,6 +87,9 @@ impl Hasher for WordHasher {
     }
 }
 
+/// A map pair's canonical key and value encodings.
+type EncodedPair = (Vec<u8>, Vec<u8>);
+
 type IdentityMap = HashMap<ErlNifTerm, u32, BuildHasherDefault<WordHasher>>;
 
 /// Encodes terms for one table.
@@ -70,6 +98,12 @@ pub struct TermEncoder<'c> {
     /// Work units left; `usize::MAX` on a dirty scheduler.
     pub budget: usize,
     seen: IdentityMap,
+    /// Write -0.0 as given even in canonical mode (bag objects).
+    exact_zero: bool,
+    /// A float zero (either sign) was written since the last `record`.
+    pub saw_zero: bool,
+    /// Canonical maps being encoded, one inside another.
+    map_depth: u32,
 }
 
 /// What `record` produces: the key's canonical encoding and the record's.
@@ -84,6 +118,9 @@ impl<'c> TermEncoder<'c> {
             atoms,
             budget,
             seen: IdentityMap::default(),
+            exact_zero: false,
+            saw_zero: false,
+            map_depth: 0,
         }
     }
 
@@ -102,27 +139,38 @@ impl<'c> TermEncoder<'c> {
 
     /// Encodes a record whose element `keypos` (1-based) is its key. The
     /// caller has checked that `elems` has at least `keypos` elements.
+    /// With `canonical_body` (bag tables) the body has no back-references
+    /// and sorted maps, and keeps the sign of zero.
     pub fn record<'a>(
         &mut self,
         env: Env<'a>,
         elems: &[Term<'a>],
         keypos: usize,
+        canonical_body: bool,
     ) -> Result<EncodedRecord, EncodeError> {
+        self.saw_zero = false;
         let key_term = elems[keypos - 1];
         let key = self.key(env, key_term)?;
         // The key is stored once, outside the body, unless canonical form
         // changed it (-0.0): then the body keeps the exact term.
         let exact = !contains_neg_zero(key_term);
         self.seen.clear();
+        self.exact_zero = true;
         let mut w = Writer::new();
         w.tuple(elems.len());
+        let mut body = Ok(());
         for (i, e) in elems.iter().enumerate() {
             if i == keypos - 1 && exact {
                 w.key();
             } else {
-                self.term(env, *e, &mut w, false)?;
+                body = self.term(env, *e, &mut w, canonical_body);
+                if body.is_err() {
+                    break;
+                }
             }
         }
+        self.exact_zero = false;
+        body?;
         Ok(EncodedRecord { key, body: w.buf })
     }
 
@@ -149,7 +197,9 @@ impl<'c> TermEncoder<'c> {
                 },
                 TermType::Float => {
                     let f: f64 = t.decode().map_err(|_| EncodeError::Unsupported)?;
-                    let normalize = canonical && NEG_ZERO_IS_ZERO.load(Ordering::Relaxed);
+                    self.saw_zero |= f == 0.0;
+                    let normalize =
+                        canonical && !self.exact_zero && NEG_ZERO_IS_ZERO.load(Ordering::Relaxed);
                     w.float(f, normalize);
                 }
                 TermType::Binary => {
@@ -235,6 +285,28 @@ impl<'c> TermEncoder<'c> {
         pairs: &[(Term<'a>, Term<'a>)],
         w: &mut Writer,
     ) -> Result<(), EncodeError> {
+        if self.map_depth >= MAX_MAP_DEPTH {
+            return Err(EncodeError::TooDeep);
+        }
+        self.map_depth += 1;
+        let encoded = self.map_pairs(env, pairs);
+        self.map_depth -= 1;
+        let mut encoded = encoded?;
+        encoded.sort();
+        w.map(encoded.len());
+        for (k, v) in &encoded {
+            w.raw(k);
+            w.raw(v);
+        }
+        Ok(())
+    }
+
+    /// Each pair's canonical key and value encodings.
+    fn map_pairs<'a>(
+        &mut self,
+        env: Env<'a>,
+        pairs: &[(Term<'a>, Term<'a>)],
+    ) -> Result<Vec<EncodedPair>, EncodeError> {
         let mut encoded = Vec::with_capacity(pairs.len());
         for (k, v) in pairs {
             let mut kw = Writer::new();
@@ -243,13 +315,7 @@ impl<'c> TermEncoder<'c> {
             self.term(env, *v, &mut vw, true)?;
             encoded.push((kw.buf, vw.buf));
         }
-        encoded.sort();
-        w.map(encoded.len());
-        for (k, v) in &encoded {
-            w.raw(k);
-            w.raw(v);
-        }
-        Ok(())
+        Ok(encoded)
     }
 
     fn backref(&self, word: ErlNifTerm, w: &mut Writer, canonical: bool) -> bool {
@@ -283,18 +349,25 @@ impl<'c> TermEncoder<'c> {
 /// True if the term holds a float -0.0 anywhere (such a key is stored
 /// exactly in the body, since its canonical form says 0.0).
 fn contains_neg_zero(t: Term) -> bool {
+    contains_float(t, |f| f == 0.0 && f.is_sign_negative())
+}
+
+/// True if the term holds a float zero of either sign on a VM where 0.0
+/// and -0.0 are one key (so a stored key may have lost its sign).
+pub fn contains_zero_float(t: Term) -> bool {
+    contains_float(t, |f| f == 0.0)
+}
+
+/// True if the VM makes 0.0 and -0.0 one key and the term holds a float
+/// for which `pred` holds.
+fn contains_float(t: Term, pred: impl Fn(f64) -> bool) -> bool {
     if !NEG_ZERO_IS_ZERO.load(Ordering::Relaxed) {
         return false;
     }
     let mut stack = vec![t];
     while let Some(t) = stack.pop() {
         match t.get_type() {
-            TermType::Float
-                if t.decode::<f64>()
-                    .is_ok_and(|f| f == 0.0 && f.is_sign_negative()) =>
-            {
-                return true;
-            }
+            TermType::Float if t.decode::<f64>().is_ok_and(&pred) => return true,
             TermType::Tuple => stack.extend(get_tuple(t).unwrap_or_default()),
             TermType::List => {
                 let mut rest = t;
@@ -302,7 +375,11 @@ fn contains_neg_zero(t: Term) -> bool {
                     stack.push(h);
                     rest = tail;
                 }
-                stack.push(rest);
+                // An improper tail; `[]` (a list too) would come back here
+                // forever.
+                if !rest.is_empty_list() {
+                    stack.push(rest);
+                }
             }
             TermType::Map => {
                 if let Some(it) = MapIterator::new(t) {

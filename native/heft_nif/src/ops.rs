@@ -6,14 +6,17 @@
 //! need disk I/O); Heft.Native's callers then call the named variant.
 
 use std::cell::RefCell;
+use std::sync::atomic::Ordering;
 
 use heft_core::codec::{self, Scratch};
-use heft_core::table::{Item, RecordBuf};
-use heft_core::{Backing, Cursor};
+use heft_core::table::{Direction, Item, RecordBuf};
+use heft_core::{Backing, Cursor, Prepared};
 use rustler::types::tuple::get_tuple;
 use rustler::{Atom, Binary, Encoder, Env, NewBinary, NifResult, ResourceArc, Term};
 
-use crate::codec::{EncodeError, EncodedRecord, TermBuilder, TermEncoder, NORMAL_BUDGET};
+use crate::codec::{
+    contains_zero_float, EncodeError, TermBuilder, TermEncoder, NEG_ZERO_IS_ZERO, NORMAL_BUDGET,
+};
 use crate::errors::{self, badarg, no_table, retry_cpu, retry_io};
 use crate::resource::{lookup_name, Protection, TableRes};
 
@@ -81,7 +84,10 @@ variants!(update_counter_impl => update_counter, update_counter_cpu, update_coun
 variants!(update_element_impl => update_element, update_element_cpu, update_element_io (tab, key, ops));
 variants!(first_impl => first, first_cpu, first_io (tab));
 variants!(next_impl => next, next_cpu, next_io (tab, key));
+variants!(last_impl => last, last_cpu, last_io (tab));
+variants!(prev_impl => prev, prev_cpu, prev_io (tab, key));
 variants!(chunk_impl => chunk, chunk_cpu, chunk_io (tab, cursor, max));
+variants!(chunk_back_impl => chunk_back, chunk_back_cpu, chunk_back_io (tab, cursor, max));
 
 /// The table a handle names: a name atom or a resource.
 pub fn resolve(tab: Term) -> NifResult<ResourceArc<TableRes>> {
@@ -138,11 +144,28 @@ macro_rules! encoded {
         match $e {
             Ok(v) => v,
             Err(EncodeError::TooBig) => return Ok(retry_cpu($env)),
-            Err(EncodeError::Unsupported) => {
-                return Err(badarg("a term Heft cannot store"));
-            }
+            Err(e) => return Err(badarg(e.message())),
         }
     };
+}
+
+/// Unwraps an encoding into `Ok(value)`, or `Err(retry marker)`.
+fn retry_or<'a, T>(env: Env<'a>, r: Result<T, EncodeError>) -> NifResult<Result<T, Term<'a>>> {
+    match r {
+        Ok(v) => Ok(Ok(v)),
+        Err(EncodeError::TooBig) => Ok(Err(retry_cpu(env))),
+        Err(e) => Err(badarg(e.message())),
+    }
+}
+
+/// Raises unless the table holds one object a key (set, ordered_set).
+fn single_object(t: &TableRes, op: &str) -> NifResult<()> {
+    if t.core.kind().is_bag() {
+        return Err(badarg(format!(
+            "{op} is not supported on bag and duplicate_bag tables"
+        )));
+    }
+    Ok(())
 }
 
 /// Lists longer than this go straight to a dirty scheduler: encoding them
@@ -186,6 +209,28 @@ fn decode_item<'a>(
     })
 }
 
+/// Decodes every record of `buf` into a list; the retry marker instead if
+/// they hold more than a normal scheduler should decode.
+fn decode_all<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    t: &TableRes,
+    buf: &RecordBuf,
+    scratch: &mut Vec<u8>,
+) -> NifResult<Term<'a>> {
+    let raw: usize = buf.items().iter().map(|it| it.header.raw_len).sum();
+    if sched == Sched::Normal && raw > sched.decode_budget() {
+        return Ok(retry_cpu(env));
+    }
+    let mut s = Scratch::default();
+    let objs = buf
+        .items()
+        .iter()
+        .map(|it| decode_item(env, t, buf, it, scratch, &mut s))
+        .collect::<NifResult<Vec<Term<'a>>>>()?;
+    Ok(objs.encode(env))
+}
+
 fn decode_key<'a>(env: Env<'a>, t: &TableRes, key: &[u8]) -> NifResult<Term<'a>> {
     let mut b = TermBuilder {
         env,
@@ -224,12 +269,34 @@ fn objects(objs: Term) -> NifResult<Vec<Term>> {
     Ok(out)
 }
 
+/// Encodes and compresses one object (its elements checked against the
+/// table's keypos) for the table: canonically for a bag, whose objects
+/// are told apart by their bytes.
+fn prepare_object<'a>(
+    env: Env<'a>,
+    t: &TableRes,
+    elems: &[Term<'a>],
+    enc: &mut TermEncoder,
+) -> Result<Prepared, EncodeError> {
+    let bag = t.core.kind().is_bag();
+    let rec = enc.record(env, elems, t.keypos, bag)?;
+    // Compressing costs about as much as encoding 2 bytes per unit.
+    enc.spend(rec.body.len() / 2)?;
+    Ok(
+        if bag && enc.saw_zero && NEG_ZERO_IS_ZERO.load(Ordering::Relaxed) {
+            t.core.prepare_ignoring_zero_sign(&rec.key, &rec.body)
+        } else {
+            t.core.prepare(&rec.key, &rec.body)
+        },
+    )
+}
+
 fn prepare_all<'a>(
     env: Env<'a>,
     t: &TableRes,
     objs: &[Term<'a>],
     enc: &mut TermEncoder,
-) -> NifResult<Result<Vec<heft_core::Prepared>, Term<'a>>> {
+) -> NifResult<Result<Vec<Prepared>, Term<'a>>> {
     // Check every object before encoding any, so a bad one raises no
     // matter how large the list.
     let all: Vec<Vec<Term<'a>>> = objs
@@ -238,16 +305,10 @@ fn prepare_all<'a>(
         .collect::<NifResult<_>>()?;
     let mut prepared = Vec::with_capacity(all.len());
     for elems in &all {
-        let rec: EncodedRecord = match enc.record(env, elems, t.keypos) {
-            Ok(r) => r,
-            Err(EncodeError::TooBig) => return Ok(Err(retry_cpu(env))),
-            Err(EncodeError::Unsupported) => return Err(badarg("a term Heft cannot store")),
-        };
-        // Compressing costs about as much as encoding 2 bytes per unit.
-        if enc.spend(rec.body.len() / 2).is_err() {
-            return Ok(Err(retry_cpu(env)));
+        match retry_or(env, prepare_object(env, t, elems, enc))? {
+            Ok(p) => prepared.push(p),
+            Err(retry) => return Ok(Err(retry)),
         }
-        prepared.push(t.core.prepare(&rec.key, &rec.body));
     }
     Ok(Ok(prepared))
 }
@@ -310,15 +371,8 @@ fn lookup_impl<'a>(
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
     let k = encoded!(env, enc.key(env, key));
     with_buf(|buf, scratch| {
-        if !t.core.get(t.core.hash(&k), &k, buf).map_err(errors::core)? {
-            return Ok(Term::list_new_empty(env));
-        }
-        let it = buf.items()[0];
-        if it.header.raw_len > sched.decode_budget() && sched == Sched::Normal {
-            return Ok(retry_cpu(env));
-        }
-        let obj = decode_item(env, &t, buf, &it, scratch, &mut Scratch::default())?;
-        Ok([obj].encode(env))
+        t.core.get(t.core.hash(&k), &k, buf).map_err(errors::core)?;
+        decode_all(env, sched, &t, buf, scratch)
     })
 }
 
@@ -335,17 +389,28 @@ fn lookup_element_impl<'a>(
         .filter(|p| *p >= 1)
         .ok_or_else(|| badarg("the position is not a positive integer"))?;
     let found = lookup_impl(env, sched, tab, key)?;
-    let Ok(mut list) = found.into_list_iterator() else {
+    let Ok(objs) = found.decode::<Vec<Term>>() else {
         return Ok(found); // a retry marker
     };
-    let obj = list
-        .next()
-        .ok_or_else(|| badarg("the key does not exist in the table"))?;
-    let elems = get_tuple(obj).map_err(|_| badarg("not a tuple"))?;
-    let elem = elems
-        .get(pos - 1)
-        .ok_or_else(|| badarg(format!("the object has no element {pos}")))?;
-    Ok((*elem,).encode(env))
+    if objs.is_empty() {
+        return Err(badarg("the key does not exist in the table"));
+    }
+    let elems = objs
+        .iter()
+        .map(|obj| {
+            let elems = get_tuple(*obj).map_err(|_| badarg("not a tuple"))?;
+            elems
+                .get(pos - 1)
+                .copied()
+                .ok_or_else(|| badarg(format!("the object has no element {pos}")))
+        })
+        .collect::<NifResult<Vec<Term>>>()?;
+    // A bag answers with the element of each of the key's objects.
+    if resolve(tab)?.core.kind().is_bag() {
+        Ok((elems,).encode(env))
+    } else {
+        Ok((elems[0],).encode(env))
+    }
 }
 
 fn member_impl<'a>(
@@ -367,20 +432,17 @@ fn take_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, key: Term<'a>) -> Ni
     let k = encoded!(env, enc.key(env, key));
     let h = t.core.hash(&k);
     with_buf(|buf, scratch| {
-        // Look first, so a record too large to decode here is taken on a
+        // Look first, so records too large to decode here are taken on a
         // dirty scheduler rather than removed and then decoded here.
         if sched == Sched::Normal && t.core.get(h, &k, buf).map_err(errors::core)? {
-            if buf.items()[0].header.raw_len > sched.decode_budget() {
+            let raw: usize = buf.items().iter().map(|it| it.header.raw_len).sum();
+            if raw > sched.decode_budget() {
                 return Ok(retry_cpu(env));
             }
             buf.clear();
         }
-        if !t.core.remove(h, &k, Some(buf)).map_err(errors::core)? {
-            return Ok(Term::list_new_empty(env));
-        }
-        let it = buf.items()[0];
-        let obj = decode_item(env, &t, buf, &it, scratch, &mut Scratch::default())?;
-        Ok([obj].encode(env))
+        t.core.remove(h, &k, Some(buf)).map_err(errors::core)?;
+        decode_all(env, Sched::Cpu, &t, buf, scratch)
     })
 }
 
@@ -408,6 +470,12 @@ fn delete_object_impl<'a>(
     let t = open!(env, tab, sched, true);
     let elems = record_elems(obj, t.keypos)?;
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
+    if t.core.kind().is_bag() {
+        // Bag objects are stored canonically: the table compares them.
+        let object = encoded!(env, prepare_object(env, &t, &elems, &mut enc));
+        t.core.remove_object(&object).map_err(errors::core)?;
+        return Ok(true.encode(env));
+    }
     let k = encoded!(env, enc.key(env, elems[t.keypos - 1]));
     let wanted = encoded!(env, enc.key(env, obj));
     let h = t.core.hash(&k);
@@ -497,10 +565,9 @@ fn rewrite<'a, R>(
     mut edit: impl FnMut(&mut Vec<Term<'a>>) -> NifResult<R>,
 ) -> NifResult<Result<Option<R>, Term<'a>>> {
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
-    let k = match enc.key(env, key) {
+    let k = match retry_or(env, enc.key(env, key))? {
         Ok(k) => k,
-        Err(EncodeError::TooBig) => return Ok(Err(retry_cpu(env))),
-        Err(EncodeError::Unsupported) => return Err(badarg("a term Heft cannot store")),
+        Err(retry) => return Ok(Err(retry)),
     };
     let h = t.core.hash(&k);
     let mut buf = RecordBuf::new();
@@ -521,10 +588,9 @@ fn rewrite<'a, R>(
         };
         let result = edit(&mut elems)?;
         enc.budget = sched.budget();
-        let rec = match enc.record(env, &elems, t.keypos) {
+        let rec = match retry_or(env, enc.record(env, &elems, t.keypos, false))? {
             Ok(r) => r,
-            Err(EncodeError::TooBig) => return Ok(Err(retry_cpu(env))),
-            Err(EncodeError::Unsupported) => return Err(badarg("a term Heft cannot store")),
+            Err(retry) => return Ok(Err(retry)),
         };
         let new = t.core.prepare(&rec.key, &rec.body);
         let expected = found.then(|| (&buf, &buf.items()[0]));
@@ -546,6 +612,7 @@ fn update_counter_impl<'a>(
     default: Term<'a>,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, true);
+    single_object(&t, "update_counter")?;
     let (ops_list, is_list) = if ops.is_list() || ops.is_empty_list() {
         let v: Vec<Term> = ops.decode().map_err(|_| badarg("not a proper list"))?;
         (v, true)
@@ -598,6 +665,7 @@ fn update_element_impl<'a>(
     ops: Term<'a>,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, true);
+    single_object(&t, "update_element")?;
     let ops_list: Vec<Term> = if ops.is_tuple() {
         vec![ops]
     } else {
@@ -633,31 +701,108 @@ fn update_element_impl<'a>(
 }
 
 fn first_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>) -> NifResult<Term<'a>> {
-    let t = open!(env, tab, sched, false);
-    match t.core.first_key().map_err(errors::core)? {
-        Some(k) => decode_key(env, &t, &k),
-        None => Ok(atoms::end_of_table().encode(env)),
-    }
+    end_key(env, sched, tab, Direction::Forward)
+}
+
+fn last_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>) -> NifResult<Term<'a>> {
+    end_key(env, sched, tab, Direction::Backward)
 }
 
 fn next_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, key: Term<'a>) -> NifResult<Term<'a>> {
+    step_key(env, sched, tab, key, Direction::Forward)
+}
+
+fn prev_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, key: Term<'a>) -> NifResult<Term<'a>> {
+    step_key(env, sched, tab, key, Direction::Backward)
+}
+
+/// The first (or last) key of the walk order, or `:"$end_of_table"`.
+fn end_key<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, dir: Direction) -> NifResult<Term<'a>> {
+    let t = open!(env, tab, sched, false);
+    with_buf(|buf, scratch| {
+        if !t.core.end_record(dir, buf).map_err(errors::core)? {
+            return Ok(atoms::end_of_table().encode(env));
+        }
+        key_of(env, &t, buf, scratch)
+    })
+}
+
+/// The key after (or before) `key`, or `:"$end_of_table"`.
+fn step_key<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    tab: Term<'a>,
+    key: Term<'a>,
+    dir: Direction,
+) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
     let k = encoded!(env, enc.key(env, key));
-    match t.core.next_key(t.core.hash(&k), &k).map_err(errors::core)? {
-        Some(k) => decode_key(env, &t, &k),
-        None => Ok(atoms::end_of_table().encode(env)),
-    }
+    with_buf(|buf, scratch| {
+        let found = t
+            .core
+            .step_record(dir, t.core.hash(&k), &k, buf)
+            .map_err(errors::core)?;
+        if !found {
+            return Ok(atoms::end_of_table().encode(env));
+        }
+        key_of(env, &t, buf, scratch)
+    })
 }
 
-/// `{records, cursor}` after `cursor` (`:start` or a cursor returned
-/// before); the cursor is `:"$end_of_table"` after the last chunk.
+/// The key of the record in `buf`, exactly as inserted: the stored key is
+/// canonical, with -0.0 written as 0.0 where the VM makes them one key, and
+/// such a key is read from the object instead.
+fn key_of<'a>(
+    env: Env<'a>,
+    t: &TableRes,
+    buf: &RecordBuf,
+    scratch: &mut Vec<u8>,
+) -> NifResult<Term<'a>> {
+    let it = buf.items()[0];
+    let key = decode_key(env, t, buf.key(&it))?;
+    if !contains_zero_float(key) {
+        return Ok(key);
+    }
+    let obj = decode_item(env, t, buf, &it, scratch, &mut Scratch::default())?;
+    let elems = get_tuple(obj).map_err(|_| badarg("internal error: a record is not a tuple"))?;
+    elems
+        .get(t.keypos - 1)
+        .copied()
+        .ok_or_else(|| badarg("internal error: a record is shorter than its keypos"))
+}
+
 fn chunk_impl<'a>(
     env: Env<'a>,
     sched: Sched,
     tab: Term<'a>,
     cursor: Term<'a>,
     max: Term<'a>,
+) -> NifResult<Term<'a>> {
+    walk_chunk(env, sched, tab, cursor, max, Direction::Forward)
+}
+
+/// As `chunk`, walking from the last key to the first (descending keys in
+/// an ordered_set; the same order as `chunk` in other tables).
+fn chunk_back_impl<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    tab: Term<'a>,
+    cursor: Term<'a>,
+    max: Term<'a>,
+) -> NifResult<Term<'a>> {
+    walk_chunk(env, sched, tab, cursor, max, Direction::Backward)
+}
+
+/// `{records, cursor}` after `cursor` (`:start` or a cursor returned
+/// before); the cursor is `:"$end_of_table"` after the last chunk.
+fn walk_chunk<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    tab: Term<'a>,
+    cursor: Term<'a>,
+    max: Term<'a>,
+    dir: Direction,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
     let max: usize = max
@@ -678,7 +823,7 @@ fn chunk_impl<'a>(
         let budget = sched.decode_budget();
         let next = t
             .core
-            .chunk(after.as_ref(), max, budget, buf)
+            .chunk_in(dir, after.as_ref(), max, budget, buf)
             .map_err(errors::core)?;
         let raw: usize = buf
             .items()
