@@ -60,6 +60,10 @@ defmodule Heft do
   (a `:duplicate_bag` keeps list order). `info(tab, :size)` counts objects.
   Any term can be a key or a value.
 
+  Walks: in a set or bag, `last/1` is `first/1` and `prev/2` is `next/2`,
+  and `foldr/3` visits keys in `foldl/3`'s order, a bag key's objects last
+  to first, all as in ETS.
+
   A table belongs to the process that created it and is deleted when that
   process exits, unless an heir takes it: the heir then receives
   `{:"HEFT-TRANSFER", tab, from_pid, heir_data}`. `:protected` (the
@@ -75,8 +79,8 @@ defmodule Heft do
   > - `next/2` accepts a key that is no longer in the table and continues
   >   from where it was (ETS raises unless the table is fixed), so a
   >   `first/next` walk is safe while other processes write.
-  > - `prev/2` of a set or bag is `next/2`, and `last/1` is `first/1`, as
-  >   in ETS; `foldr/3` of a set or bag walks in `foldl/3`'s order.
+  > - `foldl/3` calls its function for every object, including one whose
+  >   key is `:"$end_of_table"` (ETS's `foldl` skips that one).
   > - Counters (`update_counter/3,4`) work up to ±2^127; ETS has no limit.
   > - Maps may nest at most 64 deep inside a key or a bag's object
   >   (`ArgumentError` beyond): encoding them canonically recurses.
@@ -122,9 +126,12 @@ defmodule Heft do
     * `{:keypos, n}` - the element that holds the key (default 1).
     * `{:heir, pid, data}` or `{:heir, :none}` (default) - who takes the
       table when the owner exits.
-    * `compression: :zlib` (default) or `:none` - per-record raw deflate.
+    * `compression: :zlib` (default) or `:none` - per-record raw deflate,
+      kept only where it saves at least 1/8 of the record.
       `:compressed` (ETS's option) means `compression: :zlib`.
-    * `compression_level: 0..9` - deflate level (default 1).
+    * `compression_level: 0..9` - zlib's level for records over 4 KiB
+      (default 1); shorter ones are deflated by Heft's own fast encoder
+      (fixed Huffman codes), whatever the level.
     * `arena: :memory` (default) or `{:file, dir}` - a memfd in RAM, or a
       file in the existing directory `dir` (mode 0600, removed with the
       table).
@@ -139,6 +146,10 @@ defmodule Heft do
   def new(name, opts \\ [])
 
   def new(name, opts) when is_atom(name) and is_list(opts) do
+    unless proper_list?(opts) do
+      raise ArgumentError, "Heft.new/2 expects a proper list of options, got: #{inspect(opts)}"
+    end
+
     o = Enum.reduce(opts, default_options(), &option/2)
     compression = if o.compression == :none, do: :none, else: {:zlib, o.level}
 
@@ -169,6 +180,10 @@ defmodule Heft do
     raise ArgumentError,
           "Heft.new/2 expects an atom name and a list of options, got: #{inspect(name)}, #{inspect(opts)}"
   end
+
+  defp proper_list?([]), do: true
+  defp proper_list?([_ | rest]), do: proper_list?(rest)
+  defp proper_list?(_), do: false
 
   defp default_options do
     %{
@@ -595,9 +610,13 @@ defmodule Heft do
 
   def info(_tab, item), do: raise(ArgumentError, "unknown info item: #{inspect(item)}")
 
+  # info/1,2 answer :undefined for a table that no longer exists, and raise
+  # for what cannot name a table at all, as ETS does.
   defp safe_ref(%Heft.Table{ref: ref}), do: {:ok, ref}
   defp safe_ref(name) when is_atom(name), do: {:ok, name}
-  defp safe_ref(_), do: :error
+
+  defp safe_ref(other),
+    do: raise(ArgumentError, "not a Heft table identifier or name: #{inspect(other)}")
 
   defp native_info(ref) do
     map = Native.info(ref)
@@ -624,6 +643,9 @@ defmodule Heft do
   @spec whereis(atom) :: Heft.Table.t() | :undefined
   def whereis(name) when is_atom(name), do: Native.whereis(name)
 
+  def whereis(name),
+    do: raise(ArgumentError, "whereis/1 needs an atom, got: #{inspect(name)}")
+
   @doc "Every table of this node, like `:ets.all/0`."
   @spec all() :: [tab]
   def all, do: Native.all()
@@ -639,8 +661,13 @@ defmodule Heft do
   def give_away(_tab, pid, _data),
     do: raise(ArgumentError, "give_away/3 needs a pid, got: #{inspect(pid)}")
 
-  @doc "Renames the table; returns the new name."
-  @spec rename(tab, atom) :: atom
+  @doc """
+  Renames the table. A named table is then found by its new name only, and
+  `rename/2` returns that name; renaming an unnamed table changes only its
+  `info(tab, :name)` and returns the table. Raises `ArgumentError` if a
+  named table already has that name (including this table itself).
+  """
+  @spec rename(tab, atom) :: tab
   def rename(tab, name) when is_atom(name), do: Native.rename(ref(tab), name)
 
   def rename(_tab, name),

@@ -136,21 +136,23 @@ defmodule Heft.Memory do
       process's pages in swap.
     * `:os_pid`: the OS process.
     * `:mappings`: resident memory by kind of mapping, from
-      `/proc/self/smaps`: `%{heft_arena: m, file: m, anonymous: m}` with
-      `m = %{count, size, rss, dirty, swap}` (`:size` is the mapped address
-      space). `:heft_arena`: Heft memory arenas (`/memfd:heft:*`) and file
-      arenas (`heft-*.arena`); `:file`: other files (beam.smp, libraries,
-      NIFs); `:anonymous`: heap, stacks and anonymous mmaps, where ERTS
-      allocators and Heft's index live. nil if smaps cannot be read.
+      `/proc/self/smaps`: `%{heft_arena: m, heft_index: m, file: m,
+      anonymous: m}` with `m = %{count, size, rss, dirty, swap}` (`:size`
+      is the mapped address space). `:heft_arena`: Heft memory arenas
+      (`/memfd:heft:*`) and file arenas (`heft-*.arena`); `:heft_index`:
+      Heft's index slot arrays (`/memfd:heft-index:*`); `:file`: other files
+      (beam.smp, libraries, NIFs); `:anonymous`: heap, stacks and anonymous
+      mmaps, where ERTS allocators live. nil if smaps cannot be read.
     * `:heft`: Heft's native memory summed over its tables (`:tables`,
-      `:memory`, `:index_bytes`, `:arena_mapped_bytes`, `:arena_live_bytes`,
+      `:memory`, `:index_bytes`, `:index_resident_bytes`,
+      `:arena_mapped_bytes`, `:arena_live_bytes`,
       `:arena_resident_bytes`, `:arena_dirty_bytes`, `:arena_swap_bytes`,
       each as `Heft.info/1` defines it; a figure Heft could not read counts
       as 0), or nil when Heft is not loaded.
     * `:parts`: the RSS split so it adds up exactly:
       `%{erlang: e, heft_index: i, heft_arenas: a, unexplained: u}` with
       `e + i + a + u == rss`. `e` is `:erlang.memory(:total)`, `i` the Heft
-      index, `a` the arenas' resident bytes, `u` the rest: allocator free
+      indexes' resident bytes, `a` the arenas' resident bytes, `u` the rest: allocator free
       space, code and library pages, thread stacks, other NIFs. `u` may be
       negative when the VM has allocated memory it never touched (allocated
       is not resident). nil when RSS cannot be read.

@@ -278,7 +278,8 @@ defmodule Heft.Report do
 
   defp mappings(%{mappings: m} = n) do
     "resident: anonymous #{b(m.anonymous.rss)}, files #{b(m.file.rss)}, " <>
-      "heft arenas #{b(m.heft_arena.rss)}; swap #{b(n.swap)}; word #{n.word_size} bytes"
+      "heft arenas #{b(m.heft_arena.rss)}, heft indexes #{b(m.heft_index.rss)}; " <>
+      "swap #{b(n.swap)}; word #{n.word_size} bytes"
   end
 
   defp heft(nil), do: "heft: not loaded on this node (its figures are unavailable)"

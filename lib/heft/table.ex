@@ -9,14 +9,22 @@ defmodule Heft.Table do
   table.
   """
 
-  @enforce_keys [:name, :ref]
-  defstruct [:name, :ref]
+  @enforce_keys [:ref]
+  defstruct [:ref]
 
-  @type t :: %__MODULE__{name: atom, ref: reference}
+  @type t :: %__MODULE__{ref: reference}
 
   defimpl Inspect do
-    def inspect(%Heft.Table{name: name, ref: ref}, _opts) do
-      "#Heft.Table<" <> Kernel.inspect(name) <> ", " <> Kernel.inspect(ref) <> ">"
+    # Shows the table's current name (it can change with Heft.rename/2), or
+    # that it has been deleted.
+    def inspect(%Heft.Table{ref: ref} = tab, _opts) do
+      name =
+        case Heft.info(tab, :name) do
+          :undefined -> "deleted"
+          name -> Kernel.inspect(name)
+        end
+
+      "#Heft.Table<" <> name <> ", " <> Kernel.inspect(ref) <> ">"
     end
   end
 end

@@ -34,7 +34,7 @@ defmodule Heft.MemoryTest do
     test "the resident bytes by mapping kind cover the RSS" do
       n = Memory.node()
       m = n.mappings
-      sum = m.anonymous.rss + m.file.rss + m.heft_arena.rss
+      sum = m.anonymous.rss + m.file.rss + m.heft_arena.rss + m.heft_index.rss
       assert_in_delta sum, n.rss, n.rss * 0.05
     end
 
@@ -66,6 +66,7 @@ defmodule Heft.MemoryTest do
 
     test "kind/1" do
       assert Beam.kind("/memfd:heft:users (deleted)") == :heft_arena
+      assert Beam.kind("/memfd:heft-index:users (deleted)") == :heft_index
       assert Beam.kind("/srv/x/heft-00ff.arena") == :heft_arena
       assert Beam.kind("/srv/x/heft-00ff.arena (deleted)") == :heft_arena
       assert Beam.kind("/srv/x/notheft.arena") == :file

@@ -51,7 +51,8 @@ defmodule Heft.Memory.Beam do
 
   # Resident bytes by kind of mapping. A Heft memory arena is a memfd named
   # "heft:<table>" (shown as "/memfd:heft:<table> (deleted)"); a file arena
-  # is a file named heft-*.arena. nil when smaps cannot be read.
+  # is a file named heft-*.arena; a table's index is a memfd named
+  # "heft-index:<table>". nil when smaps cannot be read.
   defp mappings(source) do
     with text when is_binary(text) <- Source.read!(source, "/proc/self/smaps") do
       text |> Proc.smaps() |> classify()
@@ -62,7 +63,9 @@ defmodule Heft.Memory.Beam do
   def classify(mappings) do
     empty = %{count: 0, size: 0, rss: 0, dirty: 0, swap: 0}
 
-    Enum.reduce(mappings, %{heft_arena: empty, file: empty, anonymous: empty}, fn m, acc ->
+    kinds = %{heft_arena: empty, heft_index: empty, file: empty, anonymous: empty}
+
+    Enum.reduce(mappings, kinds, fn m, acc ->
       f = m.fields
 
       add = %{
@@ -80,6 +83,7 @@ defmodule Heft.Memory.Beam do
   @doc false
   def kind(nil), do: :anonymous
   def kind("/memfd:heft:" <> _), do: :heft_arena
+  def kind("/memfd:heft-index:" <> _), do: :heft_index
   # [heap], [stack], [vdso], [anon:name] and the like.
   def kind("[" <> _), do: :anonymous
 
@@ -96,6 +100,7 @@ defmodule Heft.Memory.Beam do
       tables: length(tables),
       memory: sum.(:memory),
       index_bytes: sum.(:index_bytes),
+      index_resident_bytes: sum.(:index_resident_bytes),
       arena_mapped_bytes: sum.(:arena_mapped_bytes),
       arena_live_bytes: sum.(:arena_live_bytes),
       arena_resident_bytes: sum.(:arena_resident_bytes),
@@ -107,7 +112,7 @@ defmodule Heft.Memory.Beam do
   defp parts(nil, _erlang, _heft), do: nil
 
   defp parts(rss, erlang_total, heft) do
-    index = (heft && heft.index_bytes) || 0
+    index = (heft && heft.index_resident_bytes) || 0
     arenas = (heft && heft.arena_resident_bytes) || 0
 
     %{

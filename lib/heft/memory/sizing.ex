@@ -174,10 +174,12 @@ defmodule Heft.Memory.Sizing do
 
   defp ratio(_, _), do: nil
 
-  # Index bytes of a table holding `n` records, by the rule above.
+  # Index bytes of a table holding `n` records, by the rule above (the slot
+  # array is a mapping of its own, so whole pages).
   defp index_bytes(n) do
     cap = Stream.iterate(@min_home_slots, &(&1 * 2)) |> Enum.find(&(n <= @max_load * &1))
-    (cap + min(cap, @max_tail_slots)) * @slot_bytes
+    bytes = (cap + min(cap, @max_tail_slots)) * @slot_bytes
+    div(bytes + 4095, 4096) * 4096
   end
 
   defp shares(entry, host, headroom) do

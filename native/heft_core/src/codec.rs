@@ -64,6 +64,8 @@ pub enum DecodeError {
     BadLength(u64),
     /// Bytes left after the term.
     TrailingBytes(usize),
+    /// A float that is NaN or infinite (the BEAM has none).
+    BadFloat,
     /// The builder refused a value (for example an unreadable ETF piece).
     Builder(&'static str),
 }
@@ -78,6 +80,7 @@ impl fmt::Display for DecodeError {
             DecodeError::UnexpectedKey => write!(f, "key placeholder where no key is expected"),
             DecodeError::BadLength(n) => write!(f, "count {n} exceeds the bytes left"),
             DecodeError::TrailingBytes(n) => write!(f, "{n} bytes after the term"),
+            DecodeError::BadFloat => write!(f, "a float that is NaN or infinite"),
             DecodeError::Builder(why) => write!(f, "{why}"),
         }
     }
@@ -416,7 +419,11 @@ fn decode_inner<B: Builder>(
                 let raw = r.bytes(8)?;
                 let mut a = [0u8; 8];
                 a.copy_from_slice(raw);
-                (Some(b.float(f64::from_le_bytes(a))?), None)
+                let f = f64::from_le_bytes(a);
+                if !f.is_finite() {
+                    return Err(DecodeError::BadFloat);
+                }
+                (Some(b.float(f)?), None)
             }
             tag::ATOM => {
                 let id = u32::try_from(r.varint()?).map_err(|_| DecodeError::BadVarint)?;
@@ -901,6 +908,12 @@ mod tests {
         assert_eq!(
             decode(&[0x0b], None, &mut ValueBuilder),
             Err(DecodeError::BadTag(0x0b))
+        );
+        let mut nan = vec![tag::FLOAT];
+        nan.extend_from_slice(&f64::NAN.to_le_bytes());
+        assert_eq!(
+            decode(&nan, None, &mut ValueBuilder),
+            Err(DecodeError::BadFloat)
         );
         let mut trailing = good.clone();
         trailing.push(0);

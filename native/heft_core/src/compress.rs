@@ -1,6 +1,8 @@
-//! Record body compression: raw deflate (RFC 1951, no zlib header) through
-//! flate2, with one compressor and one decompressor kept per thread so a
-//! record costs a reset rather than an allocation.
+//! Record body compression: raw deflate (RFC 1951, no zlib header). Bodies
+//! up to [`SMALL_LEN`] bytes are deflated by our own fixed-Huffman encoder
+//! (deflate.rs: no per-call table reset, which is what makes zlib slow on
+//! short inputs); longer ones by flate2 (zlib-rs), one compressor per
+//! thread. Everything is inflated by flate2, one decompressor per thread.
 //!
 //! A body is only stored compressed when that saves space: tiny bodies and
 //! incompressible ones are stored as they are (see [`Codec`]).
@@ -47,6 +49,9 @@ thread_local! {
     static INFLATE: RefCell<Option<Decompress>> = const { RefCell::new(None) };
 }
 
+/// Bodies up to this length go to the fixed-Huffman encoder.
+pub const SMALL_LEN: usize = 4096;
+
 /// Bodies longer than this are first tried on a prefix of this length;
 /// if the prefix does not shrink, the body is stored raw without deflating
 /// all of it (random bytes, already-compressed data).
@@ -61,6 +66,14 @@ pub fn compress(raw: &[u8], mode: Compression, out: &mut Vec<u8>) -> Codec {
         Compression::Zlib(level) if raw.len() >= MIN_COMPRESS_LEN => level.min(9),
         _ => return Codec::Raw,
     };
+    if raw.len() <= SMALL_LEN {
+        let budget = raw.len() - raw.len() / 8;
+        if crate::deflate::compress(raw, out, budget) {
+            return Codec::Deflate;
+        }
+        out.clear();
+        return Codec::Raw;
+    }
     if raw.len() > 2 * PROBE_LEN {
         let probe = &raw[..PROBE_LEN];
         if !deflate(probe, level, out) || !worth_it(probe.len(), out.len()) {

@@ -2,14 +2,15 @@
 //! tested, benchmarked and fuzzed without a VM.
 //!
 //! - [`codec`]: the Heft term format (docs/term-format.md).
-//! - [`compress`]: per-record raw deflate.
+//! - [`compress`]: per-record raw deflate; [`deflate`]: the encoder for
+//!   short bodies.
 //! - [`record`]: a record's header, key and body in the arena.
 //! - [`arena`]: the mmap'd region and its size-class allocator.
 //! - [`index`]: the hash index, sorted by hash so walks can resume.
 //! - [`order`]: Erlang term order over encoded keys.
 //! - [`ordered`]: the ordered index of ordered_set tables.
 //! - [`etf`]: the external-term-format pieces keys embed (pids, funs...).
-//! - [`table`]: a set table: index + arena behind one lock.
+//! - [`table`]: a table of any ETS kind: index + arena behind one lock.
 //! - [`atoms`]: a table's atom dictionary.
 //! - [`accounting`]: the kernel's view of a mapping (smaps).
 
@@ -18,6 +19,7 @@ pub mod arena;
 pub mod atoms;
 pub mod codec;
 pub mod compress;
+pub mod deflate;
 pub mod etf;
 pub mod index;
 pub mod order;

@@ -436,6 +436,12 @@ impl State {
         out.push(self.entries.hash(pos), loc, h, bytes);
     }
 
+    /// Copies out the record whose key a walk reports for the key at `pos`:
+    /// that key's last entry (ETS reports a bag key's last object's key).
+    fn copy_key_record(&self, pos: Pos, out: &mut RecordBuf) {
+        self.copy_out(self.entries.last_of_key(&self.arena, pos), out);
+    }
+
     /// True if the entry at `pos` has the key of `out`'s last record.
     fn continues(&self, pos: Pos, out: &RecordBuf) -> bool {
         out.items.last().is_some_and(|last| {
@@ -770,23 +776,25 @@ impl Table {
         }))
     }
 
-    /// Copies the record at one end of the walk order into `out`: the
-    /// first, or with `Backward` the last (the greatest key of an
-    /// ordered_set; the first of a hash table, as ETS's `last/1`). False
-    /// if the table is empty.
+    /// Copies into `out` the record that gives the key at one end of the
+    /// walk order: the first, or with `Backward` the last (the greatest key
+    /// of an ordered_set; the first of a hash table, as ETS's `last/1`).
+    /// In a bag that is the key's last object, whose key ETS reports (they
+    /// differ where `0.0 =:= -0.0`). False if the table is empty.
     pub fn end_record(&self, dir: Direction, out: &mut RecordBuf) -> Result<bool, Error> {
         let st = self.read()?;
         let pos = match dir {
             Direction::Forward => st.entries.first(),
             Direction::Backward => st.entries.last(),
         };
-        Ok(pos.map(|pos| st.copy_out(pos, out)).is_some())
+        Ok(pos.map(|pos| st.copy_key_record(pos, out)).is_some())
     }
 
-    /// Copies into `out` the first record of the key after (`Forward`) or
-    /// before (`Backward`) `key` in walk order, whether or not `key` is
-    /// still in the table; false at the end. In a hash table both
-    /// directions give the next key, as ETS's `next/2` and `prev/2` do.
+    /// Copies into `out` the record that gives the key after (`Forward`) or
+    /// before (`Backward`) `key` in walk order (as [`Table::end_record`]),
+    /// whether or not `key` is still in the table; false at the end. In a
+    /// hash table both directions give the next key, as ETS's `next/2` and
+    /// `prev/2` do.
     pub fn step_record(
         &self,
         dir: Direction,
@@ -802,7 +810,7 @@ impl Table {
             Direction::Forward => e.seek_after(a, ord, hash, key),
             Direction::Backward => e.seek_before(a, ord, hash, key),
         };
-        Ok(pos.map(|pos| st.copy_out(pos, out)).is_some())
+        Ok(pos.map(|pos| st.copy_key_record(pos, out)).is_some())
     }
 
     /// The first key in walk order.

@@ -158,10 +158,8 @@ fn new_impl<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>>
         owner,
         meta,
     ));
-    {
-        let mut meta = res.meta.lock();
-        res.set_owner(env, &res, &mut meta, owner);
-    }
+    // The caller is alive: it is making this call.
+    let _ = res.set_owner(env, &res, &mut res.meta.lock(), owner);
     if !resource::register(&res, name, named) {
         resource::delete(&res);
         return Err(badarg("a table with this name already exists"));
@@ -208,7 +206,12 @@ fn give_away<'a>(env: Env<'a>, tab: Term<'a>, pid: Term<'a>, data: Term<'a>) -> 
     }
     let mut meta = t.meta.lock();
     let from = t.owner();
-    t.set_owner(env, &t, &mut meta, pid);
+    if !t.set_owner(env, &t, &mut meta, pid) {
+        // It died since the check above: the table goes with it.
+        drop(meta);
+        resource::delete(&t);
+        return Ok(true);
+    }
     let msg = (atoms::heft_transfer(), tab_term(env, &t, &meta), from, data);
     let _ = env.send(&pid, msg);
     Ok(true)
@@ -230,6 +233,8 @@ fn set_heir<'a>(env: Env<'a>, tab: Term<'a>, heir: Term<'a>) -> NifResult<bool> 
     Ok(true)
 }
 
+/// Renames the table. A named table answers with its new name; an unnamed
+/// one (whose name only shows in info/1) with its identifier, as in ETS.
 #[rustler::nif]
 fn rename<'a>(env: Env<'a>, tab: Term<'a>, name: Atom) -> NifResult<Term<'a>> {
     let t = resolve(tab)?;
@@ -242,7 +247,7 @@ fn rename<'a>(env: Env<'a>, tab: Term<'a>, name: Atom) -> NifResult<Term<'a>> {
     if !resource::rename(&t, &mut meta, name) {
         return Err(badarg("a table with this name already exists"));
     }
-    Ok(name.encode(env))
+    Ok(tab_term(env, &t, &meta))
 }
 
 /// The identifier of the table named `name` (never the name itself), or
@@ -250,7 +255,7 @@ fn rename<'a>(env: Env<'a>, tab: Term<'a>, name: Atom) -> NifResult<Term<'a>> {
 #[rustler::nif]
 fn whereis(env: Env, name: Atom) -> Term {
     match resource::lookup_name(name) {
-        Some(t) => tab_struct(env, &t, name),
+        Some(t) => tab_struct(env, &t),
         None => atoms::undefined().encode(env),
     }
 }

@@ -17,17 +17,27 @@
 //!
 //! Canonical encoding sorts a map's pairs after encoding them, recursing
 //! once per level of maps nested in maps: [`MAX_MAP_DEPTH`] bounds that.
+//!
+//! Both directions are on every lookup's and insert's path, so they avoid
+//! allocating: the walk stacks, the identity map and the decoder's scratch
+//! space are borrowed from a per-thread pool and given back, and terms are
+//! built with `enif_make_*_from_array` straight from the decoder's stack
+//! (rustler's wrappers copy every tuple and map into a fresh Vec first).
+//! That takes a few `unsafe` blocks, each with its reason.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use heft_core::codec::{Builder, DecodeError, Writer};
-use rustler::sys::ErlNifTerm;
-use rustler::types::tuple::{get_tuple, make_tuple};
+use heft_core::codec::{decode_with, Builder, DecodeError, Scratch, Writer};
+use rustler::sys::{self, ErlNifTerm};
 use rustler::{Atom, Binary, Encoder, Env, MapIterator, NewBinary, Term, TermType};
 
 use crate::resource::AtomCache;
+
+/// A term as the VM passes it around: one machine word.
+type Word = ErlNifTerm;
 
 /// Whether -0.0 and 0.0 are the same key (`0.0 =:= -0.0`), set at load.
 pub static NEG_ZERO_IS_ZERO: AtomicBool = AtomicBool::new(true);
@@ -90,7 +100,63 @@ impl Hasher for WordHasher {
 /// A map pair's canonical key and value encodings.
 type EncodedPair = (Vec<u8>, Vec<u8>);
 
-type IdentityMap = HashMap<ErlNifTerm, u32, BuildHasherDefault<WordHasher>>;
+type IdentityMap = HashMap<Word, u32, BuildHasherDefault<WordHasher>>;
+
+/// Buffers lent to encoders and decoders on this thread. Each is taken
+/// (leaving an empty one) and given back when done, so nested users (a key
+/// decoded inside a record) simply get a fresh, empty buffer.
+#[derive(Default)]
+struct Pool {
+    stack: Vec<Word>,
+    items: Vec<Word>,
+    seen: IdentityMap,
+    scratch: Scratch<Word>,
+    keys: Vec<Word>,
+    values: Vec<Word>,
+}
+
+thread_local! {
+    static POOL: RefCell<Pool> = RefCell::new(Pool::default());
+}
+
+fn take<T: Default>(field: fn(&mut Pool) -> &mut T) -> T {
+    POOL.with(|p| std::mem::take(field(&mut p.borrow_mut())))
+}
+
+fn give<T>(field: fn(&mut Pool) -> &mut T, value: T) {
+    POOL.with(|p| *field(&mut p.borrow_mut()) = value);
+}
+
+/// A term of `env` again, from the word of a term that lives in `env`.
+///
+/// # Safety
+/// `word` must be the word of a term of `env` that is alive for `'a`: a
+/// term passed to the current NIF call, one reached from such a term, or
+/// one built in `env` during the call.
+unsafe fn term_of<'a>(env: Env<'a>, word: Word) -> Term<'a> {
+    // SAFETY: the caller's promise is exactly Term::new's requirement.
+    unsafe { Term::new(env, word) }
+}
+
+/// The elements of a tuple, without copying them.
+fn tuple_words<'a>(t: Term<'a>) -> Option<&'a [Word]> {
+    let mut arity = 0;
+    let mut array: *const Word = std::ptr::null();
+    // SAFETY: enif_get_tuple only reads `t` and writes the two out
+    // parameters, which point to locals.
+    let ok = unsafe {
+        sys::enif_get_tuple(t.get_env().as_c_arg(), t.as_c_arg(), &mut arity, &mut array)
+    };
+    if ok == 0 {
+        return None;
+    }
+    if arity == 0 {
+        return Some(&[]);
+    }
+    // SAFETY: on success the VM points `array` at the tuple's `arity`
+    // elements, inside the tuple itself, which lives in the env for 'a.
+    Some(unsafe { std::slice::from_raw_parts(array, arity as usize) })
+}
 
 /// Encodes terms for one table.
 pub struct TermEncoder<'c> {
@@ -98,6 +164,12 @@ pub struct TermEncoder<'c> {
     /// Work units left; `usize::MAX` on a dirty scheduler.
     pub budget: usize,
     seen: IdentityMap,
+    stack: Vec<Word>,
+    items: Vec<Word>,
+    /// The last atoms met (word, id): a record names the same few atoms
+    /// over and over, and this saves a lock per occurrence.
+    recent_atoms: [(Word, u32); 8],
+    recent_next: usize,
     /// Write -0.0 as given even in canonical mode (bag objects).
     exact_zero: bool,
     /// A float zero (either sign) was written since the last `record`.
@@ -112,12 +184,27 @@ pub struct EncodedRecord {
     pub body: Vec<u8>,
 }
 
+impl Drop for TermEncoder<'_> {
+    fn drop(&mut self) {
+        self.seen.clear();
+        self.stack.clear();
+        self.items.clear();
+        give(|p| &mut p.seen, std::mem::take(&mut self.seen));
+        give(|p| &mut p.stack, std::mem::take(&mut self.stack));
+        give(|p| &mut p.items, std::mem::take(&mut self.items));
+    }
+}
+
 impl<'c> TermEncoder<'c> {
     pub fn new(atoms: &'c AtomCache, budget: usize) -> Self {
         TermEncoder {
             atoms,
             budget,
-            seen: IdentityMap::default(),
+            seen: take(|p| &mut p.seen),
+            stack: take(|p| &mut p.stack),
+            items: take(|p| &mut p.items),
+            recent_atoms: [(Word::default(), u32::MAX); 8],
+            recent_next: 0,
             exact_zero: false,
             saw_zero: false,
             map_depth: 0,
@@ -182,14 +269,19 @@ impl<'c> TermEncoder<'c> {
         w: &mut Writer,
         canonical: bool,
     ) -> Result<(), EncodeError> {
-        let mut stack: Vec<Term<'a>> = vec![root];
-        while let Some(t) = stack.pop() {
-            let word = t.as_c_arg();
+        let base = self.stack.len();
+        self.stack.push(root.as_c_arg());
+        while self.stack.len() > base {
+            let Some(word) = self.stack.pop() else { break };
+            // SAFETY: the stack holds `root` and words read out of terms
+            // reached from it, all of which live in `env` for this call.
+            let t = unsafe { term_of(env, word) };
             self.spend(1)?;
             match t.get_type() {
                 TermType::Atom => {
                     let atom = Atom::from_term(t).map_err(|_| EncodeError::Unsupported)?;
-                    w.atom(self.atoms.id_of(env, atom)?);
+                    let id = self.atom_id(env, atom)?;
+                    w.atom(id);
                 }
                 TermType::Integer => match t.decode::<i64>() {
                     Ok(i) => w.int(i),
@@ -220,10 +312,10 @@ impl<'c> TermEncoder<'c> {
                     if self.backref(word, w, canonical) {
                         continue;
                     }
-                    let elems = get_tuple(t).map_err(|_| EncodeError::Unsupported)?;
+                    let elems = tuple_words(t).ok_or(EncodeError::Unsupported)?;
                     let id = w.tuple(elems.len());
                     self.remember(word, id, canonical);
-                    stack.extend(elems.iter().rev());
+                    self.stack.extend(elems.iter().rev());
                 }
                 TermType::List => {
                     if t.is_empty_list() {
@@ -233,37 +325,41 @@ impl<'c> TermEncoder<'c> {
                     if self.backref(word, w, canonical) {
                         continue;
                     }
-                    let mut elems = Vec::new();
+                    let first = self.items.len();
                     let mut rest = t;
                     while let Ok((head, tail)) = rest.list_get_cell() {
-                        elems.push(head);
+                        self.items.push(head.as_c_arg());
                         rest = tail;
                     }
-                    self.spend(elems.len() / 4)?;
-                    let id = w.list(elems.len());
+                    let n = self.items.len() - first;
+                    self.spend(n / 4)?;
+                    let id = w.list(n);
                     self.remember(word, id, canonical);
                     // The tail ([] for a proper list) comes after the elements.
-                    stack.push(rest);
-                    stack.extend(elems.iter().rev());
+                    self.stack.push(rest.as_c_arg());
+                    self.stack.extend(self.items[first..].iter().rev());
+                    self.items.truncate(first);
                 }
                 TermType::Map => {
                     if self.backref(word, w, canonical) {
                         continue;
                     }
-                    let pairs: Vec<(Term<'a>, Term<'a>)> = MapIterator::new(t)
-                        .ok_or(EncodeError::Unsupported)?
-                        .collect();
-                    self.spend(pairs.len())?;
                     if canonical {
-                        self.canonical_map(env, &pairs, w)?;
+                        self.canonical_map(env, t, w)?;
                         continue;
                     }
-                    let id = w.map(pairs.len());
-                    self.remember(word, id, canonical);
-                    for (k, v) in pairs.iter().rev() {
-                        stack.push(*v);
-                        stack.push(*k);
+                    let first = self.items.len();
+                    for (k, v) in MapIterator::new(t).ok_or(EncodeError::Unsupported)? {
+                        self.items.push(k.as_c_arg());
+                        self.items.push(v.as_c_arg());
                     }
+                    let pairs = (self.items.len() - first) / 2;
+                    self.spend(pairs)?;
+                    let id = w.map(pairs);
+                    self.remember(word, id, canonical);
+                    // Pushed as v, k from the last pair, so k pops first.
+                    self.stack.extend(self.items[first..].iter().rev());
+                    self.items.truncate(first);
                 }
                 TermType::Pid | TermType::Port | TermType::Ref | TermType::Fun => {
                     if self.backref(word, w, canonical) {
@@ -277,19 +373,30 @@ impl<'c> TermEncoder<'c> {
         Ok(())
     }
 
+    fn atom_id(&mut self, env: Env, atom: Atom) -> Result<u32, EncodeError> {
+        let word = atom.as_c_arg();
+        if let Some((_, id)) = self.recent_atoms.iter().find(|(w, _)| *w == word) {
+            return Ok(*id);
+        }
+        let id = self.atoms.id_of(env, atom)?;
+        self.recent_atoms[self.recent_next] = (word, id);
+        self.recent_next = (self.recent_next + 1) % self.recent_atoms.len();
+        Ok(id)
+    }
+
     /// A map inside a key: pairs sorted by the key's encoding, so equal maps
     /// encode alike whatever their internal order.
     fn canonical_map<'a>(
         &mut self,
         env: Env<'a>,
-        pairs: &[(Term<'a>, Term<'a>)],
+        map: Term<'a>,
         w: &mut Writer,
     ) -> Result<(), EncodeError> {
         if self.map_depth >= MAX_MAP_DEPTH {
             return Err(EncodeError::TooDeep);
         }
         self.map_depth += 1;
-        let encoded = self.map_pairs(env, pairs);
+        let encoded = self.map_pairs(env, map);
         self.map_depth -= 1;
         let mut encoded = encoded?;
         encoded.sort();
@@ -305,20 +412,21 @@ impl<'c> TermEncoder<'c> {
     fn map_pairs<'a>(
         &mut self,
         env: Env<'a>,
-        pairs: &[(Term<'a>, Term<'a>)],
+        map: Term<'a>,
     ) -> Result<Vec<EncodedPair>, EncodeError> {
-        let mut encoded = Vec::with_capacity(pairs.len());
-        for (k, v) in pairs {
+        let mut encoded = Vec::new();
+        for (k, v) in MapIterator::new(map).ok_or(EncodeError::Unsupported)? {
+            self.spend(1)?;
             let mut kw = Writer::new();
-            self.term(env, *k, &mut kw, true)?;
+            self.term(env, k, &mut kw, true)?;
             let mut vw = Writer::new();
-            self.term(env, *v, &mut vw, true)?;
+            self.term(env, v, &mut vw, true)?;
             encoded.push((kw.buf, vw.buf));
         }
         Ok(encoded)
     }
 
-    fn backref(&self, word: ErlNifTerm, w: &mut Writer, canonical: bool) -> bool {
+    fn backref(&self, word: Word, w: &mut Writer, canonical: bool) -> bool {
         if canonical {
             return false;
         }
@@ -331,7 +439,7 @@ impl<'c> TermEncoder<'c> {
         }
     }
 
-    fn remember(&mut self, word: ErlNifTerm, id: u32, canonical: bool) {
+    fn remember(&mut self, word: Word, id: u32, canonical: bool) {
         if !canonical {
             self.seen.insert(word, id);
         }
@@ -349,34 +457,44 @@ impl<'c> TermEncoder<'c> {
 /// True if the term holds a float -0.0 anywhere (such a key is stored
 /// exactly in the body, since its canonical form says 0.0).
 fn contains_neg_zero(t: Term) -> bool {
-    contains_float(t, |f| f == 0.0 && f.is_sign_negative())
+    contains_zero(t, true)
 }
 
-/// True if the term holds a float zero of either sign on a VM where 0.0
-/// and -0.0 are one key (so a stored key may have lost its sign).
-pub fn contains_zero_float(t: Term) -> bool {
-    contains_float(t, |f| f == 0.0)
+/// True if a key read back from its canonical form may differ from the key
+/// as stored: it holds a float 0.0, which may have been -0.0.
+pub fn key_may_be_inexact(t: Term) -> bool {
+    contains_zero(t, false)
 }
 
-/// True if the VM makes 0.0 and -0.0 one key and the term holds a float
-/// for which `pred` holds.
-fn contains_float(t: Term, pred: impl Fn(f64) -> bool) -> bool {
+/// True if the term holds a float zero (only -0.0 when `negative_only`),
+/// on VMs where -0.0 and 0.0 are one key.
+fn contains_zero(t: Term, negative_only: bool) -> bool {
     if !NEG_ZERO_IS_ZERO.load(Ordering::Relaxed) {
         return false;
     }
+    let env = t.get_env();
     let mut stack = vec![t];
     while let Some(t) = stack.pop() {
         match t.get_type() {
-            TermType::Float if t.decode::<f64>().is_ok_and(&pred) => return true,
-            TermType::Tuple => stack.extend(get_tuple(t).unwrap_or_default()),
+            TermType::Float
+                if t.decode::<f64>()
+                    .is_ok_and(|f| f == 0.0 && (f.is_sign_negative() || !negative_only)) =>
+            {
+                return true;
+            }
+            TermType::Tuple => {
+                for &e in tuple_words(t).unwrap_or_default() {
+                    // SAFETY: an element of a tuple alive in `env`.
+                    stack.push(unsafe { term_of(env, e) });
+                }
+            }
             TermType::List => {
                 let mut rest = t;
                 while let Ok((h, tail)) = rest.list_get_cell() {
                     stack.push(h);
                     rest = tail;
                 }
-                // An improper tail; `[]` (a list too) would come back here
-                // forever.
+                // An improper tail is a term of its own; [] has nothing.
                 if !rest.is_empty_list() {
                     stack.push(rest);
                 }
@@ -395,65 +513,134 @@ fn contains_float(t: Term, pred: impl Fn(f64) -> bool) -> bool {
     false
 }
 
-/// Builds BEAM terms in `env` from the format.
-pub struct TermBuilder<'a, 'c> {
-    pub env: Env<'a>,
-    pub atoms: &'c AtomCache,
+/// Decodes `bytes` (a record body with its `key`, or a key alone with
+/// `key = None`) into a term of `env`.
+pub fn decode<'a>(
+    env: Env<'a>,
+    atoms: &AtomCache,
+    bytes: &[u8],
+    key: Option<&[u8]>,
+) -> Result<Term<'a>, DecodeError> {
+    let mut b = TermBuilder {
+        env,
+        atoms,
+        keys: take(|p| &mut p.keys),
+        values: take(|p| &mut p.values),
+        recent_atoms: [(u32::MAX, Word::default()); 8],
+        recent_next: 0,
+    };
+    let mut scratch = take(|p| &mut p.scratch);
+    let result = decode_with(bytes, key, &mut b, &mut scratch);
+    give(|p| &mut p.scratch, scratch);
+    give(|p| &mut p.keys, std::mem::take(&mut b.keys));
+    give(|p| &mut p.values, std::mem::take(&mut b.values));
+    // SAFETY: every word the decoder returns was made by the builder's own
+    // enif calls on `env` during this call (decode_with empties the scratch
+    // space first, so no word from an earlier call can come back).
+    result.map(|w| unsafe { term_of(env, w) })
 }
 
-impl<'a> Builder for TermBuilder<'a, '_> {
-    type Term = Term<'a>;
+/// Builds BEAM terms in `env`, as words.
+struct TermBuilder<'a, 'c> {
+    env: Env<'a>,
+    atoms: &'c AtomCache,
+    keys: Vec<Word>,
+    values: Vec<Word>,
+    /// The last atoms built (id, word), as in TermEncoder.
+    recent_atoms: [(u32, Word); 8],
+    recent_next: usize,
+}
 
-    fn nil(&mut self) -> Result<Term<'a>, DecodeError> {
-        Ok(Term::list_new_empty(self.env))
+impl Builder for TermBuilder<'_, '_> {
+    type Term = Word;
+
+    fn nil(&mut self) -> Result<Word, DecodeError> {
+        Ok(Term::list_new_empty(self.env).as_c_arg())
     }
 
-    fn int(&mut self, v: i64) -> Result<Term<'a>, DecodeError> {
-        Ok(v.encode(self.env))
+    fn int(&mut self, v: i64) -> Result<Word, DecodeError> {
+        Ok(v.encode(self.env).as_c_arg())
     }
 
-    fn float(&mut self, v: f64) -> Result<Term<'a>, DecodeError> {
-        Ok(v.encode(self.env))
+    fn float(&mut self, v: f64) -> Result<Word, DecodeError> {
+        Ok(v.encode(self.env).as_c_arg())
     }
 
-    fn atom(&mut self, id: u32) -> Result<Term<'a>, DecodeError> {
-        self.atoms
-            .atom(self.env, id)
-            .map(|a| a.to_term(self.env))
-            .ok_or(DecodeError::Builder(
-                "atom id not in the table's dictionary",
-            ))
+    fn atom(&mut self, id: u32) -> Result<Word, DecodeError> {
+        if let Some((_, w)) = self.recent_atoms.iter().find(|(i, _)| *i == id) {
+            return Ok(*w);
+        }
+        // Atoms are global to the VM: their words hold in any env.
+        let word =
+            self.atoms
+                .atom(self.env, id)
+                .map(|a| a.as_c_arg())
+                .ok_or(DecodeError::Builder(
+                    "atom id not in the table's dictionary",
+                ))?;
+        self.recent_atoms[self.recent_next] = (id, word);
+        self.recent_next = (self.recent_next + 1) % self.recent_atoms.len();
+        Ok(word)
     }
 
-    fn binary(&mut self, bytes: &[u8]) -> Result<Term<'a>, DecodeError> {
-        Ok(NewBinary::from_slice(self.env, bytes).into())
+    fn binary(&mut self, bytes: &[u8]) -> Result<Word, DecodeError> {
+        Ok(Term::from(NewBinary::from_slice(self.env, bytes)).as_c_arg())
     }
 
-    fn etf(&mut self, bytes: &[u8]) -> Result<Term<'a>, DecodeError> {
+    fn etf(&mut self, bytes: &[u8]) -> Result<Word, DecodeError> {
         self.env
             .binary_to_term(bytes)
             .filter(|(_, used)| *used == bytes.len())
-            .map(|(t, _)| t)
+            .map(|(t, _)| t.as_c_arg())
             .ok_or(DecodeError::Builder(
                 "unreadable external term format piece",
             ))
     }
 
-    fn tuple(&mut self, elems: &[Term<'a>]) -> Result<Term<'a>, DecodeError> {
-        Ok(make_tuple(self.env, elems))
+    fn tuple(&mut self, elems: &[Word]) -> Result<Word, DecodeError> {
+        let n = u32::try_from(elems.len()).map_err(|_| DecodeError::Builder("tuple too large"))?;
+        // SAFETY: `elems` is a live slice of `n` words built in this env;
+        // the VM copies them into the new tuple.
+        Ok(unsafe { sys::enif_make_tuple_from_array(self.env.as_c_arg(), elems.as_ptr(), n) })
     }
 
-    fn list(&mut self, elems: &[Term<'a>], tail: Term<'a>) -> Result<Term<'a>, DecodeError> {
-        if tail.is_empty_list() {
-            return Ok(elems.encode(self.env));
+    fn list(&mut self, elems: &[Word], tail: Word) -> Result<Word, DecodeError> {
+        let env = self.env.as_c_arg();
+        // SAFETY: `tail` was built in this env; enif_is_empty_list only reads it.
+        if unsafe { sys::enif_is_empty_list(env, tail) } != 0 {
+            let n =
+                u32::try_from(elems.len()).map_err(|_| DecodeError::Builder("list too long"))?;
+            // SAFETY: a live slice of `n` words built in this env.
+            return Ok(unsafe { sys::enif_make_list_from_array(env, elems.as_ptr(), n) });
         }
-        Ok(elems.iter().rev().fold(tail, |acc, e| acc.list_prepend(*e)))
+        // SAFETY: each cell is made of words built in this env.
+        Ok(elems.iter().rev().fold(tail, |acc, e| unsafe {
+            sys::enif_make_list_cell(env, *e, acc)
+        }))
     }
 
-    fn map(&mut self, kvs: &[Term<'a>]) -> Result<Term<'a>, DecodeError> {
-        let keys: Vec<Term<'a>> = kvs.iter().step_by(2).copied().collect();
-        let values: Vec<Term<'a>> = kvs.iter().skip(1).step_by(2).copied().collect();
-        Term::map_from_term_arrays(self.env, &keys, &values)
-            .map_err(|_| DecodeError::Builder("map with duplicate keys"))
+    fn map(&mut self, kvs: &[Word]) -> Result<Word, DecodeError> {
+        self.keys.clear();
+        self.values.clear();
+        for pair in kvs.chunks_exact(2) {
+            self.keys.push(pair[0]);
+            self.values.push(pair[1]);
+        }
+        let mut out = Word::default();
+        // SAFETY: two live slices of equal length of words built in this
+        // env; `out` is a local the VM writes on success.
+        let ok = unsafe {
+            sys::enif_make_map_from_arrays(
+                self.env.as_c_arg(),
+                self.keys.as_ptr(),
+                self.values.as_ptr(),
+                self.keys.len(),
+                &mut out,
+            )
+        };
+        if ok == 0 {
+            return Err(DecodeError::Builder("map with duplicate keys"));
+        }
+        Ok(out)
     }
 }

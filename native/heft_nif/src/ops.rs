@@ -8,15 +8,12 @@
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 
-use heft_core::codec::{self, Scratch};
 use heft_core::table::{Direction, Item, RecordBuf};
 use heft_core::{Backing, Cursor, Prepared};
 use rustler::types::tuple::get_tuple;
 use rustler::{Atom, Binary, Encoder, Env, NewBinary, NifResult, ResourceArc, Term};
 
-use crate::codec::{
-    contains_zero_float, EncodeError, TermBuilder, TermEncoder, NEG_ZERO_IS_ZERO, NORMAL_BUDGET,
-};
+use crate::codec::{self, EncodeError, TermEncoder, NEG_ZERO_IS_ZERO, NORMAL_BUDGET};
 use crate::errors::{self, badarg, no_table, retry_cpu, retry_io};
 use crate::resource::{lookup_name, Protection, TableRes};
 
@@ -193,16 +190,11 @@ fn decode_item<'a>(
     buf: &RecordBuf,
     it: &Item,
     scratch: &mut Vec<u8>,
-    s: &mut Scratch<Term<'a>>,
 ) -> NifResult<Term<'a>> {
     let body = buf
         .body(it, scratch)
         .map_err(|_| badarg("internal error: a stored record does not inflate"))?;
-    let mut b = TermBuilder {
-        env,
-        atoms: &t.atoms,
-    };
-    codec::decode_with(body, Some(buf.key(it)), &mut b, s).map_err(|e| {
+    codec::decode(env, &t.atoms, body, Some(buf.key(it))).map_err(|e| {
         badarg(format!(
             "internal error: a stored record does not decode: {e}"
         ))
@@ -222,21 +214,15 @@ fn decode_all<'a>(
     if sched == Sched::Normal && raw > sched.decode_budget() {
         return Ok(retry_cpu(env));
     }
-    let mut s = Scratch::default();
-    let objs = buf
-        .items()
-        .iter()
-        .map(|it| decode_item(env, t, buf, it, scratch, &mut s))
-        .collect::<NifResult<Vec<Term<'a>>>>()?;
-    Ok(objs.encode(env))
+    let mut list = Term::list_new_empty(env);
+    for it in buf.items().iter().rev() {
+        list = list.list_prepend(decode_item(env, t, buf, it, scratch)?);
+    }
+    Ok(list)
 }
 
 fn decode_key<'a>(env: Env<'a>, t: &TableRes, key: &[u8]) -> NifResult<Term<'a>> {
-    let mut b = TermBuilder {
-        env,
-        atoms: &t.atoms,
-    };
-    codec::decode(key, None, &mut b)
+    codec::decode(env, &t.atoms, key, None)
         .map_err(|e| badarg(format!("internal error: a stored key does not decode: {e}")))
 }
 
@@ -257,16 +243,18 @@ fn objects(objs: Term) -> NifResult<Vec<Term>> {
     if objs.is_tuple() {
         return Ok(vec![objs]);
     }
+    proper_list(objs).ok_or_else(|| badarg("not a tuple or a proper list of tuples"))
+}
+
+/// The elements of a proper list; `None` for anything else.
+fn proper_list(list: Term) -> Option<Vec<Term>> {
     let mut out = Vec::new();
-    let mut rest = objs;
+    let mut rest = list;
     while let Ok((head, tail)) = rest.list_get_cell() {
         out.push(head);
         rest = tail;
     }
-    if !rest.is_empty_list() {
-        return Err(badarg("not a tuple or a proper list of tuples"));
-    }
-    Ok(out)
+    rest.is_empty_list().then_some(out)
 }
 
 /// Encodes and compresses one object (its elements checked against the
@@ -389,27 +377,26 @@ fn lookup_element_impl<'a>(
         .filter(|p| *p >= 1)
         .ok_or_else(|| badarg("the position is not a positive integer"))?;
     let found = lookup_impl(env, sched, tab, key)?;
-    let Ok(objs) = found.decode::<Vec<Term>>() else {
+    let Ok(list) = found.into_list_iterator() else {
         return Ok(found); // a retry marker
     };
-    if objs.is_empty() {
-        return Err(badarg("the key does not exist in the table"));
-    }
-    let elems = objs
-        .iter()
+    let elems = list
         .map(|obj| {
-            let elems = get_tuple(*obj).map_err(|_| badarg("not a tuple"))?;
+            let elems = get_tuple(obj).map_err(|_| badarg("not a tuple"))?;
             elems
                 .get(pos - 1)
                 .copied()
                 .ok_or_else(|| badarg(format!("the object has no element {pos}")))
         })
         .collect::<NifResult<Vec<Term>>>()?;
+    let Some(first) = elems.first().copied() else {
+        return Err(badarg("the key does not exist in the table"));
+    };
     // A bag answers with the element of each of the key's objects.
     if resolve(tab)?.core.kind().is_bag() {
         Ok((elems,).encode(env))
     } else {
-        Ok((elems[0],).encode(env))
+        Ok((first,).encode(env))
     }
 }
 
@@ -487,7 +474,7 @@ fn delete_object_impl<'a>(
             return Ok(true.encode(env));
         }
         let it = buf.items()[0];
-        let stored = decode_item(env, &t, &buf, &it, &mut scratch, &mut Scratch::default())?;
+        let stored = decode_item(env, &t, &buf, &it, &mut scratch)?;
         // Objects match when their canonical encodings are equal (=:=).
         if encoded!(env, enc.key(env, stored)) != wanted {
             return Ok(true.encode(env));
@@ -577,7 +564,7 @@ fn rewrite<'a, R>(
         let found = t.core.get(h, &k, &mut buf).map_err(errors::core)?;
         let mut elems = if found {
             let it = buf.items()[0];
-            let obj = decode_item(env, t, &buf, &it, &mut scratch, &mut Scratch::default())?;
+            let obj = decode_item(env, t, &buf, &it, &mut scratch)?;
             get_tuple(obj).map_err(|_| badarg("not a tuple"))?
         } else if let Some(d) = default {
             let mut elems = record_elems(d, t.keypos)?;
@@ -613,18 +600,28 @@ fn update_counter_impl<'a>(
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, true);
     single_object(&t, "update_counter")?;
-    let (ops_list, is_list) = if ops.is_list() || ops.is_empty_list() {
-        let v: Vec<Term> = ops.decode().map_err(|_| badarg("not a proper list"))?;
-        (v, true)
+    let (parsed, is_list): (Vec<CounterOp>, bool) = if ops.is_list() {
+        let items = proper_list(ops).ok_or_else(|| badarg("not a proper list of operations"))?;
+        let parsed = items
+            .iter()
+            .map(|o| match o.is_tuple() {
+                true => counter_op(*o, t.keypos),
+                // A bare increment is only allowed on its own, as in ETS.
+                false => Err(badarg("not a counter update operation {Pos, Incr}")),
+            })
+            .collect::<NifResult<_>>()?;
+        (parsed, true)
     } else {
-        (vec![ops], false)
+        (vec![counter_op(ops, t.keypos)?], false)
     };
-    let parsed: Vec<CounterOp> = ops_list
-        .iter()
-        .map(|o| counter_op(*o, t.keypos))
-        .collect::<NifResult<_>>()?;
     let default = match get_tuple(default).as_deref() {
-        Ok([tag, d]) if Atom::from_term(*tag).is_ok_and(|a| a == atoms::default()) => Some(*d),
+        Ok([tag, d]) if Atom::from_term(*tag).is_ok_and(|a| a == atoms::default()) => {
+            if !d.is_tuple() {
+                // ETS refuses a non-tuple default even when the key exists.
+                return Err(badarg("the default object is not a tuple"));
+            }
+            Some(*d)
+        }
         _ => None,
     };
     let keypos = t.keypos;
@@ -666,27 +663,13 @@ fn update_element_impl<'a>(
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, true);
     single_object(&t, "update_element")?;
-    let ops_list: Vec<Term> = if ops.is_tuple() {
-        vec![ops]
-    } else {
-        ops.decode()
-            .map_err(|_| badarg("not an element update or a list of them"))?
-    };
-    let parsed: Vec<(usize, Term)> = ops_list
-        .iter()
-        .map(|op| match get_tuple(*op).as_deref() {
-            Ok([p, v]) => p
-                .decode::<usize>()
-                .ok()
-                .filter(|p| *p >= 1)
-                .map(|p| (p, *v))
-                .ok_or_else(|| badarg("the position is not a positive integer")),
-            _ => Err(badarg("not an element update {Pos, Value}")),
-        })
-        .collect::<NifResult<_>>()?;
+    // As in ETS, a malformed update is only an error when the key exists:
+    // a missing key answers false whatever the update.
+    let parsed: Result<Vec<(usize, Term)>, &'static str> = element_updates(ops);
     let keypos = t.keypos;
     let outcome = rewrite(env, sched, &t, key, None, |elems| {
-        for (pos, value) in &parsed {
+        let parsed = parsed.as_ref().map_err(|why| badarg(*why))?;
+        for (pos, value) in parsed {
             if *pos == keypos || *pos > elems.len() {
                 return Err(badarg(format!("position {pos} cannot be updated")));
             }
@@ -698,6 +681,27 @@ fn update_element_impl<'a>(
         Err(retry) => Ok(retry),
         Ok(found) => Ok(found.is_some().encode(env)),
     }
+}
+
+/// `{Pos, Value}` or a proper list of them.
+fn element_updates(ops: Term) -> Result<Vec<(usize, Term)>, &'static str> {
+    let items = if ops.is_tuple() {
+        vec![ops]
+    } else {
+        proper_list(ops).ok_or("not an element update or a proper list of them")?
+    };
+    items
+        .iter()
+        .map(|op| match get_tuple(*op).as_deref() {
+            Ok([p, v]) => p
+                .decode::<usize>()
+                .ok()
+                .filter(|p| *p >= 1)
+                .map(|p| (p, *v))
+                .ok_or("the position is not a positive integer"),
+            _ => Err("not an element update {Pos, Value}"),
+        })
+        .collect()
 }
 
 fn first_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>) -> NifResult<Term<'a>> {
@@ -723,7 +727,7 @@ fn end_key<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, dir: Direction) -> Nif
         if !t.core.end_record(dir, buf).map_err(errors::core)? {
             return Ok(atoms::end_of_table().encode(env));
         }
-        key_of(env, &t, buf, scratch)
+        stored_key(env, &t, buf, scratch)
     })
 }
 
@@ -746,30 +750,28 @@ fn step_key<'a>(
         if !found {
             return Ok(atoms::end_of_table().encode(env));
         }
-        key_of(env, &t, buf, scratch)
+        stored_key(env, &t, buf, scratch)
     })
 }
 
-/// The key of the record in `buf`, exactly as inserted: the stored key is
-/// canonical, with -0.0 written as 0.0 where the VM makes them one key, and
-/// such a key is read from the object instead.
-fn key_of<'a>(
+/// The key a walk returns, of the record in `buf`: decoded from the index's
+/// canonical bytes, or, when those may have turned a -0.0 into 0.0, read
+/// from the record's object, so the walk gives back the key exactly as
+/// inserted.
+fn stored_key<'a>(
     env: Env<'a>,
     t: &TableRes,
     buf: &RecordBuf,
     scratch: &mut Vec<u8>,
 ) -> NifResult<Term<'a>> {
     let it = buf.items()[0];
-    let key = decode_key(env, t, buf.key(&it))?;
-    if !contains_zero_float(key) {
-        return Ok(key);
+    let canonical = decode_key(env, t, buf.key(&it))?;
+    if !codec::key_may_be_inexact(canonical) {
+        return Ok(canonical);
     }
-    let obj = decode_item(env, t, buf, &it, scratch, &mut Scratch::default())?;
-    let elems = get_tuple(obj).map_err(|_| badarg("internal error: a record is not a tuple"))?;
-    elems
-        .get(t.keypos - 1)
-        .copied()
-        .ok_or_else(|| badarg("internal error: a record is shorter than its keypos"))
+    let obj = decode_item(env, t, buf, &it, scratch)?;
+    let elems = get_tuple(obj).map_err(|_| badarg("not a tuple"))?;
+    Ok(elems.get(t.keypos - 1).copied().unwrap_or(canonical))
 }
 
 fn chunk_impl<'a>(
@@ -783,7 +785,8 @@ fn chunk_impl<'a>(
 }
 
 /// As `chunk`, walking from the last key to the first (descending keys in
-/// an ordered_set; the same order as `chunk` in other tables).
+/// an ordered_set; the same key order as `chunk` in other tables, each
+/// bag key's objects last to first).
 fn chunk_back_impl<'a>(
     env: Env<'a>,
     sched: Sched,
@@ -833,10 +836,9 @@ fn walk_chunk<'a>(
         if sched == Sched::Normal && raw > 2 * budget {
             return Ok(retry_cpu(env));
         }
-        let mut s = Scratch::default();
         let mut records = Vec::with_capacity(buf.len());
         for it in buf.items() {
-            records.push(decode_item(env, &t, buf, it, scratch, &mut s)?);
+            records.push(decode_item(env, &t, buf, it, scratch)?);
         }
         let cursor = match next {
             Some(c) => {

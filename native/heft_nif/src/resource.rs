@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, LazyLock, Mutex as StdMutex};
@@ -18,7 +19,7 @@ use heft_core::table::State;
 use heft_core::{Backing, Compression, Table};
 use parking_lot::{Mutex, RwLock};
 use rustler::env::SavedTerm;
-use rustler::sys::ErlNifTerm;
+use rustler::sys::{self, ErlNifTerm};
 use rustler::{Atom, Encoder, Env, LocalPid, Monitor, OwnedEnv, Resource, ResourceArc, Term};
 
 use crate::codec::{EncodeError, WordHasher};
@@ -28,7 +29,6 @@ mod atoms {
         heft_transfer = "HEFT-TRANSFER",
         struct_ = "__struct__",
         heft_table = "Elixir.Heft.Table",
-        name,
         r#ref = "ref",
     }
 }
@@ -75,8 +75,24 @@ pub struct Meta {
 /// Atom ids <-> atom terms for one table, in front of the core dictionary
 /// (which holds the names).
 pub struct AtomCache {
+    /// Unique for the life of the VM (never reused), so per-thread caches
+    /// can key on it.
+    id: u64,
     names: Arc<RwLock<AtomTable>>,
     inner: RwLock<AtomInner>,
+}
+
+static NEXT_CACHE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Per-thread, direct-mapped memo of (cache id, atom id) -> atom, in front
+/// of the caches' locks: decoding a record names the same few atoms in call
+/// after call. Entries never go stale: a table's ids never change meaning,
+/// cache ids are never reused, and atoms live as long as the VM.
+const MEMO_SLOTS: usize = 256;
+
+thread_local! {
+    static ATOM_MEMO: std::cell::RefCell<Vec<(u64, u32, Option<Atom>)>> =
+        std::cell::RefCell::new(vec![(0, 0, None); MEMO_SLOTS]);
 }
 
 #[derive(Default)]
@@ -88,6 +104,7 @@ struct AtomInner {
 impl AtomCache {
     fn new(names: Arc<RwLock<AtomTable>>) -> Self {
         AtomCache {
+            id: NEXT_CACHE_ID.fetch_add(1, Ordering::Relaxed),
             names,
             inner: RwLock::new(AtomInner::default()),
         }
@@ -107,6 +124,20 @@ impl AtomCache {
 
     /// The atom with this id.
     pub fn atom(&self, env: Env, id: u32) -> Option<Atom> {
+        let slot =
+            (self.id.wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize ^ id as usize) % MEMO_SLOTS;
+        let memo = ATOM_MEMO.with(|m| m.borrow()[slot]);
+        if let (cache, memo_id, Some(atom)) = memo {
+            if cache == self.id && memo_id == id {
+                return Some(atom);
+            }
+        }
+        let atom = self.atom_slow(env, id)?;
+        ATOM_MEMO.with(|m| m.borrow_mut()[slot] = (self.id, id, Some(atom)));
+        Some(atom)
+    }
+
+    fn atom_slow(&self, env: Env, id: u32) -> Option<Atom> {
         if let Some(Some(a)) = self.inner.read().by_id.get(id as usize) {
             return Some(*a);
         }
@@ -189,7 +220,11 @@ impl Resource for TableRes {
         let heir = meta.heir.as_ref().map(|h| h.pid);
         if let Some(heir) = heir.filter(|h| *h != pid && env.is_process_alive(*h)) {
             let data = meta.heir.as_ref().map(|h| h.data(env));
-            self.set_owner(env, &me, &mut meta, heir);
+            if !self.set_owner(env, &me, &mut meta, heir) {
+                drop(meta);
+                delete(&me);
+                return;
+            }
             let msg = (
                 atoms::heft_transfer(),
                 tab_term(env, &me, &meta),
@@ -231,12 +266,44 @@ impl TableRes {
     }
 
     /// Makes `pid` the owner: monitors it, forgets the old monitor.
-    pub fn set_owner(&self, env: Env, me: &ResourceArc<TableRes>, meta: &mut Meta, pid: LocalPid) {
+    ///
+    /// Works from a NIF call and from the `down` callback alike: rustler's
+    /// monitor API insists on a process-bound env, which a callback does not
+    /// have, so this calls enif_(de)monitor_process itself; both accept a
+    /// callback env.
+    /// Returns false if `pid` is already dead (the caller then deletes the
+    /// table, as the VM would have on the owner's exit).
+    #[must_use]
+    pub fn set_owner(
+        &self,
+        env: Env,
+        me: &ResourceArc<TableRes>,
+        meta: &mut Meta,
+        pid: LocalPid,
+    ) -> bool {
         if let Some(old) = meta.monitor.take() {
-            me.demonitor(Some(env), &old);
+            // SAFETY: `env` is the env of the running NIF or resource
+            // callback, `me` keeps the resource alive, `old` is a monitor
+            // this resource set.
+            unsafe { sys::enif_demonitor_process(env.as_c_arg(), me.as_c_arg(), old.as_c_arg()) };
         }
         *self.owner.write() = pid;
-        meta.monitor = me.monitor(Some(env), &pid);
+        let mut mon = MaybeUninit::uninit();
+        // SAFETY: as above; `pid` and `mon` point to locals the call reads
+        // and writes.
+        let rc = unsafe {
+            sys::enif_monitor_process(
+                env.as_c_arg(),
+                me.as_c_arg(),
+                pid.as_c_arg(),
+                mon.as_mut_ptr(),
+            )
+        };
+        meta.monitor = (rc == 0).then(|| {
+            // SAFETY: a return of 0 means the VM initialized the monitor.
+            Monitor::from_c_arg(unsafe { mon.assume_init() })
+        });
+        rc == 0
     }
 
     /// The owning process.
@@ -271,21 +338,14 @@ pub fn tab_term<'a>(env: Env<'a>, res: &ResourceArc<TableRes>, meta: &Meta) -> T
     if meta.named {
         return meta.name.encode(env);
     }
-    tab_struct(env, res, meta.name)
+    tab_struct(env, res)
 }
 
-/// `%Heft.Table{name: name, ref: resource}`.
-pub fn tab_struct<'a>(env: Env<'a>, res: &ResourceArc<TableRes>, name: Atom) -> Term<'a> {
-    let keys = [
-        atoms::struct_().encode(env),
-        atoms::name().encode(env),
-        atoms::r#ref().encode(env),
-    ];
-    let values = [
-        atoms::heft_table().encode(env),
-        name.encode(env),
-        res.encode(env),
-    ];
+/// `%Heft.Table{ref: resource}`: the identifier, which stays the same
+/// whatever the table is renamed to.
+pub fn tab_struct<'a>(env: Env<'a>, res: &ResourceArc<TableRes>) -> Term<'a> {
+    let keys = [atoms::struct_().encode(env), atoms::r#ref().encode(env)];
+    let values = [atoms::heft_table().encode(env), res.encode(env)];
     Term::map_from_term_arrays(env, &keys, &values).unwrap_or_else(|_| res.encode(env))
 }
 
@@ -326,13 +386,13 @@ pub fn all() -> Vec<ResourceArc<TableRes>> {
     v
 }
 
-/// Renames a named table; false if `new` is taken by another table.
+/// Renames a table; for a named table, false if a table (itself included,
+/// as in ETS) already has the name `new`.
 pub fn rename(res: &ResourceArc<TableRes>, meta: &mut Meta, new: Atom) -> bool {
     if meta.named {
         let mut names = NAMES.write();
-        match names.get(&new) {
-            Some(other) if other.id != res.id => return false,
-            _ => {}
+        if names.contains_key(&new) {
+            return false;
         }
         names.remove(&meta.name);
         names.insert(new, res.clone());

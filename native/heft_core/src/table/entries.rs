@@ -128,6 +128,23 @@ impl Entries {
         }
     }
 
+    /// The last entry of the key of the entry at `pos` (in a bag, where a
+    /// key's entries sit together; elsewhere `pos` itself).
+    pub(super) fn last_of_key(&self, arena: &Arena, pos: Pos) -> Pos {
+        match (self, pos) {
+            (Entries::Hash(ix), Pos::Hash(p)) => {
+                let Some(s) = ix.get(p) else { return pos };
+                let key = key_in(arena, s.loc);
+                let same = |q: usize| {
+                    ix.get(q)
+                        .is_some_and(|t| t.hash == s.hash && key_in(arena, t.loc) == key)
+                };
+                Pos::Hash(p + (p + 1..).take_while(|&q| same(q)).count())
+            }
+            _ => pos,
+        }
+    }
+
     /// The `i`th entry of a key whose first entry is at `pos`.
     pub(super) fn nth(pos: Pos, i: usize) -> Pos {
         match pos {

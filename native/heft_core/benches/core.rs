@@ -1,0 +1,214 @@
+//! Criterion benchmarks of the engine's hot paths, without a VM:
+//! `cargo bench -p heft_core`. The record shapes mirror `mix bench`'s: the
+//! small map record and the 100-tuple of 10-atom lists.
+
+use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use heft_core::arena::{Arena, Backing};
+use heft_core::codec::{decode_with, Builder, DecodeError, Scratch, Value, ValueBuilder, Writer};
+use heft_core::compress::{compress, decompress, Compression};
+use heft_core::index::HashIndex;
+use heft_core::table::{Kind, Options, RecordBuf, Table};
+
+/// `{i, %{age: i % 90, id: i, name: "user-i"}}` with atoms age=0, id=1, name=2.
+fn small_record(i: i64) -> Value {
+    Value::Tuple(vec![
+        Value::Int(i),
+        Value::Map(vec![
+            (Value::Atom(0), Value::Int(i % 90)),
+            (Value::Atom(1), Value::Int(i)),
+            (
+                Value::Atom(2),
+                Value::Binary(format!("user-{i}").into_bytes()),
+            ),
+        ]),
+    ])
+}
+
+/// `{i, 100-tuple of the same [a x 10]}`, written with back-references the
+/// way the NIF writes the BEAM's shared list.
+fn big_record(i: i64) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.tuple(2);
+    w.key();
+    w.tuple(100);
+    let list = w.list(10);
+    for _ in 0..10 {
+        w.atom(0);
+    }
+    w.nil();
+    for _ in 1..100 {
+        w.backref(list);
+    }
+    let _ = i;
+    w.buf
+}
+
+/// Builds nothing but a node count: the cost of walking the format, which
+/// is what the NIF pays on top of creating BEAM terms.
+struct Walk;
+
+impl Builder for Walk {
+    type Term = u32;
+    fn nil(&mut self) -> Result<u32, DecodeError> {
+        Ok(1)
+    }
+    fn int(&mut self, _: i64) -> Result<u32, DecodeError> {
+        Ok(1)
+    }
+    fn float(&mut self, _: f64) -> Result<u32, DecodeError> {
+        Ok(1)
+    }
+    fn atom(&mut self, _: u32) -> Result<u32, DecodeError> {
+        Ok(1)
+    }
+    fn binary(&mut self, _: &[u8]) -> Result<u32, DecodeError> {
+        Ok(1)
+    }
+    fn etf(&mut self, _: &[u8]) -> Result<u32, DecodeError> {
+        Ok(1)
+    }
+    fn tuple(&mut self, e: &[u32]) -> Result<u32, DecodeError> {
+        Ok(1 + e.iter().sum::<u32>())
+    }
+    fn list(&mut self, e: &[u32], t: u32) -> Result<u32, DecodeError> {
+        Ok(1 + t + e.iter().sum::<u32>())
+    }
+    fn map(&mut self, e: &[u32]) -> Result<u32, DecodeError> {
+        Ok(1 + e.iter().sum::<u32>())
+    }
+}
+
+fn codec(c: &mut Criterion) {
+    let mut g = c.benchmark_group("codec");
+    let small = small_record(123_456);
+    g.bench_function("encode small record", |b| {
+        let mut w = Writer::new();
+        b.iter(|| {
+            w.clear();
+            black_box(&small).encode(&mut w);
+            black_box(w.buf.len())
+        })
+    });
+    let bytes = small.to_bytes();
+    g.bench_function("decode small record", |b| {
+        let mut s = Scratch::default();
+        b.iter(|| decode_with(black_box(&bytes), None, &mut ValueBuilder, &mut s).unwrap())
+    });
+    let big = big_record(1);
+    let key = Value::Int(1).to_bytes();
+    g.throughput(Throughput::Bytes(big.len() as u64));
+    g.bench_function("walk 100-tuple record (shared list)", |b| {
+        let mut s = Scratch::default();
+        b.iter(|| decode_with(black_box(&big), Some(&key), &mut Walk, &mut s).unwrap())
+    });
+    g.finish();
+}
+
+fn deflate(c: &mut Criterion) {
+    let mut g = c.benchmark_group("compress");
+    let big = big_record(1);
+    let json: Vec<u8> = (0..20)
+        .flat_map(|i| {
+            format!("{{\"id\":{i},\"name\":\"user-{i}\",\"tags\":[\"a\",\"b\"]}},").into_bytes()
+        })
+        .take(1024)
+        .collect();
+    for (name, body) in [("100-tuple record", &big), ("1 KB JSON-like", &json)] {
+        g.throughput(Throughput::Bytes(body.len() as u64));
+        g.bench_function(format!("deflate level 1: {name}"), |b| {
+            let mut out = Vec::new();
+            b.iter(|| compress(black_box(body), Compression::Zlib(1), &mut out))
+        });
+        let mut packed = Vec::new();
+        compress(body, Compression::Zlib(1), &mut packed);
+        g.bench_function(format!("inflate: {name}"), |b| {
+            let mut out = Vec::new();
+            b.iter(|| decompress(black_box(&packed), body.len(), &mut out).unwrap())
+        });
+    }
+    g.finish();
+}
+
+fn index(c: &mut Criterion) {
+    let mut g = c.benchmark_group("index");
+    let h = |k: u64| k.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (k >> 7);
+    let n = 1_000_000u64;
+    let mut ix = HashIndex::new("bench");
+    for k in 0..n {
+        ix.insert(h(k), k + 8, |loc| (loc - 8).cmp(&k));
+    }
+    g.bench_function("find in 1M keys", |b| {
+        let mut k = 0u64;
+        b.iter(|| {
+            k = (k + 7919) % n;
+            ix.find(h(k), |loc| (loc - 8).cmp(&k))
+        })
+    });
+    g.bench_function("insert 100k keys into an empty index", |b| {
+        b.iter_batched(
+            || HashIndex::new("bench"),
+            |mut ix| {
+                for k in 0..100_000u64 {
+                    ix.insert(h(k), k + 8, |loc| (loc - 8).cmp(&k));
+                }
+                ix
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    g.finish();
+}
+
+fn arena(c: &mut Criterion) {
+    let mut g = c.benchmark_group("arena");
+    g.bench_function("alloc+free 64-byte block (reuse)", |b| {
+        let mut a = Arena::new(&Backing::Memory, "bench").unwrap();
+        b.iter(|| {
+            let loc = a.alloc(black_box(64)).unwrap();
+            a.free(loc);
+        })
+    });
+    g.finish();
+}
+
+fn table(c: &mut Criterion) {
+    let mut g = c.benchmark_group("table");
+    let t = Table::new(&Options {
+        backing: Backing::Memory,
+        compression: Compression::Zlib(1),
+        label: "bench".into(),
+        kind: Kind::Set,
+    })
+    .unwrap();
+    let n = 200_000;
+    let keys: Vec<Vec<u8>> = (0..n).map(|i| Value::Int(i).to_bytes()).collect();
+    let recs: Vec<_> = (0..n as usize)
+        .map(|i| t.prepare(&keys[i], &small_record(i as i64).to_bytes()))
+        .collect();
+    t.insert(&recs).unwrap();
+    g.bench_function("get (copy out) in 200k small records", |b| {
+        let mut buf = RecordBuf::new();
+        let mut i = 0usize;
+        b.iter(|| {
+            i = (i + 7919) % n as usize;
+            buf.clear();
+            t.get(t.hash(&keys[i]), &keys[i], &mut buf).unwrap()
+        })
+    });
+    g.bench_function("prepare + insert one small record", |b| {
+        let mut i = 0usize;
+        b.iter(|| {
+            i = (i + 7919) % n as usize;
+            let r = t.prepare(&keys[i], &small_record(i as i64).to_bytes());
+            t.insert(std::slice::from_ref(&r)).unwrap()
+        })
+    });
+    let big_body = big_record(1);
+    g.bench_function("prepare (deflate) one 100-tuple record", |b| {
+        b.iter(|| t.prepare(&keys[1], black_box(&big_body)))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, codec, deflate, index, arena, table);
+criterion_main!(benches);

@@ -1,0 +1,264 @@
+defmodule Heft.Contract.DifferencesTest do
+  @moduledoc """
+  ===========================================================================
+  DELIBERATE DIFFERENCES between :ets and Heft: the one place where a test
+  expects different results per backend. Each difference is stated by a test
+  that asserts each side's behaviour. Everywhere else in test/contract the
+  two must behave identically (exceptions compared by type only).
+
+    1. info(tab, :memory) is in BYTES for Heft, in WORDS for :ets.
+    2. info/1: Heft returns a keyword list with extra Heft keys; the shared
+       keys (size type keypos protection named_table name owner heir) agree.
+    3. The owner-transfer message is {:"HEFT-TRANSFER", tab, from, data}
+       instead of {:"ETS-TRANSFER", tab, from, data}.
+    4. new/2 of an unnamed table returns a %Heft.Table{} struct, not a
+       reference; a named table returns its name in both.
+    5. next/2 on a key that is not in a set: :ets raises ArgumentError (the
+       key must exist unless the table is fixed with safe_fixtable, which
+       Heft does not have); Heft continues from where the key would be.
+    6. Heft-only options (compression, compression_level, arena): :ets
+       rejects them; Heft rejects ill-typed ones with an ArgumentError that
+       names the option.
+    7. update_counter/4 with a default tuple shorter than keypos: the ETS
+       docs say badarg, but OTP 25 inserts it as a keyless record and then
+       corrupts memory (erlang/otp#10603, fixed upstream in OTP 28/29). Heft
+       raises ArgumentError; the :ets side is not run (it can crash the VM).
+    8. stream/1 exists only in Heft.
+    9. foldl/3 over a record whose key is :"$end_of_table": ets:foldl/3 is
+       built on first/next, so it stops there and never calls the fun for
+       it (or anything after it); Heft's foldl/3 walks in chunks and calls
+       the fun for every record.
+  (Traversal order of a set is unspecified in both: every test compares
+  traversals as sorted lists; that is not a difference.)
+  ===========================================================================
+  """
+  use Heft.Contract.Case, async: true
+
+  @shared_info [:size, :type, :keypos, :protection, :named_table, :name, :owner, :heir]
+  @ets_info_keys [
+    :id,
+    :decentralized_counters,
+    :read_concurrency,
+    :write_concurrency,
+    :compressed,
+    :memory,
+    :owner,
+    :heir,
+    :name,
+    :size,
+    :node,
+    :named_table,
+    :type,
+    :keypos,
+    :protection
+  ]
+
+  describe "1. info(tab, :memory) unit" do
+    contract ":ets counts words: 1000 records of 100 small integers take 100_000..150_000",
+      only: :ets do
+      tab = new(m)
+      before = m.info(tab, :memory)
+      m.insert(tab, for(i <- 1..1000, do: List.to_tuple([i | Enum.to_list(1..99)])))
+      grown = m.info(tab, :memory) - before
+      assert grown in 100_000..150_000
+    end
+
+    contract "Heft counts bytes: 1000 records of 1000 random bytes take >= 1_000_000",
+      only: Heft do
+      tab = new(m)
+      before = m.info(tab, :memory)
+      assert is_integer(before) and before >= 0
+      m.insert(tab, for(i <- 1..1000, do: {i, :crypto.strong_rand_bytes(1000)}))
+      grown = m.info(tab, :memory) - before
+      # incompressible payload: a words count would be ~8x smaller
+      assert grown >= 1_000_000
+      assert grown < 20_000_000
+    end
+  end
+
+  describe "2. info/1 keys" do
+    contract ":ets info/1 has exactly the OTP 25 keys", only: :ets do
+      info = m.info(new(m))
+      assert Enum.sort(Keyword.keys(info)) == Enum.sort(@ets_info_keys)
+    end
+
+    contract "Heft info/1 has the shared keys and :memory, plus Heft keys", only: Heft do
+      tab = new_with(m, {1})
+      info = m.info(tab)
+      assert Keyword.keyword?(info)
+      assert Enum.all?(@shared_info ++ [:memory], &Keyword.has_key?(info, &1))
+      assert info[:size] == 1
+    end
+  end
+
+  describe "3. transfer message tag" do
+    contract "give_away sends {ETS-TRANSFER | HEFT-TRANSFER, tab, from, data}" do
+      tab = new(m)
+      receiver = start_process()
+      m.give_away(tab, receiver, :data)
+      {:ok, {tag, ^tab, from, :data}} = run_in(receiver, fn -> receive(do: (msg -> msg)) end)
+      assert from == self()
+      assert tag == if(m == :ets, do: :"ETS-TRANSFER", else: :"HEFT-TRANSFER")
+      stop(receiver)
+    end
+  end
+
+  describe "4. what new/2 returns" do
+    contract "unnamed: a reference (:ets) or a %Heft.Table{} (Heft); named: the name" do
+      tab = new(m)
+
+      if m == :ets do
+        assert is_reference(tab)
+      else
+        assert %{__struct__: Heft.Table} = tab
+      end
+
+      name = unique_name()
+      assert new(m, name, [:named_table]) == name
+    end
+  end
+
+  describe "5. next/2 on a key that is not in the table" do
+    contract ":ets raises for a missing key, a deleted key, and on an empty table", only: :ets do
+      tab = new_with(m, for(i <- 1..20, do: {i}))
+      assert_raise ArgumentError, fn -> m.next(tab, :missing) end
+      assert_raise ArgumentError, fn -> m.next(tab, 1.0) end
+      assert_raise ArgumentError, fn -> m.next(tab, :"$end_of_table") end
+      key = m.first(tab)
+      m.delete(tab, key)
+      assert_raise ArgumentError, fn -> m.next(tab, key) end
+      assert_raise ArgumentError, fn -> m.next(new(m), 1) end
+    end
+
+    contract "Heft continues from where the key would be", only: Heft do
+      tab = new_with(m, for(i <- 1..20, do: {i}))
+      keys = MapSet.new(1..20)
+
+      for missing <- [:missing, 1.0, :"$end_of_table", 0] do
+        next = m.next(tab, missing)
+        assert next == :"$end_of_table" or next in keys
+      end
+
+      assert m.next(new(m), 1) == :"$end_of_table"
+    end
+
+    contract "Heft: deleting the current key before next/2 still visits every key once",
+      only: Heft do
+      tab = new_with(m, for(i <- 1..2_000, do: {i}))
+
+      visited =
+        Stream.unfold(m.first(tab), fn
+          :"$end_of_table" ->
+            nil
+
+          key ->
+            m.delete(tab, key)
+            {key, m.next(tab, key)}
+        end)
+        |> Enum.to_list()
+
+      assert Enum.sort(visited) == Enum.to_list(1..2_000)
+      assert m.tab2list(tab) == []
+    end
+  end
+
+  describe "6. Heft-only options" do
+    contract ":ets rejects the Heft options", only: :ets do
+      for opt <- [{:compression, :zlib}, {:compression_level, 5}, {:arena, :memory}] do
+        assert_raise ArgumentError, fn -> m.new(:x, [opt]) end
+      end
+    end
+
+    contract "Heft accepts every valid Heft option", only: Heft do
+      dir = Path.join(System.tmp_dir!(), "heft_contract_#{System.unique_integer([:positive])}")
+      File.mkdir_p!(dir)
+
+      for opts <- [
+            [compression: :zlib],
+            [compression: :none],
+            [compression: :zlib, compression_level: 0],
+            [compression: :zlib, compression_level: 9],
+            [arena: :memory],
+            [arena: {:file, dir}]
+          ] do
+        tab = m.new(:heft_options, [:public | opts])
+        m.insert(tab, {1, :binary.copy("abc", 1000)})
+        assert m.lookup(tab, 1) == [{1, :binary.copy("abc", 1000)}]
+        m.delete(tab)
+      end
+
+      File.rm_rf!(dir)
+    end
+
+    contract "Heft: an unknown or ill-typed option raises ArgumentError naming it", only: Heft do
+      cases = [
+        {[:bogus_option], "bogus_option"},
+        {[compression: :lz4], "compression"},
+        {[compression: "zlib"], "compression"},
+        {[compression_level: 10], "compression_level"},
+        {[compression_level: -1], "compression_level"},
+        {[compression_level: :max], "compression_level"},
+        {[arena: :disk], "arena"},
+        {[arena: {:file, 42}], "arena"},
+        {[{:keypos, 0}], "keypos"}
+      ]
+
+      for {opts, named} <- cases do
+        error = assert_raise ArgumentError, fn -> m.new(:x, opts) end
+        assert error.message =~ named, "#{inspect(opts)}: #{error.message}"
+      end
+    end
+  end
+
+  describe "7. update_counter/4 with a default shorter than keypos" do
+    contract "Heft raises ArgumentError and inserts nothing", only: Heft do
+      tab = new(m, [{:keypos, 3}])
+      assert_raise ArgumentError, fn -> m.update_counter(tab, :k, {2, 1}, {0, 0}) end
+      assert_raise ArgumentError, fn -> m.update_counter(tab, :k, {1, 1}, {0}) end
+      tab1 = new(m)
+      assert_raise ArgumentError, fn -> m.update_counter(tab1, :k, {2, 1}, {}) end
+      assert m.tab2list(tab) == []
+      assert m.tab2list(tab1) == []
+    end
+  end
+
+  describe "8. stream/1" do
+    contract ":ets has no stream/1", only: :ets do
+      refute function_exported?(m, :stream, 1)
+    end
+
+    contract "Heft.stream/1 is a lazy enumerable of the records",
+      only: Heft,
+      functions: [stream: 1] do
+      objects = for i <- 1..1_000, do: {i, Integer.to_string(i)}
+      tab = new_with(m, objects)
+      stream = m.stream(tab)
+      assert Enumerable.impl_for(stream) != nil
+      assert canonical_sort(Enum.to_list(stream)) == objects
+      assert [{_, _}, {_, _}] = Enum.take(stream, 2)
+      assert Enum.count(m.stream(new(m))) == 0
+    end
+
+    contract "Heft.stream/1 of a deleted table raises ArgumentError when run",
+      only: Heft,
+      functions: [stream: 1] do
+      tab = new_with(m, {1})
+      m.delete(tab)
+      assert_raise ArgumentError, fn -> m.stream(tab) |> Enum.to_list() end
+    end
+  end
+
+  describe "9. foldl/3 and the key :\"$end_of_table\"" do
+    contract ":ets foldl/3 stops at it", only: :ets do
+      tab = new_with(m, {:"$end_of_table", :stored})
+      assert m.foldl(&[&1 | &2], [], tab) == []
+    end
+
+    contract "Heft foldl/3 calls the fun for it", only: Heft do
+      tab = new_with(m, [{:"$end_of_table", :stored}, {1, :one}])
+
+      assert canonical_sort(m.foldl(&[&1 | &2], [], tab)) ==
+               canonical_sort([{:"$end_of_table", :stored}, {1, :one}])
+    end
+  end
+end
