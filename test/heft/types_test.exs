@@ -249,6 +249,28 @@ defmodule Heft.TypesTest do
     end
   end
 
+  describe "scheduling" do
+    test "a bag key with many objects is worked on a dirty scheduler; a few stay normal" do
+      t = Heft.new(:busy, [:bag, :public])
+      ref = t.ref
+      Heft.insert(t, for(i <- 1..2_000, do: {:many, i, :binary.copy(<<i::16>>, 50)}))
+      Heft.insert(t, [{:few, 1}, {:few, 2}])
+      # Comparing with 2,000 objects, or decoding 200 KB, is no normal job.
+      assert Heft.Native.insert(ref, {:many, 0, "new"}) == :"$heft_cpu"
+      assert Heft.Native.lookup(ref, :many) == :"$heft_cpu"
+      assert Heft.Native.delete_object(ref, {:many, 1, "x"}) == :"$heft_cpu"
+      assert Heft.Native.delete_key(ref, :many) == :"$heft_cpu"
+      assert Heft.info(t, :size) == 2_002, "the normal calls changed nothing"
+      assert Heft.Native.lookup(ref, :few) == [{:few, 2}, {:few, 1}], "one list: last first"
+      assert Heft.Native.insert(ref, {:few, 3}) == true
+      # Heft's own calls get there.
+      assert Heft.insert(t, {:many, 0, "new"})
+      assert length(Heft.lookup(t, :many)) == 2_001
+      assert Heft.delete(t, :many)
+      assert Heft.info(t, :size) == 3
+    end
+  end
+
   describe "random calls" do
     defp some_keys, do: [1, 1.0, 2, 0.0, nz(), :a, {1}, {1.0}, [1 | 2], "k", {nz()}, {0.0}]
     defp some_values, do: [1, 1.0, 0.0, nz(), :x, "s", %{a: 1}, %{a: 1.0}, [nz()], [0.0]]

@@ -507,6 +507,46 @@ fn build<B: Builder>(b: &mut B, kind: Kind, items: &[B::Term]) -> Result<B::Term
     }
 }
 
+/// What one tag starts, read past without building anything.
+enum Part {
+    /// A scalar (or a `ref`, a `key`): nothing follows.
+    Leaf,
+    /// A compound whose header announced this many terms to follow (a
+    /// list's tail counted); `true` for a map.
+    Compound(usize, bool),
+}
+
+/// Reads one tag and its payload (a compound's header only); returns the
+/// tag and what it starts.
+fn part(r: &mut Reader<'_>) -> Result<(u8, Part), DecodeError> {
+    let t = r.u8()?;
+    let part = match t {
+        tag::NIL | tag::KEY => Part::Leaf,
+        tag::INT | tag::ATOM | tag::REF => {
+            r.varint()?;
+            Part::Leaf
+        }
+        tag::FLOAT => {
+            r.bytes(8)?;
+            Part::Leaf
+        }
+        tag::BINARY | tag::ETF => {
+            let n = r.count(1)?;
+            r.bytes(n)?;
+            Part::Leaf
+        }
+        tag::TUPLE => Part::Compound(r.count(1)?, false),
+        tag::LIST => Part::Compound(r.count(1)? + 1, false),
+        tag::MAP => Part::Compound(r.count(2)? * 2, true),
+        t if t >= tag::SMALL_ATOM => Part::Leaf,
+        t if (tag::SMALL_TUPLE..tag::SMALL_TUPLE + 16).contains(&t) => {
+            Part::Compound(usize::from(t & 0x0f), false)
+        }
+        t => return Err(DecodeError::BadTag(t)),
+    };
+    Ok((t, part))
+}
+
 /// Skips one complete term; returns its encoded length. Used to walk a
 /// record's top-level elements without building them.
 pub fn skip(bytes: &[u8]) -> Result<usize, DecodeError> {
@@ -514,27 +554,8 @@ pub fn skip(bytes: &[u8]) -> Result<usize, DecodeError> {
     let mut pending: u64 = 1;
     while pending > 0 {
         pending -= 1;
-        let t = r.u8()?;
-        match t {
-            tag::NIL | tag::KEY => {}
-            tag::INT | tag::ATOM | tag::REF => {
-                r.varint()?;
-            }
-            tag::FLOAT => {
-                r.bytes(8)?;
-            }
-            tag::BINARY | tag::ETF => {
-                let n = r.count(1)?;
-                r.bytes(n)?;
-            }
-            tag::TUPLE => pending += r.count(1)? as u64,
-            tag::LIST => pending += r.count(1)? as u64 + 1,
-            tag::MAP => pending += r.count(2)? as u64 * 2,
-            t if t >= tag::SMALL_ATOM => {}
-            t if (tag::SMALL_TUPLE..tag::SMALL_TUPLE + 16).contains(&t) => {
-                pending += u64::from(t & 0x0f)
-            }
-            t => return Err(DecodeError::BadTag(t)),
+        if let (_, Part::Compound(n, _)) = part(&mut r)? {
+            pending += n as u64;
         }
     }
     Ok(r.position())
@@ -568,35 +589,20 @@ pub fn canonical(
     let mut stack: Vec<Open> = Vec::new();
     loop {
         let start = r.position();
-        let t = r.u8()?;
         // Children of a compound opened here, and whether it is a map.
-        let mut open = None;
-        match t {
-            tag::NIL => {}
-            tag::KEY => {
+        let (t, open) = match part(&mut r)? {
+            (tag::KEY, _) => {
                 let k = key.take().ok_or(DecodeError::UnexpectedKey)?;
                 out.extend_from_slice(&canonical(k, None, normalize_zero)?);
+                (tag::KEY, None)
             }
-            tag::INT | tag::ATOM => {
-                r.varint()?;
+            (tag::REF, _) => {
+                let id = Reader::new(&bytes[start + 1..]).varint()?;
+                return Err(DecodeError::BadRef(id));
             }
-            tag::FLOAT => {
-                r.bytes(8)?;
-            }
-            tag::BINARY | tag::ETF => {
-                let n = r.count(1)?;
-                r.bytes(n)?;
-            }
-            tag::TUPLE => open = Some((r.count(1)?, false)),
-            tag::LIST => open = Some((r.count(1)? + 1, false)),
-            tag::MAP => open = Some((r.count(2)? * 2, true)),
-            tag::REF => return Err(DecodeError::BadRef(r.varint()?)),
-            t if t >= tag::SMALL_ATOM => {}
-            t if (tag::SMALL_TUPLE..tag::SMALL_TUPLE + 16).contains(&t) => {
-                open = Some((usize::from(t & 0x0f), false))
-            }
-            t => return Err(DecodeError::BadTag(t)),
-        }
+            (t, Part::Leaf) => (t, None),
+            (t, Part::Compound(n, is_map)) => (t, Some((n, is_map))),
+        };
         // Everything but a key and a map's header (written when the map
         // closes) is copied as it is, or for a zero float normalized.
         let raw = &bytes[start..r.position()];

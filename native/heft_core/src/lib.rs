@@ -26,6 +26,8 @@ pub mod order;
 pub mod ordered;
 pub mod record;
 pub mod table;
+#[cfg(test)]
+mod test_rng;
 
 pub use arena::Backing;
 pub use compress::Compression;

@@ -63,6 +63,17 @@ pub fn try_compare<'n>(
     if a == b {
         return Ok(Equal);
     }
+    // Most keys are one scalar: no walk needed.
+    if let (Ok((ha, la)), Ok((hb, lb))) = (head(a), head(b)) {
+        if la == a.len() && lb == b.len() && is_scalar(&ha) && is_scalar(&hb) {
+            let (ca, cb) = (ha.class(), hb.class());
+            return Ok(if ca == cb {
+                cmp_scalar(&ha, &hb, exact, atom_name)
+            } else {
+                ca.cmp(&cb)
+            });
+        }
+    }
     let mut c = Cmp {
         a,
         b,
@@ -540,14 +551,6 @@ impl Cmp<'_, '_> {
         Ok(src)
     }
 
-    fn atom<'x>(&'x self, h: &Head<'x>) -> Text<'x> {
-        match h {
-            Head::AtomId(id) => Text::Utf8((self.names)(*id).as_bytes()),
-            Head::Atom(t) => *t,
-            _ => Text::Utf8(&[]),
-        }
-    }
-
     /// Compares the heads of the terms at `a` and `b`.
     fn pair(&self, a: Cur, b: Cur, exact: bool) -> Result<Act, DecodeError> {
         let (sa, sb) = (self.slice(a), self.slice(b));
@@ -594,40 +597,68 @@ impl Cmp<'_, '_> {
                 })
             }
             (Head::List(n), Head::List(m)) => return Ok(Act::List(*n, *m, la, lb)),
-            (Head::Nil, Head::Nil) => Equal,
-            (Head::AtomId(x), Head::AtomId(y)) if x == y => Equal,
-            (Head::AtomId(_) | Head::Atom(_), _) => cmp_text(self.atom(&ha), self.atom(&hb)),
-            (Head::Bits(x, xb), Head::Bits(y, yb)) => cmp_bits(x, *xb, y, *yb),
-            (Head::Piece(x), Head::Piece(y)) => {
-                if let (
-                    Piece::Fun {
+            (
+                Head::Piece(
+                    x @ Piece::Fun {
                         num_free, env: ea, ..
                     },
-                    Piece::Fun { env: eb, .. },
-                ) = (x, y)
-                {
-                    let o = cmp_piece(x, y);
-                    if o == Equal && *num_free > 0 {
-                        return Ok(Act::Env {
-                            n: *num_free as usize,
-                            a_env: (a.pos + offset_in(sa, ea), ea.len()),
-                            b_env: (b.pos + offset_in(sb, eb), eb.len()),
-                            la,
-                            lb,
-                        });
-                    }
-                    o
-                } else {
-                    cmp_piece(x, y)
+                ),
+                Head::Piece(y @ Piece::Fun { env: eb, .. }),
+            ) if *num_free > 0 => {
+                let o = cmp_piece(x, y);
+                if o == Equal {
+                    return Ok(Act::Env {
+                        n: *num_free as usize,
+                        a_env: (a.pos + offset_in(sa, ea), ea.len()),
+                        b_env: (b.pos + offset_in(sb, eb), eb.len()),
+                        la,
+                        lb,
+                    });
                 }
+                o
             }
-            _ => cmp_num(num(&ha), num(&hb), exact),
+            _ => cmp_scalar(&ha, &hb, exact, self.names),
         };
         Ok(if o == Equal {
             Act::Scalars(la, lb)
         } else {
             Act::Decided(o)
         })
+    }
+}
+
+/// True for a head that is a whole term compared on its own: not a
+/// compound (or a foreign piece holding one), not a fun with captured
+/// variables.
+fn is_scalar(h: &Head) -> bool {
+    match h {
+        Head::Tuple(_) | Head::Map(_) | Head::List(_) | Head::Foreign => false,
+        Head::Piece(Piece::Fun { num_free, .. }) => *num_free == 0,
+        _ => true,
+    }
+}
+
+/// Compares two scalars of the same class (a fun's captured variables
+/// are not looked at).
+fn cmp_scalar<'n>(ha: &Head, hb: &Head, exact: bool, names: &dyn Fn(u32) -> &'n str) -> Ordering {
+    match (ha, hb) {
+        (Head::Nil, Head::Nil) => Equal,
+        (Head::AtomId(x), Head::AtomId(y)) if x == y => Equal,
+        (Head::AtomId(_) | Head::Atom(_), _) => {
+            cmp_text(atom_text(ha, names), atom_text(hb, names))
+        }
+        (Head::Bits(x, xb), Head::Bits(y, yb)) => cmp_bits(x, *xb, y, *yb),
+        (Head::Piece(x), Head::Piece(y)) => cmp_piece(x, y),
+        _ => cmp_num(num(ha), num(hb), exact),
+    }
+}
+
+/// An atom's name.
+fn atom_text<'x, 'n: 'x>(h: &Head<'x>, names: &dyn Fn(u32) -> &'n str) -> Text<'x> {
+    match h {
+        Head::AtomId(id) => Text::Utf8(names(*id).as_bytes()),
+        Head::Atom(t) => *t,
+        _ => Text::Utf8(&[]),
     }
 }
 

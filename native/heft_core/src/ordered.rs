@@ -469,6 +469,7 @@ fn lower_bound(n: usize, mut f: impl FnMut(usize) -> Ordering) -> (usize, bool) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_rng::Rng;
     use std::collections::BTreeMap;
 
     /// Keys are u64s stored "in the arena" as loc = key * 2 + 1 (locs are
@@ -518,16 +519,6 @@ mod tests {
         }
         back.reverse();
         assert_eq!(back, ks);
-    }
-
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
     }
 
     #[test]

@@ -136,7 +136,13 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    fn key(&self) -> &[u8] {
+    /// The key's hash.
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
+
+    /// The key's canonical encoding.
+    pub fn key(&self) -> &[u8] {
         &self.bytes[self.header_len..self.header_len + self.key_len]
     }
 
@@ -339,9 +345,8 @@ impl State {
         if let Some(out) = out {
             (0..n).for_each(|i| self.copy_out(Entries::nth(pos, i), out));
         }
-        // A removal may reorganise the index: look the key up again.
-        while let Some((pos, _)) = self.find(ord, hash, key) {
-            self.remove_at(pos);
+        for loc in self.entries.remove_where(pos, n, |_| true) {
+            self.release(loc);
         }
         n
     }
@@ -649,21 +654,29 @@ impl Table {
     pub fn remove_object(&self, r: &Prepared) -> Result<usize, Error> {
         let mut st = self.write()?;
         let names = self.names();
-        let ord = order(&names);
-        let mut removed = 0;
-        while let Some((pos, n)) = st.find(ord, r.hash, r.key()) {
-            let hit = (0..n).map(|i| Entries::nth(pos, i)).find(|&p| {
-                let loc = st.entries.loc(p);
-                objects::same_stored(&st.arena, loc, r)
-            });
-            let Some(p) = hit else { break };
-            st.remove_at(p);
-            removed += 1;
-            if self.kind != Kind::DuplicateBag {
-                break;
-            }
+        let Some((pos, n)) = st.find(order(&names), r.hash, r.key()) else {
+            return Ok(0);
+        };
+        let every = self.kind == Kind::DuplicateBag;
+        let State { entries, arena, .. } = &mut *st;
+        let mut found = false;
+        let removed = entries.remove_where(pos, n, |loc| {
+            let hit = (every || !found) && objects::same_stored(arena, loc, r);
+            found |= hit;
+            hit
+        });
+        for &loc in &removed {
+            st.release(loc);
         }
-        Ok(removed)
+        Ok(removed.len())
+    }
+
+    /// How many records the key has (several in a bag: what inserting into
+    /// a bag compares with, what removing the key frees). O(log n) reads.
+    pub fn count(&self, hash: u64, key: &[u8]) -> Result<usize, Error> {
+        let st = self.read()?;
+        let names = self.names();
+        Ok(st.find(order(&names), hash, key).map_or(0, |(_, n)| n))
     }
 
     /// Replaces (or with `new: None`, removes) the record with this key if
@@ -748,8 +761,7 @@ impl Table {
         let mut p = match (after, back) {
             (None, false) => e.first(),
             (None, true) => e.last(),
-            (Some(c), false) => e.seek_after(a, ord, c.hash, &c.key),
-            (Some(c), true) => e.seek_before(a, ord, c.hash, &c.key),
+            (Some(c), _) => e.seek(a, ord, dir, c.hash, &c.key),
         };
         let first = out.len();
         let mut raw = 0usize;
@@ -805,11 +817,7 @@ impl Table {
         let st = self.read()?;
         let names = self.names();
         let ord = order(&names);
-        let (e, a) = (&st.entries, &st.arena);
-        let pos = match dir {
-            Direction::Forward => e.seek_after(a, ord, hash, key),
-            Direction::Backward => e.seek_before(a, ord, hash, key),
-        };
+        let pos = st.entries.seek(&st.arena, ord, dir, hash, key);
         Ok(pos.map(|pos| st.copy_key_record(pos, out)).is_some())
     }
 
@@ -1033,13 +1041,7 @@ mod tests {
         keys.dedup();
         assert_eq!(keys.len(), 5000);
         // first/next agree with chunks.
-        let mut k = t.first_key().unwrap().unwrap();
-        let mut n = 1;
-        while let Some(next) = t.next_key(t.hash(&k), &k).unwrap() {
-            k = next;
-            n += 1;
-        }
-        assert_eq!(n, 5000);
+        assert_eq!(walked_keys(&t), 5000);
     }
 
     #[test]
@@ -1075,6 +1077,17 @@ mod tests {
         assert_eq!((s.size, s.arena_live_bytes, s.payload_raw_bytes), (0, 0, 0));
         assert!(s.arena_used_bytes < 100);
         assert!(t.first_key().unwrap().is_none());
+    }
+
+    /// How many keys a first/next walk visits.
+    fn walked_keys(t: &Table) -> usize {
+        let mut n = 0;
+        let mut k = t.first_key().unwrap();
+        while let Some(key) = k {
+            n += 1;
+            k = t.next_key(t.hash(&key), &key).unwrap();
+        }
+        n
     }
 
     fn float_key(f: f64) -> Vec<u8> {
@@ -1320,12 +1333,6 @@ mod tests {
         distinct.dedup();
         assert_eq!(distinct.len(), 300);
         // first/next visit each key once.
-        let mut k = t.first_key().unwrap().unwrap();
-        let mut n = 1;
-        while let Some(next) = t.next_key(t.hash(&k), &k).unwrap() {
-            k = next;
-            n += 1;
-        }
-        assert_eq!(n, 300);
+        assert_eq!(walked_keys(&t), 300);
     }
 }

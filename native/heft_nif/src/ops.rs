@@ -50,20 +50,21 @@ impl Sched {
     }
 }
 
-/// Generates the normal, DirtyCpu and DirtyIo NIFs of one operation.
+/// Generates the normal, DirtyCpu and DirtyIo NIFs of one operation;
+/// `imp[extra]` passes `extra` after the NIF's own arguments.
 macro_rules! variants {
-    ($imp:ident => $normal:ident, $cpu:ident, $io:ident ($($arg:ident),*)) => {
+    ($imp:ident $([$extra:expr])? => $normal:ident, $cpu:ident, $io:ident ($($arg:ident),*)) => {
         #[rustler::nif]
         fn $normal<'a>(env: Env<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
-            $imp(env, Sched::Normal, $($arg),*)
+            $imp(env, Sched::Normal, $($arg,)* $($extra)?)
         }
         #[rustler::nif(schedule = "DirtyCpu")]
         fn $cpu<'a>(env: Env<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
-            $imp(env, Sched::Cpu, $($arg),*)
+            $imp(env, Sched::Cpu, $($arg,)* $($extra)?)
         }
         #[rustler::nif(schedule = "DirtyIo")]
         fn $io<'a>(env: Env<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
-            $imp(env, Sched::Io, $($arg),*)
+            $imp(env, Sched::Io, $($arg,)* $($extra)?)
         }
     };
 }
@@ -79,12 +80,14 @@ variants!(delete_object_impl => delete_object, delete_object_cpu, delete_object_
 variants!(delete_all_impl => delete_all_objects, delete_all_objects_cpu, delete_all_objects_io (tab));
 variants!(update_counter_impl => update_counter, update_counter_cpu, update_counter_io (tab, key, ops, default));
 variants!(update_element_impl => update_element, update_element_cpu, update_element_io (tab, key, ops));
-variants!(first_impl => first, first_cpu, first_io (tab));
-variants!(next_impl => next, next_cpu, next_io (tab, key));
-variants!(last_impl => last, last_cpu, last_io (tab));
-variants!(prev_impl => prev, prev_cpu, prev_io (tab, key));
-variants!(chunk_impl => chunk, chunk_cpu, chunk_io (tab, cursor, max));
-variants!(chunk_back_impl => chunk_back, chunk_back_cpu, chunk_back_io (tab, cursor, max));
+variants!(end_key[Direction::Forward] => first, first_cpu, first_io (tab));
+variants!(step_key[Direction::Forward] => next, next_cpu, next_io (tab, key));
+variants!(end_key[Direction::Backward] => last, last_cpu, last_io (tab));
+variants!(step_key[Direction::Backward] => prev, prev_cpu, prev_io (tab, key));
+variants!(walk_chunk[Direction::Forward] => chunk, chunk_cpu, chunk_io (tab, cursor, max));
+// Last to first: descending keys in an ordered_set; in other tables the
+// key order of `chunk`, each bag key's objects last to first.
+variants!(walk_chunk[Direction::Backward] => chunk_back, chunk_back_cpu, chunk_back_io (tab, cursor, max));
 
 /// The table a handle names: a name atom or a resource.
 pub fn resolve(tab: Term) -> NifResult<ResourceArc<TableRes>> {
@@ -168,6 +171,32 @@ fn single_object(t: &TableRes, op: &str) -> NifResult<()> {
 /// Lists longer than this go straight to a dirty scheduler: encoding them
 /// would outrun the normal budget anyway, after wasting it.
 const BATCH_ON_NORMAL: usize = 256;
+
+/// Objects of bag keys a normal-scheduler call may compare with (an
+/// insert, a `delete_object`) or free (a `delete`); more, and the call goes
+/// to a dirty scheduler. Compares are memcmps, or inflates of about a
+/// microsecond; frees a few tens of nanoseconds.
+const BAG_OBJECTS_ON_NORMAL: usize = 1024;
+
+/// True if a normal-scheduler call on these keys of a bag would go over
+/// [`BAG_OBJECTS_ON_NORMAL`] objects.
+fn too_many_objects<'k>(
+    t: &TableRes,
+    sched: Sched,
+    keys: impl Iterator<Item = (u64, &'k [u8])>,
+) -> NifResult<bool> {
+    if sched != Sched::Normal || !t.core.kind().is_bag() {
+        return Ok(false);
+    }
+    let mut total = 0;
+    for (hash, key) in keys {
+        total += t.core.count(hash, key).map_err(errors::core)?;
+        if total > BAG_OBJECTS_ON_NORMAL {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
 
 thread_local! {
     static BUF: RefCell<(RecordBuf, Vec<u8>)> = RefCell::new((RecordBuf::new(), Vec::new()));
@@ -341,6 +370,9 @@ fn write_objects<'a>(
         Ok(p) => p,
         Err(retry) => return Ok(retry),
     };
+    if too_many_objects(&t, sched, prepared.iter().map(|p| (p.hash(), p.key())))? {
+        return Ok(retry_cpu(env));
+    }
     let done = if only_new {
         t.core.insert_new(&prepared)
     } else {
@@ -442,9 +474,11 @@ fn delete_key_impl<'a>(
     let t = open!(env, tab, sched, true);
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
     let k = encoded!(env, enc.key(env, key));
-    t.core
-        .remove(t.core.hash(&k), &k, None)
-        .map_err(errors::core)?;
+    let h = t.core.hash(&k);
+    if too_many_objects(&t, sched, std::iter::once((h, k.as_slice())))? {
+        return Ok(retry_cpu(env));
+    }
+    t.core.remove(h, &k, None).map_err(errors::core)?;
     Ok(true.encode(env))
 }
 
@@ -460,6 +494,9 @@ fn delete_object_impl<'a>(
     if t.core.kind().is_bag() {
         // Bag objects are stored canonically: the table compares them.
         let object = encoded!(env, prepare_object(env, &t, &elems, &mut enc));
+        if too_many_objects(&t, sched, std::iter::once((object.hash(), object.key())))? {
+            return Ok(retry_cpu(env));
+        }
         t.core.remove_object(&object).map_err(errors::core)?;
         return Ok(true.encode(env));
     }
@@ -704,22 +741,6 @@ fn element_updates(ops: Term) -> Result<Vec<(usize, Term)>, &'static str> {
         .collect()
 }
 
-fn first_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>) -> NifResult<Term<'a>> {
-    end_key(env, sched, tab, Direction::Forward)
-}
-
-fn last_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>) -> NifResult<Term<'a>> {
-    end_key(env, sched, tab, Direction::Backward)
-}
-
-fn next_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, key: Term<'a>) -> NifResult<Term<'a>> {
-    step_key(env, sched, tab, key, Direction::Forward)
-}
-
-fn prev_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, key: Term<'a>) -> NifResult<Term<'a>> {
-    step_key(env, sched, tab, key, Direction::Backward)
-}
-
 /// The first (or last) key of the walk order, or `:"$end_of_table"`.
 fn end_key<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, dir: Direction) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
@@ -772,29 +793,6 @@ fn stored_key<'a>(
     let obj = decode_item(env, t, buf, &it, scratch)?;
     let elems = get_tuple(obj).map_err(|_| badarg("not a tuple"))?;
     Ok(elems.get(t.keypos - 1).copied().unwrap_or(canonical))
-}
-
-fn chunk_impl<'a>(
-    env: Env<'a>,
-    sched: Sched,
-    tab: Term<'a>,
-    cursor: Term<'a>,
-    max: Term<'a>,
-) -> NifResult<Term<'a>> {
-    walk_chunk(env, sched, tab, cursor, max, Direction::Forward)
-}
-
-/// As `chunk`, walking from the last key to the first (descending keys in
-/// an ordered_set; the same key order as `chunk` in other tables, each
-/// bag key's objects last to first).
-fn chunk_back_impl<'a>(
-    env: Env<'a>,
-    sched: Sched,
-    tab: Term<'a>,
-    cursor: Term<'a>,
-    max: Term<'a>,
-) -> NifResult<Term<'a>> {
-    walk_chunk(env, sched, tab, cursor, max, Direction::Backward)
 }
 
 /// `{records, cursor}` after `cursor` (`:start` or a cursor returned

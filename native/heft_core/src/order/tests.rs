@@ -6,6 +6,7 @@
 
 use super::*;
 use crate::codec::Value;
+use crate::test_rng::Rng;
 
 /// A model term.
 #[derive(Clone, Debug)]
@@ -629,26 +630,6 @@ fn malformed_input_falls_back_to_byte_order_without_panicking() {
     }
     assert_eq!(compare(&[0x0b], &[0x0c], names), Less);
     assert!(try_compare(&[tag::ETF, 2, 131, 200], &[0x80], &names, false).is_err());
-}
-
-/// A small xorshift generator, so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn pick<T: Clone>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len() as u64) as usize].clone()
-    }
 }
 
 /// Terms drawn from small pools, so that equal and nearly equal pairs are

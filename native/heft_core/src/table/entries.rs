@@ -8,7 +8,7 @@
 
 use std::cmp::Ordering;
 
-use super::{key_in, Kind};
+use super::{key_in, Direction, Kind};
 use crate::arena::Arena;
 use crate::atoms::AtomTable;
 use crate::index::{HashIndex, Inserted};
@@ -114,12 +114,9 @@ impl Entries {
     ) -> Option<(Pos, usize)> {
         match self {
             Entries::Hash(ix) => {
-                let p = ix.find(hash, |l| key_in(arena, l).cmp(key))?;
-                let same = |q: usize| {
-                    ix.get(q)
-                        .is_some_and(|s| s.hash == hash && key_in(arena, s.loc) == key)
-                };
-                let n = 1 + (p + 1..).take_while(|&q| same(q)).count();
+                let cmp = |l| key_in(arena, l).cmp(key);
+                let p = ix.find(hash, cmp)?;
+                let n = ix.seek_after(hash, cmp) - p;
                 Some((Pos::Hash(p), n))
             }
             Entries::Ordered(ix) => ix
@@ -160,6 +157,28 @@ impl Entries {
             (Entries::Hash(ix), Pos::Hash(p)) => ix.remove_at(p).loc,
             (Entries::Ordered(ix), Pos::Ordered(p)) => ix.remove_at(p).unwrap_or(0),
             _ => 0,
+        }
+    }
+
+    /// Removes, of the `n` entries of a key from `pos` on, those whose loc
+    /// `remove` picks (in one pass); returns their locs in order.
+    pub(super) fn remove_where(
+        &mut self,
+        pos: Pos,
+        n: usize,
+        mut remove: impl FnMut(u64) -> bool,
+    ) -> Vec<u64> {
+        match (self, pos) {
+            (Entries::Hash(ix), Pos::Hash(p)) => ix
+                .remove_if(p, n, |s| remove(s.loc))
+                .into_iter()
+                .map(|s| s.loc)
+                .collect(),
+            (Entries::Ordered(ix), Pos::Ordered(p)) => match ix.get(p) {
+                Some(loc) if remove(loc) => ix.remove_at(p).into_iter().collect(),
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
         }
     }
 
@@ -223,40 +242,26 @@ impl Entries {
         }
     }
 
-    /// The first entry after every entry of `key` in walk order, whether or
-    /// not `key` is present.
-    pub(super) fn seek_after(
+    /// The first entry after every entry of `key` in walk order
+    /// (`Forward`), or in an ordered index the last entry before `key`
+    /// (`Backward`), whether or not `key` is present. A hash index walks
+    /// forward either way, as ETS's `prev/2` is its `next/2` there.
+    pub(super) fn seek(
         &self,
         arena: &Arena,
         ord: Order,
+        dir: Direction,
         hash: u64,
         key: &[u8],
     ) -> Option<Pos> {
-        match self {
-            Entries::Hash(ix) => {
-                let p = ix.seek_after(hash, |l| key_in(arena, l).cmp(key));
+        let cmp = |l| ord.cmp(key_in(arena, l), key);
+        match (self, dir) {
+            (Entries::Hash(ix), _) => {
+                let p = ix.seek_after(hash, cmp);
                 ix.next_occupied(p).map(Pos::Hash)
             }
-            Entries::Ordered(ix) => ix
-                .seek_after(|l| ord.cmp(key_in(arena, l), key))
-                .map(Pos::Ordered),
-        }
-    }
-
-    /// The last entry before `key` in an ordered index, whether or not `key`
-    /// is present; in a hash index, as [`Entries::seek_after`].
-    pub(super) fn seek_before(
-        &self,
-        arena: &Arena,
-        ord: Order,
-        hash: u64,
-        key: &[u8],
-    ) -> Option<Pos> {
-        match self {
-            Entries::Hash(_) => self.seek_after(arena, ord, hash, key),
-            Entries::Ordered(ix) => ix
-                .seek_before(|l| ord.cmp(key_in(arena, l), key))
-                .map(Pos::Ordered),
+            (Entries::Ordered(ix), Direction::Forward) => ix.seek_after(cmp).map(Pos::Ordered),
+            (Entries::Ordered(ix), Direction::Backward) => ix.seek_before(cmp).map(Pos::Ordered),
         }
     }
 }
