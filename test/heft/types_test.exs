@@ -271,6 +271,32 @@ defmodule Heft.TypesTest do
     end
   end
 
+  describe "memory" do
+    test "an ordered_set's index is its own mapping, and smaller than a set's" do
+      sizes =
+        for type <- [:set, :ordered_set] do
+          t = Heft.new(:mem, [type])
+          Heft.insert(t, for(k <- Enum.shuffle(1..50_000), do: {k, k}))
+          info = Heft.info(t)
+          assert info[:type] == type
+          assert info[:memory] == info[:index_bytes] + info[:meta_bytes] + info[:arena_used_bytes]
+          # Pages in RAM (a set may not have touched every slot page; an
+          # ordered_set counts its heap directory too).
+          assert info[:index_resident_bytes] > 0
+          assert info[:index_resident_bytes] <= info[:index_bytes]
+          assert info[:index_bytes] - info[:index_resident_bytes] < 16_384
+          info[:index_bytes]
+        end
+
+      # Pages of 512 handles, at least a quarter full (about 70% after
+      # random inserts): under 16 bytes a record; the set's slots, 16 bytes
+      # each, are 40% to 80% full.
+      [set, ordered] = sizes
+      assert ordered < 16 * 50_000, "#{ordered} bytes"
+      assert ordered < set, "#{ordered} vs #{set} bytes"
+    end
+  end
+
   describe "random calls" do
     defp some_keys, do: [1, 1.0, 2, 0.0, nz(), :a, {1}, {1.0}, [1 | 2], "k", {nz()}, {0.0}]
     defp some_values, do: [1, 1.0, 0.0, nz(), :x, "s", %{a: 1}, %{a: 1.0}, [nz()], [0.0]]

@@ -658,6 +658,26 @@ mod tests {
     }
 
     #[test]
+    fn the_kernel_holds_exactly_the_pages_counted() {
+        let mut ix = OrderedIndex::new("smaps");
+        for k in 0..200_000u64 {
+            let k = k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 16;
+            ix.insert(loc(k), cmp_with(k));
+        }
+        // Empty a third of the blocks: their pages are punched out.
+        let all = keys(&ix);
+        for k in &all[..all.len() / 3] {
+            let pos = ix.find(cmp_with(*k)).unwrap();
+            ix.remove_at(pos);
+        }
+        let usage = crate::accounting::mappings(&[ix.address() as u64]).unwrap()[0]
+            .expect("the index pages are a mapping of their own");
+        assert_eq!(usage.resident, ix.pages.used_bytes() as u64);
+        let dir = (ix.dir.capacity() * 16 + ix.pages.free.capacity() * 4) as u64;
+        assert_eq!(ix.heap_bytes(), usage.resident + dir);
+    }
+
+    #[test]
     fn sequential_inserts_at_either_end() {
         let mut ix = OrderedIndex::new("seq");
         for k in 0..5_000u64 {
