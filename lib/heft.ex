@@ -96,11 +96,63 @@ defmodule Heft do
   >   are accepted and ignored: readers never block each other, and writers
   >   hold the table's lock only to copy bytes, not to encode or compress.
 
+  ## Persistence
+
+  `Heft.new(name, persist: dir)` makes a disc-backed table: the records
+  stay in memory (the working copy, which the kernel never writes back to
+  disk) and every change is appended to a write-ahead log in `dir` before
+  the call returns. From time to time the log is folded into a snapshot
+  (a *dump*, as Mnesia calls it), without stopping readers or writers.
+  `open/2` reopens a table after a restart, `close/1` closes it, `sync/1`
+  and `dump/1` force a sync or a dump, `subscribe/1` reports overload.
+
+      tab = Heft.new(:sessions, persist: "/var/lib/app/sessions", sync: :commit)
+      Heft.insert(tab, {"s1", %{user: 7}})   # returns once on disk
+      Heft.close(tab)
+      {:ok, tab} = Heft.open("/var/lib/app/sessions")
+
+  What each `:sync` mode guarantees:
+
+  | mode              | VM crash          | power loss / kernel crash          |
+  | ----------------- | ----------------- | ---------------------------------- |
+  | `:none`           | nothing lost      | the log's unsynced tail may be lost |
+  | `{:interval, ms}` | nothing lost      | at most about `ms` of writes lost  |
+  | `:commit`         | nothing lost      | nothing acknowledged is lost       |
+
+  A write batch (one `insert/2` of a list) is recovered entirely or not at
+  all. Concurrent `:commit` writers share one fsync (group commit), and a
+  waiting writer blocks only its own process: no scheduler waits for the
+  disk. `insert(tab, objects, sync: :commit)` asks for a commit on one
+  call of a table in another mode.
+
+  Opening a directory loads the snapshot and replays the log. A torn tail
+  (the last write, cut short by a crash) is cut off and counted in
+  `info(tab, :recovered_torn_bytes)`; damage before it makes `open/2`
+  return `{:error, {:corrupt, file, offset}}` unless `repair: true`.
+  Files are mode 0600 in a 0700 directory, and the directory is locked
+  while open (`{:error, :locked}` for a second open, even in the same VM).
+  File formats: docs/persistence-format.md.
+
+  > #### Ownership {: .info}
+  >
+  > A persistent table whose owner exits without an heir is **closed**
+  > (its log synced, its files kept), not deleted: reopen it with
+  > `open/2`. `delete/1` removes its files.
+
+  > #### Errors {: .warning}
+  >
+  > When the disk is full, a write returns `{:error, :enospc}` and changes
+  > nothing; the table stays readable. After a failed fsync the table
+  > refuses writes with `{:error, :poisoned}` until it is reopened, since
+  > the kernel may have dropped the unsynced pages.
+
   ## Scheduling
 
   No call runs much longer than a millisecond on a normal scheduler: big
   batches and big terms move to a dirty CPU scheduler, and every operation
-  on a file-backed table runs on a dirty I/O scheduler.
+  on a file-backed table runs on a dirty I/O scheduler, as does every write
+  to a persistent table (its log append) and opening and closing one.
+  Fsyncs and dumps run on the table's own two threads.
   """
 
   import Heft.Native, only: [call: 1]
@@ -138,9 +190,25 @@ defmodule Heft do
     * `{:read_concurrency, _}`, `{:write_concurrency, _}`,
       `{:decentralized_counters, _}` - accepted for compatibility, ignored.
 
+  Persistence (see "Persistence" in the module doc):
+
+    * `persist: dir` - keep the table on disk in `dir` (created, mode
+      0700, if missing). If `dir` already holds a Heft table, it is loaded
+      (its type and keypos must match these options; the other options
+      given here replace the stored ones). The working copy stays in
+      memory, so `:arena` cannot be given.
+    * `sync: :none` (default), `{:interval, ms}` or `:commit` - when a
+      write reaches stable storage.
+    * `dump_log_write_threshold: n` - fold the log into a new snapshot
+      once it holds `n` writes (default 50,000).
+    * `dump_log_time_threshold: ms` - ...or once `ms` have passed since
+      the last dump and the log holds any write (default 180,000).
+    * `repair: true` - as for `open/2`.
+
   Raises `ArgumentError` naming the option for an unknown or ill-typed
   option, or if a named table called `name` exists. Raises `Heft.Error` if
-  the arena cannot be created (reason `:enoent`, `:eacces`, `:enospc`...).
+  the arena cannot be created (reason `:enoent`, `:eacces`, `:enospc`...)
+  or a persistent table cannot be opened (reasons as for `open/2`).
   """
   @spec new(atom, list) :: tab
   def new(name, opts \\ [])
@@ -150,21 +218,14 @@ defmodule Heft do
       raise ArgumentError, "Heft.new/2 expects a proper list of options, got: #{inspect(opts)}"
     end
 
-    o = Enum.reduce(opts, default_options(), &option/2)
-    compression = if o.compression == :none, do: :none, else: {:zlib, o.level}
-
-    arena =
-      case o.arena do
-        :memory -> :memory
-        {:file, dir} -> {:file, dir}
-      end
-
-    args = {o.type, o.named, o.protection, o.keypos, o.heir, compression, arena}
+    {persist, opts} = Heft.Persist.split_options(opts)
+    {o, args} = parse_options(opts)
 
     result =
-      case arena do
-        :memory -> Native.new(name, args)
-        {:file, _} -> Native.new_io(name, args)
+      cond do
+        persist != nil -> Heft.Persist.new!(name, o, args, persist)
+        o.arena == :memory -> Native.new(name, args)
+        true -> Native.new_io(name, args)
       end
 
     case result do
@@ -184,6 +245,24 @@ defmodule Heft do
   defp proper_list?([]), do: true
   defp proper_list?([_ | rest]), do: proper_list?(rest)
   defp proper_list?(_), do: false
+
+  @doc false
+  # Heft.new/2's options, checked: `{options map, arguments of the NIF}`
+  # (Heft.Persist reuses it to reopen a table from its stored options).
+  def __parse_options__(opts) do
+    o = Enum.reduce(opts, default_options(), &option/2)
+    compression = if o.compression == :none, do: :none, else: {:zlib, o.level}
+
+    arena =
+      case o.arena do
+        :memory -> :memory
+        {:file, dir} -> {:file, dir}
+      end
+
+    {o, {o.type, o.named, o.protection, o.keypos, o.heir, compression, arena}}
+  end
+
+  defp parse_options(opts), do: __parse_options__(opts)
 
   defp default_options do
     %{
@@ -268,12 +347,31 @@ defmodule Heft do
 
   Returns `true`, or `{:error, reason}` if the arena cannot grow (`:enospc`
   when a file arena's disk is full; nothing is inserted and the table stays
-  readable).
+  readable). A persistent table may also return (see "Persistence"):
+
+    * `{:error, :enospc}` (or another POSIX atom) - its log could not be
+      written; nothing is inserted, the table stays readable.
+    * `{:error, :poisoned}` - a sync of its log failed earlier; it refuses
+      writes until reopened.
+    * `{:error, :eio}` (from a `sync: :commit` write) - the sync of this
+      write failed: the objects are in the table in memory but may not be
+      on disk, and the table is now poisoned.
   """
   @spec insert(tab, object | [object]) :: true | {:error, atom}
   def insert(tab, objects) do
     ref = ref(tab)
     call(insert(ref, objects))
+  end
+
+  @doc """
+  `insert/2` with per-call options. `sync: :commit` returns only once the
+  objects are on stable storage, whatever the table's own `:sync` mode
+  (a persistent table only; the default, `sync: :table`, uses the
+  table's mode).
+  """
+  @spec insert(tab, object | [object], keyword) :: true | {:error, atom}
+  def insert(tab, objects, opts) when is_list(opts) do
+    commit_after(tab, opts, fn -> insert(tab, objects) end)
   end
 
   @doc """
@@ -284,6 +382,34 @@ defmodule Heft do
   def insert_new(tab, objects) do
     ref = ref(tab)
     call(insert_new(ref, objects))
+  end
+
+  @doc "`insert_new/2` with per-call options, as `insert/3`."
+  @spec insert_new(tab, object | [object], keyword) :: boolean | {:error, atom}
+  def insert_new(tab, objects, opts) when is_list(opts) do
+    commit_after(tab, opts, fn -> insert_new(tab, objects) end)
+  end
+
+  defp commit_after(tab, opts, write) do
+    case Keyword.get(opts, :sync, :table) do
+      :table ->
+        write.()
+
+      :commit ->
+        case write.() do
+          {:error, _} = error ->
+            error
+
+          result ->
+            case sync(tab) do
+              :ok -> result
+              error -> error
+            end
+        end
+
+      other ->
+        raise ArgumentError, "option :sync must be :table or :commit, got: #{inspect(other)}"
+    end
   end
 
   @doc """
@@ -323,9 +449,31 @@ defmodule Heft do
     call(take(ref, key))
   end
 
-  @doc "Deletes the whole table. Returns `true`."
-  @spec delete(tab) :: true
-  def delete(tab), do: Native.delete_table(ref(tab))
+  @doc """
+  Deletes the whole table. Returns `true`.
+
+  > #### Persistent tables {: .warning}
+  >
+  > A persistent table is closed and **its files are removed** from its
+  > directory (the directory too, if nothing else is left in it). Use
+  > `close/1` to keep them. Returns `{:error, reason}` if the files could
+  > not be removed.
+  """
+  @spec delete(tab) :: true | {:error, atom}
+  def delete(tab) do
+    ref = ref(tab)
+
+    case Native.delete_table(ref) do
+      :"$heft_io" ->
+        case Native.persist_close_io(ref, true) do
+          {:error, reason} when reason not in [:poisoned] -> {:error, reason}
+          _ -> true
+        end
+
+      true ->
+        true
+    end
+  end
 
   @doc "Deletes the objects with the key, if any. Returns `true`."
   @spec delete(tab, term) :: true
@@ -587,10 +735,16 @@ defmodule Heft do
          {:ok, map} <- native_info(ref),
          {:ok, kernel} <- kernel_view(ref) do
       map = Map.merge(map, kernel)
-      Enum.map(@info_order, &{&1, Map.fetch!(map, &1)})
+      Enum.map(@info_order, &{&1, Map.fetch!(map, &1)}) ++ persist_info(ref)
     else
       _ -> :undefined
     end
+  end
+
+  defp persist_info(ref) do
+    Heft.Persist.info(ref)
+  rescue
+    ArgumentError -> []
   end
 
   @doc """
@@ -606,6 +760,17 @@ defmodule Heft do
     else
       _ -> :undefined
     end
+  end
+
+  @persist_items Heft.Persist.items()
+
+  def info(tab, item) when item in @persist_items do
+    case safe_ref(tab) do
+      {:ok, ref} -> Heft.Persist.info(ref, item)
+      :error -> :undefined
+    end
+  rescue
+    ArgumentError -> :undefined
   end
 
   def info(_tab, item), do: raise(ArgumentError, "unknown info item: #{inspect(item)}")
@@ -685,4 +850,105 @@ defmodule Heft do
     do: Native.set_heir(ref(tab), {pid, data})
 
   def setopts(_tab, opt), do: raise(ArgumentError, "unknown option: #{inspect(opt)}")
+
+  ## Persistence
+
+  @doc """
+  Reopens the persistent table stored in `dir` (after a VM restart, say)
+  with the options it was created with: name, type, keypos, protection,
+  compression, sync mode and dump thresholds are read from the directory.
+  The caller becomes the owner. Loads the last snapshot and replays the
+  log after it (see "Persistence" in the module doc).
+
+  Options override what is stored: `:name`, `:sync`,
+  `:dump_log_write_threshold`, `:dump_log_time_threshold`, and also
+  `heir: {pid, data}` and `repair: true` (keep everything before damage in
+  the middle of the log, set the rest aside as `lost-*` files, and report
+  it in `info(tab, :repaired)`).
+
+  Returns `{:ok, tab}` or `{:error, reason}`:
+
+    * `:enoent` - `dir` holds no Heft table.
+    * `:locked` - the table is open, in this VM or another OS process.
+    * `{:corrupt, file, offset}` - `file` (a name in `dir`) is damaged at
+      byte `offset`, before the end of the log; `repair: true` opens it.
+    * `{:unsupported_version, file, version}` - written by a newer Heft.
+    * `:name_taken` - a named table with this name exists.
+    * `:eacces`, `:eio`, `:enospc`... - a POSIX error.
+    * `{:badarg, message}` - an invalid option.
+
+  ## Examples
+
+      iex> dir = Path.join(System.tmp_dir!(), "heft-doc-open")
+      iex> File.rm_rf!(dir)
+      iex> tab = Heft.new(:people, persist: dir)
+      iex> Heft.insert(tab, {1, "Ada"})
+      true
+      iex> Heft.close(tab)
+      :ok
+      iex> {:ok, tab} = Heft.open(dir)
+      iex> Heft.lookup(tab, 1)
+      [{1, "Ada"}]
+      iex> Heft.delete(tab)
+      true
+  """
+  @spec open(Path.t(), keyword) :: {:ok, tab} | {:error, term}
+  def open(dir, opts \\ []) when is_list(opts), do: Heft.Persist.open(dir, opts)
+
+  @doc """
+  Closes a persistent table: syncs its log to disk, stops its threads,
+  releases its directory and removes it from the VM. Its files stay; open
+  it again with `open/2`. Owner only, unless the table is `:public`.
+
+  Returns `:ok`, or `{:error, :poisoned}` if a sync had failed earlier
+  (what was written since may be lost), or `{:error, posix}` if the last
+  sync fails. The table is closed either way. Raises `ArgumentError` for
+  a table that is not persistent.
+  """
+  @spec close(tab) :: :ok | {:error, atom}
+  def close(tab), do: Native.persist_close_io(ref(tab), false)
+
+  @doc """
+  Folds the log of a persistent table into a new snapshot now, and waits
+  for it. Readers and writers keep going meanwhile. If a dump is already
+  running, this waits for the one after it, and the table reports itself
+  overloaded (`info(tab, :overloaded)`, `subscribe/1`).
+
+  Returns `:ok`, or `{:error, reason}` (`:enospc`..., `:poisoned`,
+  `:closed`); the log keeps everything when a dump fails.
+  """
+  @spec dump(tab) :: :ok | {:error, atom}
+  def dump(tab), do: Native.await(Native.persist_dump(ref(tab)))
+
+  @doc """
+  Waits until every change made so far to a persistent table is on stable
+  storage (one fsync, shared with concurrent callers). Returns `:ok` or
+  `{:error, reason}` (`:eio`..., `:poisoned`).
+  """
+  @spec sync(tab) :: :ok | {:error, atom}
+  def sync(tab), do: Native.await(Native.persist_sync(ref(tab)))
+
+  @doc """
+  Subscribes `pid` (default: the caller) to a persistent table's news.
+  Messages:
+
+    * `{:heft_overloaded, tab, %{behind_records: n, threshold: t,
+      dump_running_ms: ms, reason: :write_threshold | :requested}}` - a
+      dump was wanted while one was running: the log holds `n` writes the
+      running dump does not cover.
+    * `{:heft_dumped, tab, %{records: n, atoms: a, bytes: b, ms: ms}}` - a
+      dump finished.
+    * `{:heft_dump_failed, tab, {:error, reason}}` - a dump failed; the
+      log keeps everything and the next dump retries.
+
+  Returns `:ok`. A dead subscriber is forgotten.
+  """
+  @spec subscribe(tab, pid) :: :ok
+  def subscribe(tab, pid \\ self()) when is_pid(pid),
+    do: Native.persist_subscribe(ref(tab), pid, true)
+
+  @doc "Stops `subscribe/2`'s messages to `pid`. Returns `:ok`."
+  @spec unsubscribe(tab, pid) :: :ok
+  def unsubscribe(tab, pid \\ self()) when is_pid(pid),
+    do: Native.persist_subscribe(ref(tab), pid, false)
 end

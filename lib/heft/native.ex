@@ -45,22 +45,74 @@ defmodule Heft.Native do
     def unquote(variant)(unquote_splicing(args)), do: :erlang.nif_error(:heft_nif_not_loaded)
   end
 
+  # Operations that change the table. On a `sync: :commit` table they
+  # answer `{:"$heft_wait", ticket, result}` once their change is logged;
+  # the table's flusher thread sends `{:"$heft_done", ticket, outcome}`
+  # when it is on stable storage (native/heft_nif/src/persist.rs).
+  @write_ops [
+    :insert,
+    :insert_new,
+    :take,
+    :delete_key,
+    :delete_object,
+    :delete_all_objects,
+    :update_counter,
+    :update_element
+  ]
+
   @doc false
   # `call(op(args...))`: makes the normal call and, if it answers with a
-  # retry marker, the same call to the dirty twin it names. The arguments
-  # must be variables or literals (they are evaluated again on retry).
+  # retry marker, the same call to the dirty twin it names; a write then
+  # waits for its commit if the answer says so. The arguments must be
+  # variables or literals (they are evaluated again on retry).
   defmacro call({name, _, args}) do
     cpu = :"#{name}_cpu"
     io = :"#{name}_io"
 
-    quote do
-      case Heft.Native.unquote(name)(unquote_splicing(args)) do
-        :"$heft_cpu" -> Heft.Native.unquote(cpu)(unquote_splicing(args))
-        :"$heft_io" -> Heft.Native.unquote(io)(unquote_splicing(args))
-        result -> result
+    if name in @write_ops do
+      quote do
+        case Heft.Native.unquote(name)(unquote_splicing(args)) do
+          :"$heft_cpu" -> Heft.Native.await(Heft.Native.unquote(cpu)(unquote_splicing(args)))
+          :"$heft_io" -> Heft.Native.await(Heft.Native.unquote(io)(unquote_splicing(args)))
+          result -> Heft.Native.await(result)
+        end
+      end
+    else
+      quote do
+        case Heft.Native.unquote(name)(unquote_splicing(args)) do
+          :"$heft_cpu" -> Heft.Native.unquote(cpu)(unquote_splicing(args))
+          :"$heft_io" -> Heft.Native.unquote(io)(unquote_splicing(args))
+          result -> result
+        end
       end
     end
   end
+
+  @doc false
+  # Waits for a commit or a dump: `{:"$heft_wait", ticket, result}` becomes
+  # `result` once the table's thread answers `:ok`, or its `{:error, _}`.
+  # Anything else is returned as it is.
+  def await({:"$heft_wait", ticket, result}) do
+    receive do
+      {:"$heft_done", ^ticket, :ok} -> result
+      {:"$heft_done", ^ticket, {:error, _} = error} -> error
+    end
+  end
+
+  def await(result), do: result
+
+  # Persistence (native/heft_nif/src/persist.rs).
+  def persist_meta_io(_dir), do: :erlang.nif_error(:heft_nif_not_loaded)
+
+  def persist_open_io(_name, _args, _dir, _popts, _meta),
+    do: :erlang.nif_error(:heft_nif_not_loaded)
+
+  def persist_close_io(_tab, _remove), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def persist_sync(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def persist_dump(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def persist_subscribe(_tab, _pid, _on), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def persist_info(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def persist_inject_fault(_tab, _fault, _n), do: :erlang.nif_error(:heft_nif_not_loaded)
 
   def new(_name, _opts), do: :erlang.nif_error(:heft_nif_not_loaded)
   def new_io(_name, _opts), do: :erlang.nif_error(:heft_nif_not_loaded)

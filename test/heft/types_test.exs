@@ -297,6 +297,70 @@ defmodule Heft.TypesTest do
     end
   end
 
+  describe "persistence" do
+    @describetag :tmp_dir
+
+    # The same calls, in three sessions of a persistent Heft table (closed
+    # and reopened between them, dumped in the middle one) and on one ETS
+    # table: the contents agree after each reopening.
+    for type <- [:set, :ordered_set, :bag, :duplicate_bag] do
+      test "#{type}: contents survive close, dump and reopen as :ets holds them", ctx do
+        type = unquote(type)
+        dir = Path.join(ctx.tmp_dir, "p")
+        ets = :ets.new(:p, [type, :public])
+        t = Heft.new(:p, [type, :public, persist: dir])
+
+        sessions = [
+          [
+            {:insert, [{1, :a}, {1.0, :b}, {2, :c}, {1, :d}, {1, :a}]},
+            {:insert, {nz(), :z}},
+            {:insert, {0.0, :z}},
+            {:insert, {:k, [1, 2]}},
+            {:insert_new, [{:n, 1}, {:n, 2}]}
+          ],
+          [
+            {:delete_object, {1, :a}},
+            :dump,
+            {:insert, [{2, :c}, {2, :e}, {3, :f}]},
+            {:take, :k},
+            {:delete, 1.0}
+          ],
+          [
+            {:insert, for(i <- 1..300, do: {rem(i, 7), i})},
+            {:delete_object, {3, 10}},
+            :dump,
+            {:delete, 2}
+          ]
+        ]
+
+        final =
+          Enum.reduce(sessions, t, fn calls, t ->
+            for call <- calls do
+              case call do
+                :dump ->
+                  :ok = Heft.dump(t)
+
+                {f, arg} ->
+                  assert exact(apply(Heft, f, [t, arg])) == exact(apply(:ets, f, [ets, arg])),
+                         "#{inspect(call)}"
+              end
+            end
+
+            :ok = Heft.close(t)
+            {:ok, t} = Heft.open(dir)
+            assert Heft.info(t, :type) == type
+            assert contents(Heft, t, type) == contents(:ets, ets, type)
+            t
+          end)
+
+        Heft.delete(final)
+      end
+    end
+
+    defp contents(m, t, :ordered_set), do: exact(m.tab2list(t))
+    defp contents(m, t, _type), do: exact(by_key(m, t))
+  end
+
   describe "random calls" do
     defp some_keys, do: [1, 1.0, 2, 0.0, nz(), :a, {1}, {1.0}, [1 | 2], "k", {nz()}, {0.0}]
     defp some_values, do: [1, 1.0, 0.0, nz(), :x, "s", %{a: 1}, %{a: 1.0}, [nz()], [0.0]]

@@ -266,7 +266,11 @@ defmodule Heft.Bench.Store.Heft do
   @impl true
   def close(t), do: heft().close(t)
   @impl true
-  def reopen(_, _, dir), do: heft().open(Path.join(dir, "heft"))
+  def reopen(_, _, dir) do
+    {:ok, t} = heft().open(Path.join(dir, "heft"))
+    t
+  end
+
   @impl true
   def destroy(t), do: heft().delete(t)
 end

@@ -179,15 +179,7 @@ mod tests {
     #[test]
     fn incompressible_and_tiny_bodies_are_stored_raw() {
         // xorshift noise does not compress.
-        let mut x = 0x1234_5678_u32;
-        let noise: Vec<u8> = (0..1024)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                x as u8
-            })
-            .collect();
+        let noise = crate::testutil::noise(0x1234_5678, 1024);
         let mut out = Vec::new();
         assert_eq!(compress(&noise, Compression::Zlib(9), &mut out), Codec::Raw);
         assert!(out.is_empty());
@@ -239,15 +231,7 @@ mod tests {
 
     #[test]
     fn a_large_random_body_is_judged_by_its_prefix() {
-        let mut x = 7u32;
-        let mut body: Vec<u8> = (0..100_000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                x as u8
-            })
-            .collect();
+        let mut body = crate::testutil::noise(7, 100_000);
         let mut out = Vec::new();
         assert_eq!(compress(&body, Compression::Zlib(6), &mut out), Codec::Raw);
         // Compressible after the prefix only: still stored raw (the probe

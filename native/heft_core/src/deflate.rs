@@ -237,15 +237,7 @@ mod tests {
                 if dist > WINDOW {
                     continue;
                 }
-                let mut x = dist as u32 | 1;
-                let mut input: Vec<u8> = (0..dist)
-                    .map(|_| {
-                        x ^= x << 13;
-                        x ^= x >> 17;
-                        x ^= x << 5;
-                        x as u8
-                    })
-                    .collect();
+                let mut input = crate::testutil::noise(dist as u32 | 1, dist);
                 input.extend_from_within(..dist.min(300));
                 roundtrip(&input);
             }
@@ -272,15 +264,7 @@ mod tests {
 
     #[test]
     fn the_budget_stops_incompressible_input() {
-        let mut x = 99u32;
-        let noise: Vec<u8> = (0..4000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                x as u8
-            })
-            .collect();
+        let noise = crate::testutil::noise(99, 4000);
         let mut out = Vec::new();
         assert!(!compress(&noise, &mut out, 3500));
         assert!(out.len() <= 3500 + 8);

@@ -374,25 +374,51 @@ impl HashIndex {
         self.rebuild(self.bits + 1);
     }
 
-    fn rebuild(&mut self, mut bits: u32) {
-        'retry: loop {
-            let mut slots = SlotArray::new(slots_for(bits), &self.name);
-            let mut next = 0usize;
-            for s in self.slots.iter().filter(|s| !s.is_empty()) {
-                let p = ((s.hash >> (64 - bits)) as usize).max(next);
-                match slots.get_mut(p) {
-                    Some(slot) => *slot = *s,
-                    None => {
-                        bits += 1;
-                        continue 'retry;
-                    }
-                }
-                next = p + 1;
-            }
-            self.slots = slots;
-            self.bits = bits;
-            return;
+    fn rebuild(&mut self, bits: u32) {
+        let (slots, bits) = place(&self.name, bits, || {
+            self.slots.iter().filter(|s| !s.is_empty())
+        });
+        self.slots = slots;
+        self.bits = bits;
+    }
+
+    /// Fills an empty index with `entries` at once (bulk loading): they
+    /// must be sorted by (hash, key), with no key twice.
+    pub fn build_sorted(&mut self, entries: &[Slot]) {
+        debug_assert!(self.len == 0);
+        let mut bits = MIN_BITS;
+        while entries.len() * LOAD_DEN > (1usize << bits) * LOAD_NUM {
+            bits += 1;
         }
+        let (slots, bits) = place(&self.name, bits, || entries.iter());
+        self.slots = slots;
+        self.bits = bits;
+        self.len = entries.len();
+    }
+}
+
+/// Lays out entries sorted by (hash, key) in a new slot array of `bits`
+/// bits, or more if a run spills past the tail.
+fn place<'s, I: Iterator<Item = &'s Slot>>(
+    name: &str,
+    mut bits: u32,
+    entries: impl Fn() -> I,
+) -> (SlotArray, u32) {
+    'retry: loop {
+        let mut slots = SlotArray::new(slots_for(bits), name);
+        let mut next = 0usize;
+        for s in entries() {
+            let p = ((s.hash >> (64 - bits)) as usize).max(next);
+            match slots.get_mut(p) {
+                Some(slot) => *slot = *s,
+                None => {
+                    bits += 1;
+                    continue 'retry;
+                }
+            }
+            next = p + 1;
+        }
+        return (slots, bits);
     }
 }
 

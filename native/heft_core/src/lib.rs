@@ -6,28 +6,38 @@
 //!   short bodies.
 //! - [`record`]: a record's header, key and body in the arena.
 //! - [`arena`]: the mmap'd region and its size-class allocator.
-//! - [`index`]: the hash index, sorted by hash so walks can resume.
-//! - [`order`]: Erlang term order over encoded keys.
+//! - [`index`]: the hash index, sorted by hash so walks can resume;
+//!   [`hash`]: its keyed key hash.
+//! - [`order`]: Erlang term order over encoded keys; [`etf`]: the
+//!   external-term-format pieces keys embed (pids, funs...).
 //! - [`ordered`]: the ordered index of ordered_set tables.
-//! - [`etf`]: the external-term-format pieces keys embed (pids, funs...).
 //! - [`table`]: a table of any ETS kind: index + arena behind one lock.
 //! - [`atoms`]: a table's atom dictionary.
 //! - [`accounting`]: the kernel's view of a mapping (smaps).
+//! - [`persist`]: persistent tables: write-ahead log, group commit, dumps
+//!   ([`wal`] frames, [`snapshot`] writing, [`recovery`] loading, [`crc`]);
+//!   formats in docs/persistence-format.md.
 
 pub mod accounting;
 pub mod arena;
 pub mod atoms;
 pub mod codec;
 pub mod compress;
+pub mod crc;
 pub mod deflate;
 pub mod etf;
+pub mod hash;
 pub mod index;
 pub mod order;
 pub mod ordered;
+pub mod persist;
 pub mod record;
+pub mod recovery;
+pub mod snapshot;
 pub mod table;
 #[cfg(test)]
-mod test_rng;
+mod testutil;
+pub mod wal;
 
 pub use arena::Backing;
 pub use compress::Compression;

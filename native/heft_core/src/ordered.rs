@@ -469,7 +469,7 @@ fn lower_bound(n: usize, mut f: impl FnMut(usize) -> Ordering) -> (usize, bool) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_rng::Rng;
+    use crate::testutil::Rng;
     use std::collections::BTreeMap;
 
     /// Keys are u64s stored "in the arena" as loc = key * 2 + 1 (locs are

@@ -2,6 +2,7 @@
 //! all, and the figures behind info/1.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use heft_core::table::Kind;
 use heft_core::{accounting, Backing, Compression, Options, Table};
@@ -96,11 +97,23 @@ fn kind_atom(k: Kind) -> Atom {
     }
 }
 
+/// Table options, as validated by Heft.new/2.
+pub struct NewArgs {
+    pub kind: Kind,
+    pub named: bool,
+    pub protection: Protection,
+    pub keypos: usize,
+    pub heir: Option<Heir>,
+    pub compression: Compression,
+    pub backing: Backing,
+    pub label: String,
+}
+
 /// Options arrive validated by Heft.new/2:
 /// `{type, named, protection, keypos, heir, compression, arena}` with heir
 /// `:none | {pid, data}`, compression `:none | {:zlib, level}` and arena
 /// `:memory | {:file, dir}`.
-fn new_impl<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>> {
+pub fn parse_new_args<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<NewArgs> {
     type Opts<'b> = (Atom, bool, Atom, usize, Term<'b>, Term<'b>, Term<'b>);
     let (kind, named, protection, keypos, heir, compression, arena): Opts<'a> = opts
         .decode()
@@ -133,39 +146,69 @@ fn new_impl<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>>
         Backing::File(PathBuf::from(dir))
     };
     let label = name.to_term(env).atom_to_string().unwrap_or_default();
-    let core = match Table::new(&Options {
-        backing: backing.clone(),
-        compression,
-        label,
+    Ok(NewArgs {
         kind,
-    }) {
-        Ok(core) => core,
-        Err(e) => return Err(errors::io_error(&e)),
-    };
+        named,
+        protection,
+        keypos,
+        heir,
+        compression,
+        backing,
+        label,
+    })
+}
+
+/// Wraps a core table into a registered resource owned by the caller;
+/// returns the table's handle and id. `persist` makes it persistent.
+pub fn install<'a>(
+    env: Env<'a>,
+    name: Atom,
+    args: NewArgs,
+    core: Arc<Table>,
+    persist: Option<crate::persist::PersistRes>,
+) -> NifResult<(Term<'a>, u64)> {
     let owner = env.pid();
     let meta = Meta {
         name,
-        named,
+        named: args.named,
         monitor: None,
-        heir,
+        heir: args.heir,
     };
-    let res = ResourceArc::new(TableRes::new(
+    let mut res = TableRes::new(
         core,
-        keypos,
-        protection,
-        compression,
-        backing,
+        args.keypos,
+        args.protection,
+        args.compression,
+        args.backing,
         owner,
         meta,
-    ));
+    );
+    if let Some(p) = persist {
+        res = res.with_persist(p);
+    }
+    let res = ResourceArc::new(res);
     // The caller is alive: it is making this call.
     let _ = res.set_owner(env, &res, &mut res.meta.lock(), owner);
-    if !resource::register(&res, name, named) {
+    if !resource::register(&res, name, args.named) {
         resource::delete(&res);
         return Err(badarg("a table with this name already exists"));
     }
     let meta = res.meta.lock();
-    Ok(tab_term(env, &res, &meta))
+    Ok((tab_term(env, &res, &meta), res.id))
+}
+
+fn new_impl<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>> {
+    let args = parse_new_args(env, name, opts)?;
+    let core = match Table::new(&Options {
+        backing: args.backing.clone(),
+        compression: args.compression,
+        label: args.label.clone(),
+        kind: args.kind,
+    }) {
+        Ok(core) => core,
+        Err(e) => return Err(errors::io_error(&e)),
+    };
+    install(env, name, args, Arc::new(core), None).map(|(tab, _)| tab)
 }
 
 #[rustler::nif]
@@ -179,16 +222,21 @@ fn new_io<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>> {
     new_impl(env, name, opts)
 }
 
+/// Deletes the table. A persistent table answers `:"$heft_io"` instead:
+/// closing it and removing its files is I/O (persist.rs `persist_close_io`).
 #[rustler::nif]
-fn delete_table(env: Env, tab: Term) -> NifResult<bool> {
+fn delete_table<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
     let t = resolve(tab)?;
     if !t.may_write(env) {
         return Err(badarg(
             "only the owner may delete a protected or private table",
         ));
     }
+    if t.persist.is_some() {
+        return Ok(errors::retry_io(env));
+    }
     resource::delete(&t);
-    Ok(true)
+    Ok(true.encode(env))
 }
 
 #[rustler::nif]

@@ -186,12 +186,15 @@ pub struct EncodedRecord {
 
 impl Drop for TermEncoder<'_> {
     fn drop(&mut self) {
-        self.seen.clear();
-        self.stack.clear();
-        self.items.clear();
-        give(|p| &mut p.seen, std::mem::take(&mut self.seen));
-        give(|p| &mut p.stack, std::mem::take(&mut self.stack));
-        give(|p| &mut p.items, std::mem::take(&mut self.items));
+        // Give back only what was borrowed (a scalar key borrows nothing).
+        if self.stack.capacity() > 0 {
+            self.seen.clear();
+            self.stack.clear();
+            self.items.clear();
+            give(|p| &mut p.seen, std::mem::take(&mut self.seen));
+            give(|p| &mut p.stack, std::mem::take(&mut self.stack));
+            give(|p| &mut p.items, std::mem::take(&mut self.items));
+        }
     }
 }
 
@@ -200,15 +203,62 @@ impl<'c> TermEncoder<'c> {
         TermEncoder {
             atoms,
             budget,
-            seen: take(|p| &mut p.seen),
-            stack: take(|p| &mut p.stack),
-            items: take(|p| &mut p.items),
+            seen: IdentityMap::default(),
+            stack: Vec::new(),
+            items: Vec::new(),
             recent_atoms: [(Word::default(), u32::MAX); 8],
             recent_next: 0,
             exact_zero: false,
             saw_zero: false,
             map_depth: 0,
         }
+    }
+
+    /// Borrows the walk's buffers from the pool on first use.
+    fn buffers(&mut self) {
+        if self.stack.capacity() == 0 {
+            self.seen = take(|p| &mut p.seen);
+            self.stack = take(|p| &mut p.stack);
+            self.items = take(|p| &mut p.items);
+            self.stack.reserve(16);
+        }
+    }
+
+    /// Writes a term that is not compound; false if it is compound (or a
+    /// term that needs the full walk).
+    fn scalar(
+        &mut self,
+        env: Env,
+        t: Term,
+        w: &mut Writer,
+        canonical: bool,
+    ) -> Result<bool, EncodeError> {
+        match t.get_type() {
+            TermType::Atom => {
+                let atom = Atom::from_term(t).map_err(|_| EncodeError::Unsupported)?;
+                let id = self.atom_id(env, atom)?;
+                w.atom(id);
+            }
+            TermType::Integer => match t.decode::<i64>() {
+                Ok(i) => w.int(i),
+                Err(_) => return Ok(false),
+            },
+            TermType::Float => self.float(t, w, canonical)?,
+            _ => return Ok(false),
+        }
+        self.spend(1)?;
+        Ok(true)
+    }
+
+    /// Writes a float: in canonical form -0.0 as 0.0 where the VM makes
+    /// them one key (but never in a bag's object); notes a zero of either
+    /// sign (see `saw_zero`).
+    fn float(&mut self, t: Term, w: &mut Writer, canonical: bool) -> Result<(), EncodeError> {
+        let f: f64 = t.decode().map_err(|_| EncodeError::Unsupported)?;
+        self.saw_zero |= f == 0.0;
+        let normalize = canonical && !self.exact_zero && NEG_ZERO_IS_ZERO.load(Ordering::Relaxed);
+        w.float(f, normalize);
+        Ok(())
     }
 
     /// Takes `units` from the budget; `TooBig` when it runs out.
@@ -241,6 +291,7 @@ impl<'c> TermEncoder<'c> {
         // The key is stored once, outside the body, unless canonical form
         // changed it (-0.0): then the body keeps the exact term.
         let exact = !contains_neg_zero(key_term);
+        self.buffers();
         self.seen.clear();
         self.exact_zero = true;
         let mut w = Writer::new();
@@ -269,6 +320,10 @@ impl<'c> TermEncoder<'c> {
         w: &mut Writer,
         canonical: bool,
     ) -> Result<(), EncodeError> {
+        if self.scalar(env, root, w, canonical)? {
+            return Ok(());
+        }
+        self.buffers();
         let base = self.stack.len();
         self.stack.push(root.as_c_arg());
         while self.stack.len() > base {
@@ -287,13 +342,7 @@ impl<'c> TermEncoder<'c> {
                     Ok(i) => w.int(i),
                     Err(_) => self.etf(t, w, canonical)?,
                 },
-                TermType::Float => {
-                    let f: f64 = t.decode().map_err(|_| EncodeError::Unsupported)?;
-                    self.saw_zero |= f == 0.0;
-                    let normalize =
-                        canonical && !self.exact_zero && NEG_ZERO_IS_ZERO.load(Ordering::Relaxed);
-                    w.float(f, normalize);
-                }
+                TermType::Float => self.float(t, w, canonical)?,
                 TermType::Binary => {
                     if self.backref(word, w, canonical) {
                         continue;

@@ -27,6 +27,7 @@ mod atoms {
         erofs,
         edquot,
         einval,
+        poisoned,
     }
 }
 
@@ -64,6 +65,7 @@ pub fn core(e: CoreError) -> Error {
     match e {
         CoreError::Deleted => no_table(),
         CoreError::Io(e) => io_error(&e),
+        CoreError::Poisoned => Error::Term(Box::new(atoms::poisoned())),
         _ => badarg(e.to_string()),
     }
 }
@@ -92,6 +94,11 @@ pub fn posix(e: &io::Error) -> rustler::Atom {
 /// "Call the DirtyCpu variant": too much work for a normal scheduler.
 pub fn retry_cpu(env: Env) -> Term {
     atoms::heft_cpu().encode(env)
+}
+
+/// True for the retry markers `:"$heft_cpu"` and `:"$heft_io"`.
+pub fn is_retry(t: Term) -> bool {
+    t == atoms::heft_cpu().encode(t.get_env()) || t == atoms::heft_io().encode(t.get_env())
 }
 
 /// "Call the DirtyIo variant": the table's arena is a file.

@@ -7,6 +7,7 @@ mod admin;
 mod codec;
 mod errors;
 mod ops;
+mod persist;
 mod resource;
 
 use std::sync::atomic::Ordering;

@@ -69,17 +69,39 @@ macro_rules! variants {
     };
 }
 
-variants!(insert_impl => insert, insert_cpu, insert_io (tab, objs));
-variants!(insert_new_impl => insert_new, insert_new_cpu, insert_new_io (tab, objs));
+/// Write operations: as `variants!`, and for a `sync: :commit` table the
+/// result becomes a commit wait (persist.rs).
+macro_rules! write_variants {
+    ($imp:ident => $normal:ident, $cpu:ident, $io:ident ($tab:ident $(, $arg:ident)*)) => {
+        #[rustler::nif]
+        fn $normal<'a>(env: Env<'a>, $tab: Term<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
+            let r = $imp(env, Sched::Normal, $tab, $($arg),*)?;
+            crate::persist::after_write(env, $tab, r)
+        }
+        #[rustler::nif(schedule = "DirtyCpu")]
+        fn $cpu<'a>(env: Env<'a>, $tab: Term<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
+            let r = $imp(env, Sched::Cpu, $tab, $($arg),*)?;
+            crate::persist::after_write(env, $tab, r)
+        }
+        #[rustler::nif(schedule = "DirtyIo")]
+        fn $io<'a>(env: Env<'a>, $tab: Term<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
+            let r = $imp(env, Sched::Io, $tab, $($arg),*)?;
+            crate::persist::after_write(env, $tab, r)
+        }
+    };
+}
+
+write_variants!(insert_impl => insert, insert_cpu, insert_io (tab, objs));
+write_variants!(insert_new_impl => insert_new, insert_new_cpu, insert_new_io (tab, objs));
 variants!(lookup_impl => lookup, lookup_cpu, lookup_io (tab, key));
 variants!(lookup_element_impl => lookup_element, lookup_element_cpu, lookup_element_io (tab, key, pos));
 variants!(member_impl => member, member_cpu, member_io (tab, key));
-variants!(take_impl => take, take_cpu, take_io (tab, key));
-variants!(delete_key_impl => delete_key, delete_key_cpu, delete_key_io (tab, key));
-variants!(delete_object_impl => delete_object, delete_object_cpu, delete_object_io (tab, obj));
-variants!(delete_all_impl => delete_all_objects, delete_all_objects_cpu, delete_all_objects_io (tab));
-variants!(update_counter_impl => update_counter, update_counter_cpu, update_counter_io (tab, key, ops, default));
-variants!(update_element_impl => update_element, update_element_cpu, update_element_io (tab, key, ops));
+write_variants!(take_impl => take, take_cpu, take_io (tab, key));
+write_variants!(delete_key_impl => delete_key, delete_key_cpu, delete_key_io (tab, key));
+write_variants!(delete_object_impl => delete_object, delete_object_cpu, delete_object_io (tab, obj));
+write_variants!(delete_all_impl => delete_all_objects, delete_all_objects_cpu, delete_all_objects_io (tab));
+write_variants!(update_counter_impl => update_counter, update_counter_cpu, update_counter_io (tab, key, ops, default));
+write_variants!(update_element_impl => update_element, update_element_cpu, update_element_io (tab, key, ops));
 variants!(end_key[Direction::Forward] => first, first_cpu, first_io (tab));
 variants!(step_key[Direction::Forward] => next, next_cpu, next_io (tab, key));
 variants!(end_key[Direction::Backward] => last, last_cpu, last_io (tab));
@@ -111,7 +133,10 @@ fn open<'a>(
     write: bool,
 ) -> NifResult<Result<ResourceArc<TableRes>, Term<'a>>> {
     let t = resolve(tab)?;
-    if sched == Sched::Normal && matches!(t.backing, Backing::File(_)) {
+    // File arenas may page from disk; a persistent table's writes append
+    // to its log (persist.rs): both run on dirty I/O schedulers.
+    let io = matches!(t.backing, Backing::File(_)) || (write && t.persist.is_some());
+    if sched == Sched::Normal && io {
         return Ok(Err(retry_io(env)));
     }
     let allowed = if write {

@@ -21,6 +21,7 @@ use parking_lot::{Mutex, RwLock};
 use rustler::env::SavedTerm;
 use rustler::sys::{self, ErlNifTerm};
 use rustler::{Atom, Encoder, Env, LocalPid, Monitor, OwnedEnv, Resource, ResourceArc, Term};
+use std::sync::Arc as CoreArc;
 
 use crate::codec::{EncodeError, WordHasher};
 
@@ -194,7 +195,7 @@ fn make_atom(env: Env, name: &str) -> Option<Atom> {
 /// A Heft table as the VM sees it.
 pub struct TableRes {
     pub id: u64,
-    pub core: Table,
+    pub core: CoreArc<Table>,
     pub atoms: AtomCache,
     pub keypos: usize,
     pub protection: Protection,
@@ -203,6 +204,8 @@ pub struct TableRes {
     owner: RwLock<LocalPid>,
     deleted: AtomicBool,
     pub meta: Mutex<Meta>,
+    /// Set for a persistent table (persist.rs).
+    pub persist: Option<crate::persist::PersistRes>,
 }
 
 #[rustler::resource_impl]
@@ -242,7 +245,7 @@ impl Resource for TableRes {
 
 impl TableRes {
     pub fn new(
-        core: Table,
+        core: CoreArc<Table>,
         keypos: usize,
         protection: Protection,
         compression: Compression,
@@ -262,7 +265,14 @@ impl TableRes {
             owner: RwLock::new(owner),
             deleted: AtomicBool::new(false),
             meta: Mutex::new(meta),
+            persist: None,
         }
+    }
+
+    /// Makes the table persistent (persist.rs).
+    pub fn with_persist(mut self, p: crate::persist::PersistRes) -> Self {
+        self.persist = Some(p);
+        self
     }
 
     /// Makes `pid` the owner: monitors it, forgets the old monitor.
@@ -375,7 +385,7 @@ pub fn lookup_name(name: Atom) -> Option<ResourceArc<TableRes>> {
     NAMES.read().get(&name).cloned()
 }
 
-fn lookup_id(id: u64) -> Option<ResourceArc<TableRes>> {
+pub fn lookup_id(id: u64) -> Option<ResourceArc<TableRes>> {
     TABLES.read().get(&id).cloned()
 }
 
@@ -401,7 +411,9 @@ pub fn rename(res: &ResourceArc<TableRes>, meta: &mut Meta, new: Atom) -> bool {
     true
 }
 
-/// Deletes a table: unregisters it and frees its storage.
+/// Deletes a table: unregisters it and frees its storage. A persistent
+/// table's files stay: it is closed (last sync on its own threads,
+/// without waiting).
 pub fn delete(res: &ResourceArc<TableRes>) {
     let (name, named) = {
         let meta = res.meta.lock();
@@ -417,6 +429,9 @@ pub fn delete(res: &ResourceArc<TableRes>) {
     TABLES.write().remove(&res.id);
     if let Some(storage) = res.core.take_storage() {
         reap(storage);
+    }
+    if let Some(p) = &res.persist {
+        p.persisted.begin_close();
     }
 }
 

@@ -6,7 +6,7 @@
 
 use super::*;
 use crate::codec::Value;
-use crate::test_rng::Rng;
+use crate::testutil::Rng;
 
 /// A model term.
 #[derive(Clone, Debug)]

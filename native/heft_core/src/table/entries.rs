@@ -11,7 +11,7 @@ use std::cmp::Ordering;
 use super::{key_in, Direction, Kind};
 use crate::arena::Arena;
 use crate::atoms::AtomTable;
-use crate::index::{HashIndex, Inserted};
+use crate::index::{HashIndex, Inserted, Slot};
 use crate::order;
 use crate::ordered::{self, OrderedIndex};
 
@@ -83,6 +83,15 @@ impl Entries {
         match self {
             Entries::Hash(ix) => ix.clear(),
             Entries::Ordered(ix) => ix.clear(),
+        }
+    }
+
+    /// Fills an empty hash index at once (bulk loading): `slots` sorted by
+    /// (hash, key), a bag's entries of one key in their order. An ordered
+    /// index is filled entry by entry instead.
+    pub(super) fn build_sorted(&mut self, slots: &[Slot]) {
+        if let Entries::Hash(ix) = self {
+            ix.build_sorted(slots);
         }
     }
 

@@ -1,0 +1,228 @@
+defmodule Heft.Persist do
+  @moduledoc false
+  # Persistent tables, the Elixir half (the Rust half is
+  # native/heft_nif/src/persist.rs over native/heft_core/src/persist.rs):
+  # persistence options of Heft.new/2 and Heft.open/2, and the META blob.
+  #
+  # META holds the table's options so that Heft.open/2 can reopen a table
+  # after a VM restart without being told them: the external term format of
+  # a map (docs/persistence-format.md, "META"), with the keys
+  # `:format, :name, :type, :named, :keypos, :protection, :compression,
+  # :compression_level, :sync, :dump_log_write_threshold,
+  # :dump_log_time_threshold`. The heir is not stored (pids do not survive
+  # a restart). `:type` is any table type Heft.new/2 accepts.
+
+  alias Heft.Native
+
+  @keys [:persist, :sync, :dump_log_write_threshold, :dump_log_time_threshold, :repair]
+  @defaults %{
+    sync: :none,
+    dump_log_write_threshold: 50_000,
+    dump_log_time_threshold: 180_000,
+    repair: false
+  }
+  @format 1
+
+  # Splits Heft.new/2's options into the persistence ones (a map, or nil
+  # without :persist) and the rest.
+  def split_options(opts) do
+    {mine, rest} = Enum.split_with(opts, &(is_tuple(&1) and elem(&1, 0) in @keys))
+
+    case Map.new(mine, &pair/1) do
+      empty when empty == %{} ->
+        {nil, rest}
+
+      %{persist: _} = p ->
+        {Map.merge(@defaults, p), rest}
+
+      p ->
+        [key | _] = Map.keys(p)
+        raise ArgumentError, "option #{inspect(key)} needs the option :persist"
+    end
+  end
+
+  defp pair({:persist, dir} = opt) when is_binary(dir) or is_list(dir) do
+    case IO.chardata_to_string(dir) do
+      "" -> bad(opt)
+      dir -> {:persist, Path.expand(dir)}
+    end
+  rescue
+    ArgumentError -> bad(opt)
+  end
+
+  defp pair({:sync, mode}) when mode in [:none, :commit], do: {:sync, mode}
+
+  defp pair({:sync, {:interval, ms}} = opt) when is_integer(ms) and ms >= 1, do: opt
+
+  defp pair({k, n} = opt)
+       when k in [:dump_log_write_threshold, :dump_log_time_threshold] and is_integer(n) and
+              n >= 1,
+       do: opt
+
+  defp pair({:repair, b} = opt) when is_boolean(b), do: opt
+  defp pair(opt), do: bad(opt)
+
+  defp bad({key, _} = opt),
+    do: raise(ArgumentError, "option #{inspect(key)} has an invalid value: #{inspect(opt)}")
+
+  # Heft.new/2 with :persist: loads the table in the directory, or creates
+  # it there. Raises like Heft.new/2.
+  def new!(name, o, args, p) do
+    if o.arena != :memory do
+      raise ArgumentError,
+            "option :persist: a persistent table keeps its working copy in memory " <>
+              "(its log and snapshot are the durable copy); drop the :arena option"
+    end
+
+    meta = meta(name, o, p)
+
+    case Native.persist_meta_io(p.persist) do
+      {:ok, blob} -> check_compatible!(decode_meta(blob), meta, p.persist)
+      {:error, _} -> :ok
+    end
+
+    case open_native(name, args, p, meta, true) do
+      {:ok, tab} ->
+        tab
+
+      {:error, reason} ->
+        raise Heft.Error, reason: reason, action: "open the table in #{p.persist}"
+    end
+  end
+
+  defp check_compatible!({:ok, stored}, meta, dir) do
+    for key <- [:type, :keypos], stored[key] != meta[key] do
+      raise ArgumentError,
+            "option :persist: the table in #{dir} has #{key} #{inspect(stored[key])}, " <>
+              "not #{inspect(meta[key])}"
+    end
+
+    :ok
+  end
+
+  defp check_compatible!(_unreadable, _meta, _dir), do: :ok
+
+  # Heft.open/2.
+  def open(dir, opts) do
+    dir = Path.expand(IO.chardata_to_string(dir))
+
+    with {:ok, blob} <- Native.persist_meta_io(dir),
+         {:ok, m} <- decode_meta(blob) do
+      name = Keyword.get(opts, :name, m.name)
+      table_opts = [m.type, m.protection, {:keypos, m.keypos}, {:compression, m.compression}]
+
+      table_opts =
+        if m.compression == :zlib,
+          do: table_opts ++ [{:compression_level, m.compression_level}],
+          else: table_opts
+
+      table_opts = if m.named, do: [:named_table | table_opts], else: table_opts
+
+      heir =
+        case Keyword.get(opts, :heir, :none) do
+          :none -> [{:heir, :none}]
+          {pid, data} -> [{:heir, pid, data}]
+        end
+
+      persist = [persist: dir] ++ Keyword.take(opts, @keys -- [:persist])
+
+      stored = [
+        sync: m.sync,
+        dump_log_write_threshold: m.dump_log_write_threshold,
+        dump_log_time_threshold: m.dump_log_time_threshold
+      ]
+
+      {p, []} = split_options(Keyword.merge(stored, persist))
+      {o, args} = Heft.__parse_options__(table_opts ++ heir)
+      open_native(name, args, p, meta(name, o, p), false)
+    end
+  rescue
+    e in ArgumentError -> {:error, {:badarg, e.message}}
+  end
+
+  defp open_native(name, args, p, meta, create) do
+    popts = {p.sync, p.dump_log_write_threshold, p.dump_log_time_threshold, p.repair, create}
+
+    Native.persist_open_io(name, args, p.persist, popts, :erlang.term_to_binary(meta))
+  rescue
+    e in ArgumentError ->
+      if e.message =~ "already exists",
+        do: {:error, :name_taken},
+        else: reraise(e, __STACKTRACE__)
+  end
+
+  defp meta(name, o, p) do
+    %{
+      format: @format,
+      name: name,
+      type: Map.get(o, :type, :set),
+      named: o.named,
+      keypos: o.keypos,
+      protection: o.protection,
+      compression: o.compression,
+      compression_level: o.level,
+      sync: p.sync,
+      dump_log_write_threshold: p.dump_log_write_threshold,
+      dump_log_time_threshold: p.dump_log_time_threshold
+    }
+  end
+
+  # The META blob is our own file (0600, checksummed); it may name atoms
+  # this VM has not seen yet (the table's name), so it is decoded without
+  # :safe, and every field is checked.
+  defp decode_meta(blob) do
+    case :erlang.binary_to_term(blob) do
+      %{format: @format, name: n, type: t, named: nd, keypos: k, protection: pr} = m
+      when is_atom(n) and is_atom(t) and is_boolean(nd) and is_integer(k) and k >= 1 and
+             pr in [:public, :protected, :private] ->
+        {:ok, m}
+
+      %{format: f} when is_integer(f) and f > @format ->
+        {:error, {:unsupported_version, "META", f}}
+
+      _ ->
+        {:error, {:corrupt, "META", 0}}
+    end
+  rescue
+    ArgumentError -> {:error, {:corrupt, "META", 0}}
+  end
+
+  @items [
+    :persist,
+    :sync,
+    :dump_log_write_threshold,
+    :dump_log_time_threshold,
+    :log_fsyncs,
+    :log_bytes,
+    :log_records,
+    :log_batches,
+    :commits,
+    :dumps,
+    :log_pending_records,
+    :overloaded,
+    :dumping,
+    :poisoned,
+    :recovered_snapshot_records,
+    :recovered_log_records,
+    :recovered_torn_bytes,
+    :repaired
+  ]
+
+  def items, do: @items
+
+  # The persistence items of info/1, in order ([] for a table in memory).
+  def info(ref) do
+    case Native.persist_info(ref) do
+      nil -> []
+      map -> Enum.map(@items, &{&1, Map.fetch!(map, &1)})
+    end
+  end
+
+  # One item (nil for a table in memory).
+  def info(ref, item) do
+    case Native.persist_info(ref) do
+      nil -> nil
+      map -> Map.fetch!(map, item)
+    end
+  end
+end

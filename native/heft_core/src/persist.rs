@@ -1,0 +1,906 @@
+//! A persistent table's live side: the write-ahead log every change goes
+//! through, the flusher thread that fsyncs it (group commit), the dumper
+//! thread that folds the log into a snapshot, and opening and closing.
+//! Formats, and what each sync mode guarantees:
+//! docs/persistence-format.md.
+//!
+//! Threads. Each open table has two: the flusher (fdatasync for commit
+//! waiters, or every interval) and the dumper (snapshots). Both stop when
+//! the table is closed; the last one out closes the log and releases the
+//! directory lock. Neither holds the table's lock while doing I/O: the
+//! only I/O under it is the log append itself (one write(2)).
+//!
+//! Lock order: table lock, then `log`, then the atom dictionary; `ctl` is
+//! never held while taking `log`.
+
+use std::collections::HashMap;
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::atoms::AtomTable;
+use crate::recovery::{self, OpenError, Recovery, LOCK, META};
+use crate::snapshot::{self, SnapshotError, Written};
+use crate::table::{Change, Error as TableError, Journal, Options, Table};
+use crate::wal::{self, Faults, FrameBuf, Op, Segment, HEADER_LEN};
+
+/// When a write is on stable storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncMode {
+    /// Written to the OS (write(2)) before the call returns; synced only
+    /// by dumps, `sync` calls and commit writes.
+    None,
+    /// Also fdatasync'ed by the flusher at most this often.
+    Interval(Duration),
+    /// The call returns once its change is synced (group commit).
+    Commit,
+}
+
+/// How a persistent table behaves.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// The table's sync mode.
+    pub sync: SyncMode,
+    /// Dump once the log holds this many writes (records put or removed).
+    pub dump_write_threshold: u64,
+    /// Dump once this long has passed since the last dump, if the log
+    /// holds any write.
+    pub dump_time_threshold: Duration,
+    /// On damage before the log's tail, keep what precedes it instead of
+    /// refusing to open.
+    pub repair: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            sync: SyncMode::None,
+            dump_write_threshold: 50_000,
+            dump_time_threshold: Duration::from_secs(180),
+            repair: false,
+        }
+    }
+}
+
+/// Why a waiter's wait ended without success.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The sync or dump failed with this OS error (`None`: not an OS
+    /// error). After a failed sync the log is poisoned.
+    Io(Option<i32>),
+    /// The log refuses work since an earlier failed sync.
+    Poisoned,
+    /// The table was closed first.
+    Closed,
+}
+
+impl Failure {
+    fn io(e: &io::Error) -> Failure {
+        Failure::Io(e.raw_os_error())
+    }
+}
+
+/// Why subscribers are told the table is overloaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OverloadReason {
+    /// The log reached the write threshold again while a dump ran.
+    WriteThreshold,
+    /// `dump` was called while a dump ran.
+    Requested,
+}
+
+/// A dump was wanted while one was still running.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Overload {
+    /// Writes logged since the running dump began: what the next dump
+    /// must fold in.
+    pub behind_records: u64,
+    /// The write threshold.
+    pub threshold: u64,
+    /// How long the running dump has taken so far.
+    pub dump_running_ms: u64,
+    /// What wanted the dump.
+    pub reason: OverloadReason,
+}
+
+/// A finished dump.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dumped {
+    /// What the snapshot holds.
+    pub written: Written,
+    /// How long it took.
+    pub ms: u64,
+}
+
+/// What subscribers hear.
+#[derive(Clone, Copy, Debug)]
+pub enum Event {
+    /// A dump was wanted while one ran.
+    Overloaded(Overload),
+    /// A dump finished.
+    Dumped(Dumped),
+    /// A dump failed; the log keeps everything, the next dump retries.
+    DumpFailed(Failure),
+}
+
+/// How a persistent table reports to its users (the NIF sends messages).
+/// Called only on the table's own threads (never on a caller's, which may
+/// be a VM scheduler), and never under its locks.
+pub trait Events: Send + Sync + 'static {
+    /// Who waits for a commit or a dump.
+    type Waiter: Send + 'static;
+    /// The waiters' changes are durable (`Ok`), or cannot be made so.
+    fn done(&self, waiters: Vec<Self::Waiter>, result: Result<(), Failure>);
+    /// Something subscribers should hear about.
+    fn notify(&self, event: Event);
+}
+
+/// Figures about a persistent table.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    /// fdatasync calls on log segments since the table was opened.
+    pub log_fsyncs: u64,
+    /// Bytes appended to the log since the table was opened.
+    pub log_bytes: u64,
+    /// Writes (records put or removed, clears) logged since opened.
+    pub log_records: u64,
+    /// Frames (write calls) logged since opened.
+    pub log_batches: u64,
+    /// Commit waits answered (successfully) since opened.
+    pub commits: u64,
+    /// Dumps finished since opened.
+    pub dumps: u64,
+    /// Writes logged since the last dump began (what the next folds in).
+    pub log_pending_records: u64,
+    /// Set while a dump was wanted during a running one; cleared when a
+    /// dump ends with the log under its threshold.
+    pub overloaded: Option<Overload>,
+    /// Milliseconds the running dump has taken, if one runs.
+    pub dump_running_ms: Option<u64>,
+    /// True once a sync failed: writes are refused until reopened.
+    pub poisoned: bool,
+    /// What opening found.
+    pub recovery: Recovery,
+}
+
+#[derive(Default)]
+struct Counters {
+    fsyncs: AtomicU64,
+    bytes: AtomicU64,
+    records: AtomicU64,
+    commits: AtomicU64,
+    dumps: AtomicU64,
+    /// Writes since the last rotation (dump start).
+    pending: AtomicU64,
+}
+
+struct LogInner {
+    segment: Option<Segment>,
+    /// Files of earlier segments that may hold unsynced appends.
+    unsynced: Vec<Arc<File>>,
+    /// Atom ids below this are in the log or the snapshot.
+    logged_atoms: usize,
+    frame: FrameBuf,
+    lock_file: Option<File>,
+}
+
+struct Ctl<W> {
+    waiters: Vec<(u64, W)>,
+    dump_waiters: Vec<W>,
+    dump_requested: bool,
+    dumping_since: Option<Instant>,
+    last_dump: Instant,
+    overloaded: Option<Overload>,
+    /// Events for the flusher thread to deliver.
+    outbox: Vec<Event>,
+    threads: usize,
+    closed: bool,
+    close_result: Result<(), Failure>,
+}
+
+struct Shared<E: Events> {
+    dir: PathBuf,
+    canonical: PathBuf,
+    config: Config,
+    events: E,
+    table: Weak<Table>,
+    atoms: Arc<RwLock<AtomTable>>,
+    log: Mutex<LogInner>,
+    ctl: Mutex<Ctl<E::Waiter>>,
+    flush_cv: Condvar,
+    dump_cv: Condvar,
+    closed_cv: Condvar,
+    /// Frames appended since opened (the log sequence number of the last).
+    appended: AtomicU64,
+    /// Frames known to be on stable storage.
+    synced: AtomicU64,
+    poisoned: AtomicBool,
+    stop: AtomicBool,
+    faults: Faults,
+    c: Counters,
+    recovery: Recovery,
+    signal: Arc<CloseSignal>,
+}
+
+/// Lets an open of a directory wait for this VM's own close of it (an
+/// owner that died closes its table on the table's threads).
+#[derive(Default)]
+struct CloseSignal {
+    closing: AtomicBool,
+    done: Mutex<bool>,
+    cv: Condvar,
+}
+
+/// Directories with a table open in this OS process, by canonical path.
+static OPEN: LazyLock<Mutex<HashMap<PathBuf, Arc<CloseSignal>>>> = LazyLock::new(Default::default);
+
+/// How long an open waits for this process's own close of the directory.
+const CLOSE_WAIT: Duration = Duration::from_secs(60);
+
+/// A persistent table: its log, threads and directory lock. Dropping it
+/// closes the table (without waiting).
+pub struct Persisted<E: Events> {
+    shared: Arc<Shared<E>>,
+}
+
+/// What [`Persisted::open`] gives.
+pub struct Opened<E: Events> {
+    /// The loaded table, logging every change from now on.
+    pub table: Arc<Table>,
+    /// Its persistence.
+    pub persisted: Persisted<E>,
+    /// The META blob now stored.
+    pub meta: Vec<u8>,
+}
+
+impl<E: Events> Persisted<E> {
+    /// Opens (or, with `create`, creates) the table stored in `dir`: takes
+    /// the directory's lock, writes `meta` as the META blob if it differs
+    /// from the stored one, loads the snapshot, replays the log, starts a
+    /// new log segment and the table's threads.
+    ///
+    /// Errors: [`OpenError::Locked`] if the table is open (here or in
+    /// another OS process); `Io(NotFound)` without `create` if `dir` holds
+    /// no table; `Corrupt` / `Version` for damaged or newer files.
+    pub fn open(
+        dir: &Path,
+        meta: &[u8],
+        create: bool,
+        opts: &Options,
+        config: Config,
+        events: E,
+    ) -> Result<Opened<E>, OpenError> {
+        if create {
+            DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+        } else if !dir.join(META).exists() {
+            return Err(OpenError::Io(io::ErrorKind::NotFound.into()));
+        }
+        let canonical = dir.canonicalize()?;
+        let signal = claim(&canonical)?;
+        let opened = Self::open_locked(dir, &canonical, meta, opts, config, events, &signal);
+        if opened.is_err() {
+            release(&canonical, &signal);
+        }
+        opened
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn open_locked(
+        dir: &Path,
+        canonical: &Path,
+        new: &[u8],
+        opts: &Options,
+        config: Config,
+        events: E,
+        signal: &Arc<CloseSignal>,
+    ) -> Result<Opened<E>, OpenError> {
+        let lock_file = lock(dir)?;
+        // `open` checked that META exists unless creating.
+        let fresh = match recovery::read_meta(dir) {
+            Ok(stored) if stored == new => false,
+            Ok(_) => {
+                recovery::write_meta(dir, new)?;
+                false
+            }
+            Err(OpenError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
+                recovery::write_meta(dir, new)?;
+                true
+            }
+            Err(OpenError::Corrupt { .. }) if config.repair => {
+                recovery::write_meta(dir, new)?;
+                false
+            }
+            Err(e) => return Err(e),
+        };
+        let meta = new.to_vec();
+        let table = Arc::new(Table::new(opts)?);
+        let rec = recovery::recover(dir, &table, config.repair, fresh)?;
+        let file = recovery::create_segment(dir, rec.next_seq)?;
+        let segment = Segment::new(rec.next_seq, file, HEADER_LEN as u64);
+        let atoms = table.atoms().clone();
+        let logged_atoms = atoms.read().len();
+        let repaired = rec.dropped.is_some();
+        let shared = Arc::new(Shared {
+            dir: dir.to_path_buf(),
+            canonical: canonical.to_path_buf(),
+            config,
+            events,
+            table: Arc::downgrade(&table),
+            atoms,
+            log: Mutex::new(LogInner {
+                segment: Some(segment),
+                unsynced: Vec::new(),
+                logged_atoms,
+                frame: FrameBuf::new(),
+                lock_file: Some(lock_file),
+            }),
+            ctl: Mutex::new(Ctl {
+                waiters: Vec::new(),
+                dump_waiters: Vec::new(),
+                dump_requested: false,
+                dumping_since: None,
+                last_dump: Instant::now(),
+                overloaded: None,
+                outbox: Vec::new(),
+                threads: 0,
+                closed: false,
+                close_result: Ok(()),
+            }),
+            flush_cv: Condvar::new(),
+            dump_cv: Condvar::new(),
+            closed_cv: Condvar::new(),
+            appended: AtomicU64::new(0),
+            synced: AtomicU64::new(0),
+            poisoned: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            faults: Faults::default(),
+            c: Counters::default(),
+            recovery: rec,
+            signal: signal.clone(),
+        });
+        if repaired {
+            // Leave a clean directory: a snapshot of what was kept.
+            shared.dump().map_err(|f| match f {
+                Failure::Io(Some(errno)) => OpenError::Io(io::Error::from_raw_os_error(errno)),
+                _ => OpenError::Io(io::Error::other("dump after repair failed")),
+            })?;
+        }
+        let journal: Arc<dyn Journal> = shared.clone();
+        table.set_journal(journal);
+        spawn(&shared, "heft-flush", Shared::flusher)?;
+        if let Err(e) = spawn(&shared, "heft-dump", Shared::dumper) {
+            shared.begin_close();
+            return Err(e.into());
+        }
+        Ok(Opened {
+            table,
+            persisted: Persisted { shared },
+            meta,
+        })
+    }
+
+    /// The table's directory.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// The table's configuration.
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// Waits (without blocking the caller) until everything logged so far
+    /// is on stable storage. `Ok(Some(w))` hands the waiter back when that
+    /// is already so; `Ok(None)` means it was queued and
+    /// [`Events::done`] will answer it.
+    pub fn await_durable(&self, w: E::Waiter) -> Result<Option<E::Waiter>, Failure> {
+        let s = &self.shared;
+        let lsn = s.appended.load(Ordering::Acquire);
+        if s.poisoned.load(Ordering::Acquire) {
+            return Err(Failure::Poisoned);
+        }
+        let mut ctl = s.ctl.lock();
+        if ctl.closed {
+            return Err(Failure::Closed);
+        }
+        if s.synced.load(Ordering::Acquire) >= lsn {
+            s.c.commits.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(w));
+        }
+        ctl.waiters.push((lsn, w));
+        drop(ctl);
+        s.flush_cv.notify_one();
+        Ok(None)
+    }
+
+    /// Asks for a dump; `w`, if given, is answered when a dump that began
+    /// after this call ends. Reports an overload if one is running.
+    /// `Err(Closed)` (dropping `w`) if the table is closed.
+    pub fn request_dump(&self, w: Option<E::Waiter>) -> Result<(), Failure> {
+        self.shared.request_dump(w, OverloadReason::Requested)
+    }
+
+    /// Current figures.
+    pub fn stats(&self) -> Stats {
+        let s = &self.shared;
+        let ctl = s.ctl.lock();
+        Stats {
+            log_fsyncs: s.c.fsyncs.load(Ordering::Relaxed),
+            log_bytes: s.c.bytes.load(Ordering::Relaxed),
+            log_records: s.c.records.load(Ordering::Relaxed),
+            log_batches: s.appended.load(Ordering::Relaxed),
+            commits: s.c.commits.load(Ordering::Relaxed),
+            dumps: s.c.dumps.load(Ordering::Relaxed),
+            log_pending_records: s.c.pending.load(Ordering::Relaxed),
+            overloaded: ctl.overloaded,
+            dump_running_ms: ctl.dumping_since.map(|t| t.elapsed().as_millis() as u64),
+            poisoned: s.poisoned.load(Ordering::Relaxed),
+            recovery: s.recovery.clone(),
+        }
+    }
+
+    /// Faults to inject (tests).
+    pub fn faults(&self) -> &Faults {
+        &self.shared.faults
+    }
+
+    /// Starts closing: the threads make a last sync, answer every waiter,
+    /// close the log and release the lock. Does not wait. The table must
+    /// already refuse writes (deleted) for the last sync to cover them all.
+    pub fn begin_close(&self) {
+        self.shared.begin_close();
+    }
+
+    /// Closes and waits until the lock is released; the result of the last
+    /// sync (`Err` if the log was poisoned or the sync failed).
+    pub fn close(&self) -> Result<(), Failure> {
+        let s = &self.shared;
+        s.begin_close();
+        let mut ctl = s.ctl.lock();
+        while !ctl.closed {
+            s.closed_cv.wait(&mut ctl);
+        }
+        ctl.close_result
+    }
+}
+
+impl<E: Events> Drop for Persisted<E> {
+    fn drop(&mut self) {
+        self.shared.begin_close();
+    }
+}
+
+/// Removes every file a table keeps in `dir` (after it was closed).
+pub fn remove_files(dir: &Path) -> io::Result<()> {
+    recovery::remove_table_files(dir)?;
+    // The directory goes too if nothing else is in it.
+    let _ = fs::remove_dir(dir);
+    Ok(())
+}
+
+/// Reads the META blob of the table in `dir`.
+pub fn read_meta(dir: &Path) -> Result<Vec<u8>, OpenError> {
+    recovery::read_meta(dir)
+}
+
+/// Registers `canonical` as open in this process, first waiting for a
+/// close of it already under way here.
+fn claim(canonical: &Path) -> Result<Arc<CloseSignal>, OpenError> {
+    let deadline = Instant::now() + CLOSE_WAIT;
+    loop {
+        let existing = {
+            let mut open = OPEN.lock();
+            match open.get(canonical) {
+                Some(s) => s.clone(),
+                None => {
+                    let s = Arc::new(CloseSignal::default());
+                    open.insert(canonical.to_path_buf(), s.clone());
+                    return Ok(s);
+                }
+            }
+        };
+        if !existing.closing.load(Ordering::Acquire) {
+            return Err(OpenError::Locked);
+        }
+        let mut done = existing.done.lock();
+        while !*done {
+            if existing.cv.wait_until(&mut done, deadline).timed_out() {
+                return Err(OpenError::Locked);
+            }
+        }
+    }
+}
+
+fn release(canonical: &Path, signal: &Arc<CloseSignal>) {
+    let mut open = OPEN.lock();
+    if open.get(canonical).is_some_and(|s| Arc::ptr_eq(s, signal)) {
+        open.remove(canonical);
+    }
+    drop(open);
+    *signal.done.lock() = true;
+    signal.cv.notify_all();
+}
+
+/// Opens and flocks `dir/LOCK` (per open file description, so a second
+/// open in this process fails too).
+fn lock(dir: &Path) -> Result<File, OpenError> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(dir.join(LOCK))?;
+    // SAFETY: flock only acts on the descriptor, which `f` keeps open.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            OpenError::Locked
+        } else {
+            OpenError::Io(e)
+        });
+    }
+    Ok(f)
+}
+
+fn spawn<E: Events>(shared: &Arc<Shared<E>>, name: &str, body: fn(&Shared<E>)) -> io::Result<()> {
+    shared.ctl.lock().threads += 1;
+    let s = shared.clone();
+    let spawned = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            body(&s);
+            s.thread_exit();
+        });
+    if let Err(e) = spawned {
+        shared.ctl.lock().threads -= 1;
+        return Err(e);
+    }
+    Ok(())
+}
+
+impl<E: Events> Journal for Shared<E> {
+    fn log(&self, changes: &[Change<'_>]) -> Result<(), TableError> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(TableError::Poisoned);
+        }
+        let mut log = self.log.lock();
+        let LogInner {
+            segment,
+            frame,
+            logged_atoms,
+            ..
+        } = &mut *log;
+        let Some(seg) = segment.as_mut() else {
+            return Err(TableError::Deleted);
+        };
+        frame.reset();
+        let n_atoms = {
+            // New atoms first: the records below may use them.
+            let atoms = self.atoms.read();
+            for id in *logged_atoms..atoms.len() {
+                let name = atoms.name(id as u32).unwrap_or_default();
+                frame.push(Op::Atom {
+                    id: id as u64,
+                    name: name.as_bytes(),
+                });
+            }
+            atoms.len()
+        };
+        for ch in changes {
+            frame.push(match *ch {
+                Change::Put(rec) => Op::Put(rec),
+                Change::Delete(key) => Op::Delete(key),
+                Change::Clear => Op::Clear,
+            });
+        }
+        let sealed = frame.seal().ok_or_else(|| {
+            TableError::Io(io::Error::other(
+                "a write batch over 4 GiB cannot be logged",
+            ))
+        })?;
+        let bytes = sealed.len() as u64;
+        if let Err(e) = seg.append(sealed, &self.faults) {
+            if e.cut_failed {
+                self.poisoned.store(true, Ordering::Release);
+            }
+            return Err(TableError::Io(e.error));
+        }
+        *logged_atoms = n_atoms;
+        if frame.payload_len() > 8 << 20 {
+            *frame = FrameBuf::new(); // give a huge batch's buffer back
+        }
+        self.appended.fetch_add(1, Ordering::Release);
+        let n = changes.len() as u64;
+        self.c.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.c.records.fetch_add(n, Ordering::Relaxed);
+        let pending = self.c.pending.fetch_add(n, Ordering::Relaxed) + n;
+        drop(log);
+        let threshold = self.config.dump_write_threshold;
+        if pending >= threshold && pending - n < threshold {
+            // Closed meanwhile: nothing to dump into.
+            let _ = self.request_dump(None, OverloadReason::WriteThreshold);
+        }
+        Ok(())
+    }
+}
+
+impl<E: Events> Shared<E> {
+    fn begin_close(&self) {
+        self.signal.closing.store(true, Ordering::Release);
+        self.stop.store(true, Ordering::Release);
+        let _ctl = self.ctl.lock();
+        self.flush_cv.notify_all();
+        self.dump_cv.notify_all();
+    }
+
+    fn request_dump(&self, w: Option<E::Waiter>, reason: OverloadReason) -> Result<(), Failure> {
+        let mut ctl = self.ctl.lock();
+        if ctl.closed {
+            return Err(Failure::Closed);
+        }
+        ctl.dump_waiters.extend(w);
+        ctl.dump_requested = true;
+        let overload = ctl.dumping_since.map(|since| Overload {
+            behind_records: self.c.pending.load(Ordering::Relaxed),
+            threshold: self.config.dump_write_threshold,
+            dump_running_ms: since.elapsed().as_millis() as u64,
+            reason,
+        });
+        if let Some(o) = overload {
+            ctl.overloaded = overload;
+            ctl.outbox.push(Event::Overloaded(o));
+            self.flush_cv.notify_one();
+        }
+        drop(ctl);
+        self.dump_cv.notify_one();
+        Ok(())
+    }
+
+    /// The flusher thread: syncs the log when a waiter asks, or every
+    /// interval; a last time when the table closes.
+    fn flusher(&self) {
+        let mut last_sync = Instant::now();
+        loop {
+            let mut ctl = self.ctl.lock();
+            let stopping = loop {
+                if self.stop.load(Ordering::Acquire) {
+                    break true;
+                }
+                if !ctl.waiters.is_empty() || !ctl.outbox.is_empty() {
+                    break false;
+                }
+                match self.config.sync {
+                    SyncMode::Interval(every) => {
+                        let unsynced = self.appended.load(Ordering::Acquire)
+                            > self.synced.load(Ordering::Acquire);
+                        let due = last_sync + every;
+                        let now = Instant::now();
+                        if unsynced && now >= due {
+                            break false;
+                        }
+                        let wait = if unsynced { due - now } else { every };
+                        self.flush_cv.wait_for(&mut ctl, wait);
+                    }
+                    _ => self.flush_cv.wait(&mut ctl),
+                }
+            };
+            drop(ctl);
+            let result = self.sync_round();
+            last_sync = Instant::now();
+            let synced = self.synced.load(Ordering::Acquire);
+            let (ready, outbox): (Vec<E::Waiter>, Vec<Event>) = {
+                let mut ctl = self.ctl.lock();
+                let (ready, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut ctl.waiters)
+                    .into_iter()
+                    .partition(|(lsn, _)| result.is_err() || stopping || *lsn <= synced);
+                ctl.waiters = wait;
+                if stopping {
+                    ctl.close_result = result;
+                }
+                let ready = ready.into_iter().map(|(_, w)| w).collect();
+                (ready, std::mem::take(&mut ctl.outbox))
+            };
+            for event in outbox {
+                self.events.notify(event);
+            }
+            if !ready.is_empty() {
+                if result.is_ok() {
+                    self.c
+                        .commits
+                        .fetch_add(ready.len() as u64, Ordering::Relaxed);
+                }
+                self.events.done(ready, result);
+            }
+            if stopping {
+                return;
+            }
+        }
+    }
+
+    /// fdatasyncs every segment file that may hold unsynced appends.
+    fn sync_round(&self) -> Result<(), Failure> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Failure::Poisoned);
+        }
+        let (files, target) = {
+            let mut log = self.log.lock();
+            let mut files = std::mem::take(&mut log.unsynced);
+            files.extend(log.segment.as_ref().map(|s| s.file().clone()));
+            (files, self.appended.load(Ordering::Acquire))
+        };
+        if target <= self.synced.load(Ordering::Acquire) && files.len() <= 1 {
+            return Ok(());
+        }
+        for f in &files {
+            self.c.fsyncs.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = wal::sync_data(f, &self.faults) {
+                // The kernel may have dropped the dirty pages: what was
+                // appended can no longer be trusted to reach the disk.
+                self.poisoned.store(true, Ordering::Release);
+                return Err(Failure::io(&e));
+            }
+        }
+        self.synced.fetch_max(target, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// The dumper thread: dumps on request, at the write threshold (the
+    /// journal asks) and at the time threshold. It runs at a lower CPU
+    /// priority than the VM, so that on a busy machine writers and readers
+    /// come first and a dump takes longer instead.
+    fn dumper(&self) {
+        lower_priority();
+        loop {
+            let mut ctl = self.ctl.lock();
+            loop {
+                if self.stop.load(Ordering::Acquire) {
+                    return;
+                }
+                if ctl.dump_requested {
+                    break;
+                }
+                let due = ctl.last_dump + self.config.dump_time_threshold;
+                let now = Instant::now();
+                let pending = self.c.pending.load(Ordering::Relaxed) > 0;
+                if pending && now >= due {
+                    break;
+                }
+                let wait = if pending {
+                    due - now
+                } else {
+                    self.config.dump_time_threshold
+                };
+                self.dump_cv
+                    .wait_for(&mut ctl, wait.min(Duration::from_secs(3600)));
+            }
+            ctl.dump_requested = false;
+            let started = Instant::now();
+            ctl.dumping_since = Some(started);
+            let waiters = std::mem::take(&mut ctl.dump_waiters);
+            drop(ctl);
+            let result = self.dump();
+            let mut ctl = self.ctl.lock();
+            ctl.dumping_since = None;
+            ctl.last_dump = Instant::now();
+            if self.c.pending.load(Ordering::Relaxed) < self.config.dump_write_threshold {
+                ctl.overloaded = None;
+            }
+            drop(ctl);
+            let ms = started.elapsed().as_millis() as u64;
+            self.events.done(waiters, result.map(|_| ()));
+            match result {
+                Ok(written) => self.events.notify(Event::Dumped(Dumped { written, ms })),
+                Err(Failure::Closed) => {}
+                Err(f) => self.events.notify(Event::DumpFailed(f)),
+            }
+        }
+    }
+
+    /// One dump: start a new segment, write a snapshot that replays from
+    /// it, drop the segments it covers.
+    fn dump(&self) -> Result<Written, Failure> {
+        let table = self.table.upgrade().ok_or(Failure::Closed)?;
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Failure::Poisoned);
+        }
+        let current = self
+            .log
+            .lock()
+            .segment
+            .as_ref()
+            .map(|s| s.seq)
+            .ok_or(Failure::Closed)?;
+        let next = current + 1;
+        let file = recovery::create_segment(&self.dir, next).map_err(|e| Failure::io(&e))?;
+        {
+            let mut log = self.log.lock();
+            let Some(old) = log
+                .segment
+                .replace(Segment::new(next, file, HEADER_LEN as u64))
+            else {
+                log.segment = None;
+                return Err(Failure::Closed);
+            };
+            log.unsynced.push(old.file().clone());
+            self.c.pending.store(0, Ordering::Relaxed);
+        }
+        let written =
+            snapshot::write(&self.dir, &table, next, &self.stop).map_err(|e| match e {
+                SnapshotError::Stopped | SnapshotError::Deleted => Failure::Closed,
+                SnapshotError::Io(e) => Failure::io(&e),
+            })?;
+        // The snapshot covers every earlier segment, synced or not.
+        self.log.lock().unsynced.clear();
+        for entry in fs::read_dir(&self.dir).map_err(|e| Failure::io(&e))? {
+            let Ok(entry) = entry else { continue };
+            let name = entry.file_name();
+            let covered = name
+                .to_str()
+                .and_then(segment_seq_of)
+                .is_some_and(|seq| seq < next);
+            if covered {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+        self.c.dumps.fetch_add(1, Ordering::Relaxed);
+        Ok(written)
+    }
+
+    /// Called by each thread as it ends; the last one closes the log and
+    /// releases the directory.
+    fn thread_exit(&self) {
+        let mut ctl = self.ctl.lock();
+        ctl.threads -= 1;
+        if ctl.threads > 0 {
+            return;
+        }
+        let waiters: Vec<E::Waiter> = std::mem::take(&mut ctl.waiters)
+            .into_iter()
+            .map(|(_, w)| w)
+            .chain(std::mem::take(&mut ctl.dump_waiters))
+            .collect();
+        drop(ctl);
+        {
+            let mut log = self.log.lock();
+            log.segment = None;
+            log.unsynced.clear();
+            log.lock_file = None;
+        }
+        release(&self.canonical, &self.signal);
+        let mut ctl = self.ctl.lock();
+        ctl.closed = true;
+        drop(ctl);
+        self.closed_cv.notify_all();
+        if !waiters.is_empty() {
+            self.events.done(waiters, Err(Failure::Closed));
+        }
+    }
+}
+
+/// Makes the calling thread nicer (nice 10): background work yields the
+/// CPU to the VM's schedulers. Best effort.
+fn lower_priority() {
+    // SAFETY: gettid has no arguments and cannot fail; setpriority acts on
+    // this thread only (a Linux thread id with PRIO_PROCESS) and reports
+    // failure by its return value, which is ignored: priority is a hint.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
+    }
+}
+
+fn segment_seq_of(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("wal-")?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}

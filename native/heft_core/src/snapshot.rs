@@ -1,0 +1,214 @@
+//! Writing a snapshot: a fuzzy copy of a live table, taken chunk by chunk
+//! under the table's read lock, so writers keep going while it is written.
+//! Layout in docs/persistence-format.md ("Snapshot"); loading is in
+//! recovery.rs.
+//!
+//! Why a fuzzy copy is exact: the dump first starts a new log segment S,
+//! then walks the table. A record not changed after S began is visited
+//! once, with its value (the walk visits every record present for its whole
+//! length); a record changed after S began is fixed by replaying S and
+//! later segments over the snapshot, since each logged change writes or
+//! removes a whole record. The atom dictionary is written after the records,
+//! so it names every atom they use.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::table::{Error as TableError, RecordBuf, Table};
+use crate::wal::{self, FileKind, FrameBuf, Op};
+
+/// The current snapshot's file name.
+pub const SNAPSHOT: &str = "snapshot";
+/// Where a snapshot is written before it is renamed into place.
+pub const SNAPSHOT_TMP: &str = "snapshot.tmp";
+
+/// Payload bytes per frame the writer aims for.
+const FRAME_TARGET: usize = 256 * 1024;
+/// Records copied per hold of the table's read lock.
+const CHUNK_RECORDS: usize = 512;
+/// Writeback is started every this many bytes, so the final fsync is short
+/// and dirty pages do not pile up.
+const WRITEBACK_EVERY: u64 = 16 << 20;
+
+/// What a finished snapshot holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Written {
+    /// Records copied.
+    pub records: u64,
+    /// Atoms in its dictionary.
+    pub atoms: u64,
+    /// Bytes of the file.
+    pub bytes: u64,
+}
+
+/// Why a snapshot was not written.
+#[derive(Debug)]
+pub enum SnapshotError {
+    /// Asked to stop (the table is closing).
+    Stopped,
+    /// The table was deleted meanwhile.
+    Deleted,
+    /// I/O failed (`ENOSPC`...).
+    Io(io::Error),
+}
+
+impl From<io::Error> for SnapshotError {
+    fn from(e: io::Error) -> Self {
+        SnapshotError::Io(e)
+    }
+}
+
+/// Creates a file readable and writable by its owner only, replacing any.
+pub fn create_private(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+}
+
+/// fsyncs a directory, so entries created or renamed in it are durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Writes a snapshot of `table` that says "replay from segment
+/// `replay_from`" to `dir/snapshot.tmp`, fsyncs it, renames it to
+/// `dir/snapshot` and fsyncs `dir`. On any failure the temporary file is
+/// removed and the old snapshot is untouched.
+pub fn write(
+    dir: &Path,
+    table: &Table,
+    replay_from: u64,
+    stop: &AtomicBool,
+) -> Result<Written, SnapshotError> {
+    let tmp = dir.join(SNAPSHOT_TMP);
+    let result = write_tmp(&tmp, table, replay_from, stop).and_then(|w| {
+        fs::rename(&tmp, dir.join(SNAPSHOT))?;
+        sync_dir(dir)?;
+        Ok(w)
+    });
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn write_tmp(
+    path: &Path,
+    table: &Table,
+    replay_from: u64,
+    stop: &AtomicBool,
+) -> Result<Written, SnapshotError> {
+    let file = create_private(path)?;
+    let mut out = Out {
+        w: BufWriter::with_capacity(1 << 20, &file),
+        file: &file,
+        bytes: 0,
+        since_writeback: 0,
+    };
+    out.put(&wal::header(FileKind::Snapshot, replay_from))?;
+    let mut frame = FrameBuf::new();
+    let mut buf = RecordBuf::new();
+    let mut cursor = None;
+    let mut records = 0u64;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Err(SnapshotError::Stopped);
+        }
+        buf.clear();
+        let next = match table.chunk(cursor.as_ref(), CHUNK_RECORDS, usize::MAX, &mut buf) {
+            Ok(next) => next,
+            Err(TableError::Io(e)) => return Err(e.into()),
+            Err(_) => return Err(SnapshotError::Deleted),
+        };
+        for it in buf.items() {
+            frame.push(Op::Put(buf.record(it)));
+            records += 1;
+            if frame.payload_len() >= FRAME_TARGET {
+                out.frame(&mut frame)?;
+            }
+        }
+        match next {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    out.frame(&mut frame)?;
+    let names: Vec<Box<str>> = {
+        let atoms = table.atoms().read();
+        (0..atoms.len() as u32)
+            .filter_map(|id| atoms.name(id).map(Box::from))
+            .collect()
+    };
+    for (id, name) in names.iter().enumerate() {
+        frame.push(Op::Atom {
+            id: id as u64,
+            name: name.as_bytes(),
+        });
+        if frame.payload_len() >= FRAME_TARGET {
+            out.frame(&mut frame)?;
+        }
+    }
+    out.frame(&mut frame)?;
+    let atoms = names.len() as u64;
+    frame.push(Op::End { records, atoms });
+    out.frame(&mut frame)?;
+    out.w.flush()?;
+    drop(out.w);
+    file.sync_all()?;
+    Ok(Written {
+        records,
+        atoms,
+        bytes: out.bytes,
+    })
+}
+
+struct Out<'f> {
+    w: BufWriter<&'f File>,
+    file: &'f File,
+    bytes: u64,
+    since_writeback: u64,
+}
+
+impl Out<'_> {
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.w.write_all(bytes)?;
+        self.bytes += bytes.len() as u64;
+        self.since_writeback += bytes.len() as u64;
+        if self.since_writeback >= WRITEBACK_EVERY {
+            self.w.flush()?;
+            start_writeback(self.file);
+            self.since_writeback = 0;
+        }
+        Ok(())
+    }
+
+    /// Writes the frame if it holds anything, and resets it.
+    fn frame(&mut self, frame: &mut FrameBuf) -> io::Result<()> {
+        if frame.ops() == 0 {
+            return Ok(());
+        }
+        let sealed = frame
+            .seal()
+            .ok_or_else(|| io::Error::other("snapshot frame over 4 GiB"))?;
+        let written = self.put(sealed);
+        frame.reset();
+        written
+    }
+}
+
+/// Asks the kernel to start writing the file's dirty pages (no waiting).
+fn start_writeback(file: &File) {
+    // SAFETY: sync_file_range only acts on the descriptor, which `file`
+    // keeps open; its result is advisory here and ignored.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
+    }
+}

@@ -1,0 +1,622 @@
+//! What a persistent table's files must survive. A crash can stop the VM
+//! between any two system calls, and a power loss can lose whatever was not
+//! fsynced, so these tests cut, flip and delete bytes of the files a table
+//! leaves behind and check what opening them again gives: a torn tail is
+//! cut and counted, damage before it is refused (or, with `repair`, the
+//! records before it are kept and the rest set aside), a write batch is
+//! recovered entirely or not at all, and a dump interrupted at any step
+//! leaves a table that loads. Faults the filesystem cannot be made to
+//! produce here (a failed fsync, a full disk) are injected through
+//! `Persisted::faults`.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use heft_core::codec::Value;
+use heft_core::persist::{Config, Event, Events, Failure, Opened, Persisted, SyncMode};
+use heft_core::recovery::{segment_name, OpenError};
+use heft_core::table::{Error as TableError, Kind, RecordBuf};
+use heft_core::wal::HEADER_LEN;
+use heft_core::{Backing, Compression, Options, Table};
+
+#[derive(Default)]
+struct Ev {
+    done: Mutex<Vec<(u64, Result<(), Failure>)>>,
+    events: Mutex<Vec<Event>>,
+}
+
+#[derive(Clone, Default)]
+struct Probe(Arc<Ev>);
+
+impl Events for Probe {
+    type Waiter = u64;
+    fn done(&self, waiters: Vec<u64>, result: Result<(), Failure>) {
+        let mut d = self.0.done.lock().unwrap();
+        d.extend(waiters.into_iter().map(|w| (w, result)));
+    }
+    fn notify(&self, event: Event) {
+        self.0.events.lock().unwrap().push(event);
+    }
+}
+
+static DIR_SEQ: AtomicU64 = AtomicU64::new(0);
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        let n = DIR_SEQ.fetch_add(1, Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("heft-crash-{}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&p);
+        TempDir(p)
+    }
+    fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn opts() -> Options {
+    Options {
+        backing: Backing::Memory,
+        compression: Compression::Zlib(1),
+        label: "crash".into(),
+        kind: Kind::Set,
+    }
+}
+
+fn config() -> Config {
+    Config {
+        sync: SyncMode::None,
+        ..Config::default()
+    }
+}
+
+type Open = Opened<Probe>;
+
+fn create(dir: &Path, config: Config) -> (Open, Probe) {
+    let p = Probe::default();
+    let o = Persisted::open(dir, b"meta", true, &opts(), config, p.clone())
+        .unwrap_or_else(|e| panic!("open: {e}"));
+    (o, p)
+}
+
+fn reopen(dir: &Path, repair: bool) -> Result<Open, OpenError> {
+    let c = Config { repair, ..config() };
+    Persisted::open(dir, b"meta", false, &opts(), c, Probe::default())
+}
+
+fn close(o: Open) {
+    o.table.take_storage();
+    o.persisted.close().unwrap();
+}
+
+fn key(i: i64) -> Vec<u8> {
+    Value::Int(i).to_bytes()
+}
+
+fn body(i: i64, v: i64) -> Vec<u8> {
+    Value::Tuple(vec![
+        Value::Int(i),
+        Value::Int(v),
+        Value::Binary(vec![b'x'; 40]),
+    ])
+    .to_bytes()
+}
+
+fn put(t: &Table, i: i64, v: i64) {
+    t.insert(&[t.prepare(&key(i), &body(i, v))]).unwrap();
+}
+
+fn put_batch(t: &Table, keys: std::ops::Range<i64>, v: i64) {
+    let recs: Vec<_> = keys.map(|i| t.prepare(&key(i), &body(i, v))).collect();
+    t.insert(&recs).unwrap();
+}
+
+/// Every record as (key, body), sorted.
+fn contents(t: &Table) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut cursor = None;
+    loop {
+        let mut buf = RecordBuf::new();
+        let next = t
+            .chunk(cursor.as_ref(), 1000, usize::MAX, &mut buf)
+            .unwrap();
+        let mut scratch = Vec::new();
+        for it in buf.items() {
+            let b = buf.body(it, &mut scratch).unwrap().to_vec();
+            out.push((buf.key(it).to_vec(), b));
+        }
+        match next {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    out.sort();
+    out
+}
+
+fn segments(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("wal-"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn reopen_restores_puts_deletes_clears_and_atoms() {
+    let d = TempDir::new();
+    let (o, _) = create(&d.0, config());
+    let t = &o.table;
+    let atom_id = t.atoms().write().intern("hello");
+    let atom_rec = Value::Tuple(vec![Value::Int(-1), Value::Atom(atom_id)]).to_bytes();
+    put_batch(t, 0..100, 1);
+    t.clear().unwrap();
+    put_batch(t, 0..50, 2);
+    t.insert(&[t.prepare(&key(-1), &atom_rec)]).unwrap();
+    assert!(t.remove(t.hash(&key(7)), &key(7), None).unwrap());
+    let want = contents(t);
+    close(o);
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(contents(&o.table), want);
+    assert_eq!(o.table.len().unwrap(), 50);
+    assert_eq!(o.table.atoms().read().name(atom_id), Some("hello"));
+    assert_eq!(o.meta, b"meta");
+    let s = o.persisted.stats();
+    assert_eq!(s.recovery.replayed_batches, 5);
+    assert_eq!(s.recovery.torn_bytes, 0);
+    close(o);
+}
+
+#[test]
+fn truncated_tail_is_cut() {
+    let d = TempDir::new();
+    let (o, _) = create(&d.0, config());
+    for i in 0..5 {
+        put_batch(&o.table, i * 10..i * 10 + 10, i);
+    }
+    close(o);
+    let seg = d.join(&segments(&d.0)[0]);
+    let full = fs::read(&seg).unwrap();
+    // Offsets where frames end: reopen at every cut and check the table
+    // holds exactly the whole batches before it.
+    // Every byte near a frame boundary, and a stride through the rest.
+    let cuts = (HEADER_LEN..full.len()).filter(|c| c % 7 == 0 || (c - HEADER_LEN) % 419 < 3);
+    for cut in cuts {
+        fs::write(&seg, &full[..cut]).unwrap();
+        for s in segments(&d.0).iter().skip(1) {
+            fs::remove_file(d.join(s)).unwrap();
+        }
+        let o = reopen(&d.0, false).unwrap_or_else(|e| panic!("cut {cut}: {e}"));
+        let n = o.table.len().unwrap();
+        assert_eq!(
+            n % 10,
+            0,
+            "cut {cut}: a batch was half applied ({n} records)"
+        );
+        let st = o.persisted.stats();
+        assert_eq!(st.recovery.replayed_batches as usize * 10, n);
+        let cut_len = fs::metadata(&seg).unwrap().len() as usize;
+        assert_eq!(st.recovery.torn_bytes as usize, cut - cut_len, "cut {cut}");
+        close(o);
+    }
+}
+
+#[test]
+fn checksum_mismatch_in_the_middle_is_corrupt() {
+    let d = TempDir::new();
+    let (o, _) = create(&d.0, config());
+    put_batch(&o.table, 0..10, 1);
+    put_batch(&o.table, 10..20, 1);
+    put_batch(&o.table, 20..30, 1);
+    close(o);
+    let name = segments(&d.0)[0].clone();
+    let seg = d.join(&name);
+    let mut bytes = fs::read(&seg).unwrap();
+    let first_frame_end = {
+        let len = u32::from_le_bytes(bytes[HEADER_LEN..HEADER_LEN + 4].try_into().unwrap());
+        HEADER_LEN + 8 + len as usize
+    };
+    bytes[first_frame_end + 20] ^= 0x40; // inside the second frame
+    fs::write(&seg, &bytes).unwrap();
+    match reopen(&d.0, false) {
+        Err(OpenError::Corrupt { file, offset }) => {
+            assert_eq!(file, name);
+            assert_eq!(offset as usize, first_frame_end);
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("opened a damaged log"),
+    }
+    // Repair keeps the first batch, sets the rest aside, leaves a clean
+    // directory that opens without repair.
+    let o = reopen(&d.0, true).unwrap();
+    assert_eq!(o.table.len().unwrap(), 10);
+    let dropped = o.persisted.stats().recovery.dropped.unwrap();
+    assert_eq!(dropped.file, name);
+    assert_eq!(dropped.bytes as usize, bytes.len() - first_frame_end);
+    assert!(d.join(&format!("lost-{name}")).exists());
+    close(o);
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 10);
+    close(o);
+}
+
+#[test]
+fn checksum_mismatch_in_the_last_frame_is_a_torn_tail() {
+    let d = TempDir::new();
+    let (o, _) = create(&d.0, config());
+    put_batch(&o.table, 0..10, 1);
+    put_batch(&o.table, 10..20, 1);
+    close(o);
+    let seg = d.join(&segments(&d.0)[0]);
+    let mut bytes = fs::read(&seg).unwrap();
+    let n = bytes.len();
+    bytes[n - 5] ^= 1;
+    fs::write(&seg, &bytes).unwrap();
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 10);
+    assert!(o.persisted.stats().recovery.torn_bytes > 0);
+    close(o);
+}
+
+#[test]
+fn damage_in_an_earlier_segment_is_corrupt_even_at_its_end() {
+    let d = TempDir::new();
+    let (o, _) = create(&d.0, config());
+    put_batch(&o.table, 0..10, 1);
+    close(o);
+    let o = reopen(&d.0, false).unwrap();
+    put_batch(&o.table, 10..20, 1);
+    close(o);
+    let segs = segments(&d.0);
+    assert_eq!(segs.len(), 2, "{segs:?}");
+    let first = d.join(&segs[0]);
+    let bytes = fs::read(&first).unwrap();
+    fs::write(&first, &bytes[..bytes.len() - 3]).unwrap();
+    assert!(matches!(
+        reopen(&d.0, false),
+        Err(OpenError::Corrupt { file, .. }) if file == segs[0]
+    ));
+}
+
+fn dumped_table(d: &TempDir) {
+    let (o, _) = create(&d.0, config());
+    put_batch(&o.table, 0..1000, 1);
+    dump_and_wait(&o);
+    put_batch(&o.table, 1000..1010, 2);
+    close(o);
+}
+
+fn dump_and_wait(o: &Open) {
+    let before = o.persisted.stats().dumps;
+    o.persisted.request_dump(None).unwrap();
+    for _ in 0..2000 {
+        if o.persisted.stats().dumps > before {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("dump did not finish");
+}
+
+#[test]
+fn a_dump_folds_the_log_and_reopens_exactly() {
+    let d = TempDir::new();
+    dumped_table(&d);
+    assert!(d.join("snapshot").exists());
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 1010);
+    let s = o.persisted.stats();
+    assert_eq!(s.recovery.snapshot_records, 1000);
+    assert_eq!(s.recovery.replayed_batches, 1);
+    close(o);
+}
+
+#[test]
+fn truncated_snapshot() {
+    let d = TempDir::new();
+    dumped_table(&d);
+    let snap = d.join("snapshot");
+    let bytes = fs::read(&snap).unwrap();
+    for cut in [bytes.len() - 1, bytes.len() / 2, HEADER_LEN + 3] {
+        fs::write(&snap, &bytes[..cut]).unwrap();
+        assert!(
+            matches!(reopen(&d.0, false), Err(OpenError::Corrupt { ref file, .. }) if file == "snapshot"),
+            "cut at {cut}"
+        );
+    }
+    // Repair keeps the records before the cut and the log after it.
+    let o = reopen(&d.0, true).unwrap();
+    assert_eq!(o.table.len().unwrap(), 10);
+    close(o);
+}
+
+#[test]
+fn zero_length_files() {
+    // A last segment created but never written: cut, not corrupt.
+    let d = TempDir::new();
+    let (o, _) = create(&d.0, config());
+    put_batch(&o.table, 0..10, 1);
+    close(o);
+    fs::write(d.join(&segment_name(7)), b"").unwrap();
+    let o = reopen(&d.0, false);
+    // Segment 7 does not follow segment 1 or 2: that is a missing log.
+    assert!(matches!(o, Err(OpenError::Corrupt { .. })));
+    fs::remove_file(d.join(&segment_name(7))).unwrap();
+    fs::write(d.join(&segment_name(2)), b"").unwrap();
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 10);
+    assert!(o.persisted.stats().recovery.torn_bytes == 0);
+    // The empty segment was dropped and its number reused.
+    assert_eq!(
+        fs::metadata(d.join(&segment_name(2))).unwrap().len(),
+        HEADER_LEN as u64
+    );
+    close(o);
+    // A zero-length snapshot or META is damage.
+    let d2 = TempDir::new();
+    dumped_table(&d2);
+    fs::write(d2.join("snapshot"), b"").unwrap();
+    assert!(
+        matches!(reopen(&d2.0, false), Err(OpenError::Corrupt { file, offset: 0 }) if file == "snapshot")
+    );
+    fs::write(d2.join("META"), b"").unwrap();
+    assert!(matches!(reopen(&d2.0, false), Err(OpenError::Corrupt { file, .. }) if file == "META"));
+}
+
+#[test]
+fn snapshot_from_newer_version_is_refused() {
+    let d = TempDir::new();
+    dumped_table(&d);
+    let snap = d.join("snapshot");
+    let mut bytes = fs::read(&snap).unwrap();
+    bytes[8..12].copy_from_slice(&99u32.to_le_bytes());
+    let crc = heft_core::crc::crc32c(&bytes[..20]);
+    bytes[20..24].copy_from_slice(&crc.to_le_bytes());
+    fs::write(&snap, &bytes).unwrap();
+    for repair in [false, true] {
+        assert!(matches!(
+            reopen(&d.0, repair),
+            Err(OpenError::Version { file, version: 99 }) if file == "snapshot"
+        ));
+    }
+}
+
+#[test]
+fn missing_log() {
+    let d = TempDir::new();
+    dumped_table(&d);
+    for s in segments(&d.0) {
+        fs::remove_file(d.join(&s)).unwrap();
+    }
+    assert!(matches!(
+        reopen(&d.0, false),
+        Err(OpenError::Corrupt { .. })
+    ));
+    // A gap between segments.
+    let d = TempDir::new();
+    let (o, _) = create(&d.0, config());
+    put(&o.table, 1, 1);
+    close(o);
+    for i in 2..4 {
+        let o = reopen(&d.0, false).unwrap();
+        put(&o.table, i, 1);
+        close(o);
+    }
+    let segs = segments(&d.0);
+    fs::remove_file(d.join(&segs[1])).unwrap();
+    match reopen(&d.0, false) {
+        Err(OpenError::Corrupt { file, offset: 0 }) => assert_eq!(file, segs[1]),
+        other => panic!("{:?}", other.err()),
+    }
+    let o = reopen(&d.0, true).unwrap();
+    assert_eq!(o.table.len().unwrap(), 1);
+    close(o);
+}
+
+#[test]
+fn a_dump_interrupted_at_any_step_leaves_a_loadable_table() {
+    // The files a dump leaves at each step: a new segment, a partial
+    // snapshot.tmp, the snapshot renamed but old segments not yet removed.
+    let d = TempDir::new();
+    dumped_table(&d);
+    let o = reopen(&d.0, false).unwrap();
+    put_batch(&o.table, 2000..2005, 3);
+    let want = contents(&o.table);
+    close(o);
+    fs::write(d.join("snapshot.tmp"), b"HEFTSNP\ngarbage").unwrap();
+    let old = d.join(&segment_name(1));
+    fs::write(
+        &old,
+        heft_core::wal::header(heft_core::wal::FileKind::Log, 1),
+    )
+    .unwrap();
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(contents(&o.table), want);
+    assert!(!d.join("snapshot.tmp").exists());
+    assert!(!old.exists(), "a segment the snapshot covers is removed");
+    close(o);
+}
+
+#[test]
+fn concurrent_writers_during_dumps_lose_nothing() {
+    let d = TempDir::new();
+    let c = Config {
+        dump_write_threshold: 3000,
+        ..config()
+    };
+    let (o, _) = create(&d.0, c);
+    let t = o.table.clone();
+    std::thread::scope(|s| {
+        for w in 0..3i64 {
+            let t = t.clone();
+            s.spawn(move || {
+                for round in 0..40 {
+                    put_batch(&t, w * 1000..w * 1000 + 500, round);
+                    let k = key(w * 1000 + round);
+                    t.remove(t.hash(&k), &k, None).unwrap();
+                }
+            });
+        }
+    });
+    let want = contents(&t);
+    assert!(o.persisted.stats().dumps + 1 >= 1);
+    drop(t);
+    close(o);
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(contents(&o.table), want);
+    close(o);
+}
+
+#[test]
+fn group_commit_shares_fsyncs() {
+    let d = TempDir::new();
+    let c = Config {
+        sync: SyncMode::Commit,
+        ..config()
+    };
+    let (o, probe) = create(&d.0, c);
+    let ticket = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for w in 0..50i64 {
+            let o = &o;
+            let ticket = &ticket;
+            let probe = &probe;
+            s.spawn(move || {
+                for i in 0..10 {
+                    put(&o.table, w * 100 + i, i);
+                    let me = ticket.fetch_add(1, Ordering::Relaxed);
+                    if o.persisted.await_durable(me).unwrap().is_none() {
+                        while !probe.0.done.lock().unwrap().iter().any(|(t, _)| *t == me) {
+                            std::thread::sleep(Duration::from_micros(50));
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let s = o.persisted.stats();
+    assert!(probe.0.done.lock().unwrap().iter().all(|(_, r)| r.is_ok()));
+    assert_eq!(s.commits, 500);
+    assert!(
+        s.log_fsyncs < 500,
+        "{} fsyncs for 500 commits",
+        s.log_fsyncs
+    );
+    close(o);
+}
+
+#[test]
+fn a_failed_fsync_poisons_the_log() {
+    let d = TempDir::new();
+    let c = Config {
+        sync: SyncMode::Commit,
+        ..config()
+    };
+    let (o, probe) = create(&d.0, c);
+    put(&o.table, 1, 1);
+    o.persisted.faults().eio_after.store(1, Ordering::Relaxed);
+    if o.persisted.await_durable(7).unwrap().is_none() {
+        while probe.0.done.lock().unwrap().is_empty() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    assert_eq!(
+        probe.0.done.lock().unwrap()[0],
+        (7, Err(Failure::Io(Some(libc::EIO))))
+    );
+    let err = o.table.insert(&[o.table.prepare(&key(2), &body(2, 2))]);
+    assert!(matches!(err, Err(TableError::Poisoned)));
+    assert_eq!(o.table.len().unwrap(), 1, "still readable");
+    assert!(o.persisted.stats().poisoned);
+    assert_eq!(o.persisted.await_durable(8).err(), Some(Failure::Poisoned));
+    o.table.take_storage();
+    assert_eq!(o.persisted.close(), Err(Failure::Poisoned));
+}
+
+#[test]
+fn a_full_disk_fails_the_write_and_changes_nothing() {
+    let d = TempDir::new();
+    let (o, _) = create(&d.0, config());
+    put(&o.table, 1, 1);
+    o.persisted
+        .faults()
+        .enospc_after
+        .store(1, Ordering::Relaxed);
+    let err = o.table.insert(&[o.table.prepare(&key(2), &body(2, 2))]);
+    match err {
+        Err(TableError::Io(e)) => assert_eq!(e.raw_os_error(), Some(libc::ENOSPC)),
+        other => panic!("{:?}", other.err()),
+    }
+    assert_eq!(o.table.len().unwrap(), 1);
+    let used = o.table.stats().unwrap().arena_live_bytes;
+    put(&o.table, 3, 3);
+    assert!(o.table.stats().unwrap().arena_live_bytes > used);
+    close(o);
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 2);
+    assert_eq!(o.persisted.stats().recovery.torn_bytes, 0);
+    close(o);
+}
+
+#[test]
+fn a_second_open_is_locked_and_files_are_private() {
+    let d = TempDir::new();
+    let (o, _) = create(&d.0, config());
+    put(&o.table, 1, 1);
+    assert!(matches!(reopen(&d.0, false), Err(OpenError::Locked)));
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&d.0), 0o700);
+    for e in fs::read_dir(&d.0).unwrap() {
+        let p = e.unwrap().path();
+        assert_eq!(mode(&p), 0o600, "{}", p.display());
+    }
+    close(o);
+    let o = reopen(&d.0, false).unwrap();
+    close(o);
+}
+
+#[test]
+fn write_threshold_triggers_dumps_and_overload_is_reported() {
+    let d = TempDir::new();
+    let c = Config {
+        dump_write_threshold: 100,
+        ..config()
+    };
+    let (o, probe) = create(&d.0, c);
+    for i in 0..200 {
+        put_batch(&o.table, i * 100..i * 100 + 100, i);
+    }
+    o.persisted.request_dump(None).unwrap();
+    for _ in 0..1000 {
+        if o.persisted.stats().dump_running_ms.is_none() && o.persisted.stats().dumps > 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(o.persisted.stats().dumps >= 1);
+    let dumped = probe
+        .0
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e, Event::Dumped(_)));
+    assert!(dumped);
+    close(o);
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 20_000);
+    close(o);
+}

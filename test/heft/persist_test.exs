@@ -1,0 +1,322 @@
+defmodule Heft.PersistTest do
+  # Persistent tables from the VM: options stored and restored, the
+  # directory lock, file modes, path safety, a full disk, group commit,
+  # owner death, poisoning, overload reports, damaged files. The engine's
+  # own crash tests are in native/heft_core/tests/crash_consistency.rs;
+  # SIGKILL of a writing VM is in persist_crash_test.exs.
+  use ExUnit.Case, async: true
+  import Bitwise
+
+  @moduletag :tmp_dir
+
+  defp dir(%{tmp_dir: tmp}, name \\ "t"), do: Path.join(tmp, name)
+
+  defp mode(path), do: File.stat!(path).mode &&& 0o777
+
+  test "a table reopens with every option restored", ctx do
+    d = dir(ctx)
+
+    t =
+      Heft.new(:restored, [
+        :public,
+        :named_table,
+        {:keypos, 2},
+        compression: :none,
+        persist: d,
+        sync: {:interval, 20},
+        dump_log_write_threshold: 1234,
+        dump_log_time_threshold: 56_789
+      ])
+
+    assert t == :restored
+    assert true == Heft.insert(t, [{:a, 1, "one"}, {:b, 2, "two"}])
+    assert Heft.update_counter(t, 3, {3, 0}, {:c, 0, 0}) == 0
+    assert true == Heft.delete(t, 2)
+    :ok = Heft.close(t)
+    assert Heft.info(:restored) == :undefined
+
+    {:ok, t} = Heft.open(d)
+    assert t == :restored
+    info = Heft.info(t)
+    assert info[:named_table] == true
+    assert info[:keypos] == 2
+    assert info[:protection] == :public
+    assert info[:compression] == :none
+    assert info[:sync] == {:interval, 20}
+    assert info[:dump_log_write_threshold] == 1234
+    assert info[:dump_log_time_threshold] == 56_789
+    assert info[:persist] == d
+    assert info[:owner] == self()
+    assert Enum.sort(Heft.tab2list(t)) == [{:a, 1, "one"}, {:c, 3, 0}]
+    assert info[:recovered_log_records] == 4
+    # Options given to open/2 win, and are stored.
+    :ok = Heft.close(t)
+    {:ok, t} = Heft.open(d, name: :renamed, sync: :commit)
+    assert t == :renamed
+    assert Heft.info(t, :sync) == :commit
+    :ok = Heft.close(t)
+    {:ok, t} = Heft.open(d)
+    assert Heft.info(t, :sync) == :commit
+    assert true == Heft.delete(t)
+    refute File.exists?(d)
+  end
+
+  test "new/2 on a directory holding a table loads it; type and keypos must match", ctx do
+    d = dir(ctx)
+    t = Heft.new(:a, persist: d)
+    Heft.insert(t, {1, :x})
+    :ok = Heft.close(t)
+    t = Heft.new(:a, persist: d, compression: :none)
+    assert Heft.lookup(t, 1) == [{1, :x}]
+    :ok = Heft.close(t)
+    assert_raise ArgumentError, ~r/keypos/, fn -> Heft.new(:a, persist: d, keypos: 2) end
+  end
+
+  test "options: persistence needs :persist and a memory arena; bad values raise", ctx do
+    assert_raise ArgumentError, ~r/:sync needs the option :persist/, fn ->
+      Heft.new(:t, sync: :commit)
+    end
+
+    assert_raise ArgumentError, ~r/arena/, fn ->
+      Heft.new(:t, persist: dir(ctx), arena: {:file, ctx.tmp_dir})
+    end
+
+    for bad <- [sync: :always, sync: {:interval, 0}, dump_log_write_threshold: 0, persist: ""] do
+      assert_raise ArgumentError, ~r/invalid value/, fn ->
+        Heft.new(:t, [{:persist, "x"}, bad])
+      end
+    end
+
+    assert_raise ArgumentError, ~r/not persistent/, fn -> Heft.close(Heft.new(:mem)) end
+    assert Heft.open(Path.join(ctx.tmp_dir, "nothing")) == {:error, :enoent}
+  end
+
+  test "a second open fails with :locked, even in the same VM", ctx do
+    d = dir(ctx)
+    t = Heft.new(:locked, persist: d)
+    assert Heft.open(d) == {:error, :locked}
+
+    task = Task.async(fn -> Heft.open(d) end)
+    assert Task.await(task) == {:error, :locked}
+
+    error = assert_raise Heft.Error, fn -> Heft.new(:other, persist: d) end
+    assert error.reason == :locked
+    :ok = Heft.close(t)
+    {:ok, t} = Heft.open(d)
+    :ok = Heft.close(t)
+  end
+
+  test "files are 0600 in a 0700 directory, with fixed names whatever the table's name", ctx do
+    d = dir(ctx, "nested/dir")
+    t = Heft.new(:"../../../etc/passwd\0/x", persist: d)
+    Heft.insert(t, {1, 2})
+    :ok = Heft.dump(t)
+    assert mode(d) == 0o700
+    files = File.ls!(d)
+
+    assert (Enum.sort(files) -- ["LOCK", "META", "snapshot"])
+           |> Enum.all?(&(&1 =~ ~r/^wal-\d{20}$/))
+
+    for f <- files, do: assert(mode(Path.join(d, f)) == 0o600, f)
+    # Nothing was created outside the table's directory.
+    assert File.ls!(ctx.tmp_dir) == ["nested"]
+    assert File.ls!(Path.join(ctx.tmp_dir, "nested")) == ["dir"]
+    :ok = Heft.close(t)
+  end
+
+  test "concurrent :commit writers share fsyncs (group commit)", ctx do
+    t = Heft.new(:group, [:public, persist: dir(ctx), sync: :commit])
+    parent = self()
+
+    for p <- 1..100 do
+      spawn_link(fn ->
+        for i <- 1..10, do: true = Heft.insert(t, {{p, i}, i})
+        send(parent, :done)
+      end)
+    end
+
+    for _ <- 1..100, do: assert_receive(:done, 30_000)
+    info = Heft.info(t)
+    assert info[:size] == 1000
+    assert info[:commits] == 1000
+    assert info[:log_fsyncs] < 300, "#{info[:log_fsyncs]} fsyncs for 1,000 commits"
+    :ok = Heft.close(t)
+  end
+
+  test "sync: :commit per call, sync/1 and the log figures", ctx do
+    t = Heft.new(:percall, persist: dir(ctx))
+    assert Heft.info(t, :log_fsyncs) == 0
+    assert true == Heft.insert(t, [{1, :a}, {2, :b}])
+    assert Heft.info(t, :log_fsyncs) == 0
+    assert true == Heft.insert(t, {3, :c}, sync: :commit)
+    assert Heft.info(t, :log_fsyncs) == 1
+    assert Heft.info(t, :commits) == 1
+    assert false == Heft.insert_new(t, {3, :d}, sync: :commit)
+    assert :ok == Heft.sync(t)
+    info = Heft.info(t)
+    assert info[:log_records] == 3
+    assert info[:log_batches] == 2
+    assert info[:log_bytes] > 0
+    assert_raise ArgumentError, fn -> Heft.insert(t, {4, :e}, sync: :sometimes) end
+    :ok = Heft.close(t)
+  end
+
+  test "a table whose owner dies is closed, not deleted, and reopens", ctx do
+    d = dir(ctx)
+    parent = self()
+
+    pid =
+      spawn(fn ->
+        t = Heft.new(:orphan, [:named_table, persist: d, sync: :none])
+        Heft.insert(t, for(i <- 1..1000, do: {i, i * i}))
+        send(parent, :written)
+      end)
+
+    ref = Process.monitor(pid)
+    assert_receive :written
+    assert_receive {:DOWN, ^ref, _, _, _}
+    # The close runs on the table's threads; open waits for it.
+    {:ok, t} = Heft.open(d)
+    assert Heft.info(t, :size) == 1000
+    assert Heft.lookup(t, 12) == [{12, 144}]
+    :ok = Heft.close(t)
+  end
+
+  test "a failed fsync poisons the table until it is reopened", ctx do
+    d = dir(ctx)
+    t = Heft.new(:poison, persist: d, sync: :commit)
+    true = Heft.insert(t, {1, :kept})
+    :ok = Heft.Native.persist_inject_fault(t.ref, :eio, 1)
+    assert Heft.insert(t, {2, :maybe}) == {:error, :eio}
+    assert Heft.insert(t, {3, :refused}) == {:error, :poisoned}
+    assert Heft.info(t, :poisoned) == true
+    assert Heft.lookup(t, 1) == [{1, :kept}], "still readable"
+    assert Heft.lookup(t, 3) == []
+    assert Heft.close(t) == {:error, :poisoned}
+    {:ok, t} = Heft.open(d)
+    assert Heft.lookup(t, 1) == [{1, :kept}]
+    assert true == Heft.insert(t, {4, :fine})
+    :ok = Heft.close(t)
+  end
+
+  test "a log that cannot be written fails the write and changes nothing", ctx do
+    t = Heft.new(:nospace, persist: dir(ctx))
+    true = Heft.insert(t, {1, :a})
+    :ok = Heft.Native.persist_inject_fault(t.ref, :enospc, 1)
+    assert Heft.insert(t, [{2, :b}, {3, :c}]) == {:error, :enospc}
+    assert Heft.info(t, :size) == 1
+    assert true == Heft.insert(t, {4, :d})
+    :ok = Heft.close(t)
+  end
+
+  test "a full disk returns :enospc and the table stays readable", ctx do
+    mnt = Path.join(ctx.tmp_dir, "small")
+    File.mkdir_p!(mnt)
+
+    case System.cmd("mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", mnt],
+           stderr_to_stdout: true
+         ) do
+      {_, 0} ->
+        try do
+          full_disk(Path.join(mnt, "t"))
+        after
+          System.cmd("umount", ["-l", mnt])
+        end
+
+      {out, _} ->
+        IO.puts("\nskipped the tmpfs ENOSPC test: mount failed: #{String.trim(out)}")
+    end
+  end
+
+  defp full_disk(d) do
+    t = Heft.new(:full, persist: d, compression: :none, dump_log_write_threshold: 1_000_000)
+    blob = :crypto.strong_rand_bytes(10_000)
+
+    results =
+      Enum.reduce_while(1..1000, [], fn i, acc ->
+        case Heft.insert(t, {i, blob}) do
+          true -> {:cont, [i | acc]}
+          {:error, reason} -> {:halt, {reason, acc}}
+        end
+      end)
+
+    assert {:enospc, written} = results
+    assert length(written) > 50
+    assert Heft.info(t, :size) == length(written)
+    assert [{_, ^blob}] = Heft.lookup(t, hd(written))
+    # Deleting needs log space too; reading never does.
+    assert length(Heft.tab2list(t)) == length(written)
+    Heft.close(t)
+    {:ok, t} = Heft.open(d)
+    assert Heft.info(t, :size) == length(written)
+    Heft.close(t)
+  end
+
+  test "a dump asked for during a dump reports overload to subscribers and info/2", ctx do
+    t = Heft.new(:busy, [:public, persist: dir(ctx), dump_log_write_threshold: 10_000_000])
+    :ok = Heft.subscribe(t)
+
+    for c <- Enum.chunk_every(1..300_000, 5000),
+        do: true = Heft.insert(t, Enum.map(c, &{&1, "value #{&1}"}))
+
+    assert Heft.info(t, :overloaded) == false
+    first = Task.async(fn -> Heft.dump(t) end)
+    wait_until(fn -> Heft.info(t, :dumping) end)
+    true = Heft.insert(t, {:late, 1})
+    second = Task.async(fn -> Heft.dump(t) end)
+    assert_receive {:heft_overloaded, ^t, %{behind_records: behind, reason: :requested}}, 5000
+    assert behind >= 1
+    assert %{behind_records: _} = Heft.info(t, :overloaded)
+    assert Task.await(first, 60_000) == :ok
+    assert Task.await(second, 60_000) == :ok
+    assert_receive {:heft_dumped, ^t, %{records: n}} when n >= 300_000
+    assert Heft.info(t, :overloaded) == false
+    assert Heft.info(t, :dumps) >= 2
+    :ok = Heft.close(t)
+  end
+
+  defp wait_until(fun, tries \\ 2000) do
+    cond do
+      fun.() -> :ok
+      tries == 0 -> flunk("condition never held")
+      true -> Process.sleep(1) && wait_until(fun, tries - 1)
+    end
+  end
+
+  test "a torn tail is cut and counted; damage before it is refused unless repaired", ctx do
+    d = dir(ctx)
+    t = Heft.new(:damaged, persist: d)
+    for i <- 1..3, do: true = Heft.insert(t, for(j <- 1..10, do: {{i, j}, :binary.copy("x", 50)}))
+    :ok = Heft.close(t)
+    [wal] = File.ls!(d) |> Enum.filter(&String.starts_with?(&1, "wal-"))
+    path = Path.join(d, wal)
+    File.write!(path, "partial frame", [:append])
+    {:ok, t} = Heft.open(d)
+    assert Heft.info(t, :recovered_torn_bytes) == byte_size("partial frame")
+    assert Heft.info(t, :size) == 30
+    :ok = Heft.close(t)
+
+    # Flip a byte inside the first of the three batches.
+    bytes = File.read!(path)
+    <<head::binary-size(40), b, rest::binary>> = bytes
+    File.write!(path, <<head::binary, bxor(b, 0xFF), rest::binary>>)
+    assert {:error, {:corrupt, ^wal, 24}} = Heft.open(d)
+    {:ok, t} = Heft.open(d, repair: true)
+    assert Heft.info(t, :size) == 0
+    assert %{file: ^wal, offset: 24, bytes: dropped} = Heft.info(t, :repaired)
+    assert dropped > 0
+    assert File.exists?(Path.join(d, "lost-" <> wal))
+    :ok = Heft.close(t)
+    {:ok, t} = Heft.open(d)
+    :ok = Heft.close(t)
+  end
+
+  test "writes to a persistent table run on a dirty I/O scheduler", ctx do
+    t = Heft.new(:sched, persist: dir(ctx))
+    assert Heft.Native.insert(t.ref, {1, 2}) == :"$heft_io"
+    assert Heft.Native.lookup(t.ref, 1) == []
+    assert Heft.Native.insert_io(t.ref, {1, 2}) == true
+    assert Heft.Native.lookup(t.ref, 1) == [{1, 2}]
+    :ok = Heft.close(t)
+  end
+end
