@@ -92,6 +92,12 @@ defmodule Heft do
   > - A fun stored in a set's key or a bag's object matches only funs
   >   created by the same process (its external format names the creator;
   >   `=:=` ignores it). Ordered_set keys compare funs as the VM does.
+  > - `select/2` and its family also look objects up by key when a guard
+  >   pins the key (`[{{:"$1", :_}, [{:==, :"$1", 42}], [:"$_"]}]`, as
+  >   `:ets.fun2ms/1` writes `fn {k, _} when k == 42`); ETS scans the table
+  >   for that and only looks up keys written literally in the head.
+  > - `tab2file/3` writes Heft's own checksummed format (docs/tab-file.md),
+  >   and `file2tab/2` reads only that, not ETS's files.
   > - `:read_concurrency`, `:write_concurrency` and `:decentralized_counters`
   >   are accepted and ignored: readers never block each other, and writers
   >   hold the table's lock only to copy bytes, not to encode or compress.
@@ -281,7 +287,10 @@ defmodule Heft do
     do: %{o | type: type}
 
   defp option(:named_table, o), do: %{o | named: true}
-  defp option(p, o) when p in [:public, :protected, :private], do: %{o | protection: p}
+  # As in ETS: :public and :private set the protection (the last one
+  # wins); :protected, the default, changes nothing.
+  defp option(:protected, o), do: o
+  defp option(p, o) when p in [:public, :private], do: %{o | protection: p}
   defp option({:keypos, n}, o) when is_integer(n) and n >= 1, do: %{o | keypos: n}
   defp option({:heir, :none}, o), do: %{o | heir: :none}
 
@@ -651,6 +660,239 @@ defmodule Heft do
       fn _ -> :ok end
     )
   end
+
+  # --- Match specifications and patterns (lib/heft/select.ex) -------------
+
+  @typedoc """
+  A match specification, as for `:ets.select/2`: a list of
+  `{head, guards, body}` clauses. `:ets.fun2ms/1` output works unchanged.
+  """
+  @type match_spec :: [{term, [term], [term]}]
+
+  @typedoc "The opaque continuation of `select/3`, `match/3` and `match_object/3`."
+  @type continuation :: term
+
+  @doc """
+  The results of the match specification for every object it matches, as
+  `:ets.select/2`.
+
+  The spec is compiled once and run by the VM's own matcher
+  (`:ets.match_spec_run/2`) over objects decoded a few hundred at a time,
+  so results are ETS's and memory grows with the results, not the table.
+  When every clause's head binds the key (a literal such as `{42, :_}`, or
+  a variable pinned by a guard such as `{:"=:=", :"$1", 42}`), the objects
+  are looked up by key instead of scanned. The order of results is
+  unspecified (as in an ETS set).
+
+  Raises `ArgumentError` for an invalid spec, as ETS raises `badarg`.
+
+  ## Examples
+
+      iex> tab = Heft.new(:sel_doc, [])
+      iex> Heft.insert(tab, [{1, :a}, {2, :b}, {3, :c}])
+      iex> Heft.select(tab, [{{:"$1", :"$2"}, [{:>, :"$1", 1}], [:"$2"]}]) |> Enum.sort()
+      [:b, :c]
+      iex> Heft.select(tab, [{{2, :"$1"}, [], [:"$1"]}])
+      [:b]
+  """
+  @spec select(tab, match_spec) :: [term]
+  def select(tab, spec), do: Heft.Select.select(ref(tab), spec)
+
+  @doc """
+  Like `select/2`, but returns at most `limit` results at a time:
+  `{results, continuation}`, or `:"$end_of_table"` when there are none
+  left. Pass the continuation to `select/1` for the next results. When the
+  last results are returned with them, the continuation is
+  `:"$end_of_table"` (as ETS does). Raises `ArgumentError` if `limit` is
+  not a positive integer.
+  """
+  @spec select(tab, match_spec, pos_integer) :: {[term], continuation} | :"$end_of_table"
+  def select(tab, spec, limit), do: Heft.Select.select(ref(tab), spec, limit)
+
+  @doc """
+  Continues a `select/3` (or `match/3`, `match_object/3`,
+  `select_reverse/3`): the next `{results, continuation}`, or
+  `:"$end_of_table"`. Objects inserted or deleted between calls may or may
+  not be seen; every object present throughout is seen once. Raises
+  `ArgumentError` if the table no longer exists.
+  """
+  @spec select(continuation) :: {[term], continuation} | :"$end_of_table"
+  def select(continuation), do: Heft.Select.continue(continuation)
+
+  @doc """
+  As `select/2`, in reverse order where the table has an order. A `:set`
+  has none, so this is `select/2`, as in ETS.
+  """
+  @spec select_reverse(tab, match_spec) :: [term]
+  def select_reverse(tab, spec), do: select(tab, spec)
+
+  @doc "As `select/3`, in reverse order where the table has one (see `select_reverse/2`)."
+  @spec select_reverse(tab, match_spec, pos_integer) ::
+          {[term], continuation} | :"$end_of_table"
+  def select_reverse(tab, spec, limit), do: select(tab, spec, limit)
+
+  @doc "Continues a `select_reverse/3`; see `select/1`."
+  @spec select_reverse(continuation) :: {[term], continuation} | :"$end_of_table"
+  def select_reverse(continuation), do: select(continuation)
+
+  @doc """
+  The number of objects for which the match specification returns `true`.
+  A spec whose first clause matches everything and returns `true`
+  (`[{:_, [], [true]}]`) is answered from the table's size.
+  """
+  @spec select_count(tab, match_spec) :: non_neg_integer
+  def select_count(tab, spec), do: Heft.Select.select_count(ref(tab), spec)
+
+  @doc """
+  Deletes every object for which the match specification returns `true`
+  and returns how many it deleted. Each object is deleted only if it is
+  still exactly the object the spec saw (an object another process changed
+  meanwhile is kept), so concurrent writers are never undone.
+
+  Returns `{:error, reason}` if a write is refused (a persistent table's
+  log, or a file arena's full disk: `:enospc`); objects deleted before
+  that stay deleted.
+  """
+  @spec select_delete(tab, match_spec) :: non_neg_integer | {:error, atom}
+  def select_delete(tab, spec), do: Heft.Select.select_delete(ref(tab), spec)
+
+  @doc """
+  Replaces every object the match specification matches with the spec's
+  result and returns how many it replaced. Each replacement is atomic: it
+  happens only if the object is still the one the spec saw; an object
+  changed meanwhile is read again and the spec run on its new value.
+
+  As in ETS, the spec must provably keep each object's key: every clause's
+  body is `[:"$_"]`, or a single tuple construction (`{{...}}`) or
+  constant (`{:const, tuple}`) whose key element is the head's key
+  variable or literal (or `{:element, keypos, :"$_"}`). Otherwise raises
+  `ArgumentError` and replaces nothing. A `:bag` table raises
+  `ArgumentError`, as in ETS.
+
+  Returns `{:error, reason}` if a write is refused, as `select_delete/2`.
+  """
+  @spec select_replace(tab, match_spec) :: non_neg_integer | {:error, atom}
+  def select_replace(tab, spec), do: Heft.Select.select_replace(ref(tab), spec)
+
+  @doc """
+  The bindings of the pattern's variables (`:"$1"`, `:"$2"`...) for each
+  matching object, as `:ets.match/2`: a list of lists, each in variable
+  number order. `:_` matches anything.
+  """
+  @spec match(tab, term) :: [[term]]
+  def match(tab, pattern), do: select(tab, Heft.MatchSpec.of_pattern(pattern, :bindings))
+
+  @doc "As `match/2`, `limit` at a time (see `select/3`); continue with `match/1`."
+  @spec match(tab, term, pos_integer) :: {[[term]], continuation} | :"$end_of_table"
+  def match(tab, pattern, limit),
+    do: select(tab, Heft.MatchSpec.of_pattern(pattern, :bindings), limit)
+
+  @doc "Continues a `match/3`; see `select/1`."
+  @spec match(continuation) :: {[[term]], continuation} | :"$end_of_table"
+  def match(continuation), do: select(continuation)
+
+  @doc "Every object that matches the pattern, as `:ets.match_object/2`."
+  @spec match_object(tab, term) :: [object]
+  def match_object(tab, pattern), do: select(tab, Heft.MatchSpec.of_pattern(pattern, :object))
+
+  @doc "As `match_object/2`, `limit` at a time; continue with `match_object/1`."
+  @spec match_object(tab, term, pos_integer) :: {[object], continuation} | :"$end_of_table"
+  def match_object(tab, pattern, limit),
+    do: select(tab, Heft.MatchSpec.of_pattern(pattern, :object), limit)
+
+  @doc "Continues a `match_object/3`; see `select/1`."
+  @spec match_object(continuation) :: {[object], continuation} | :"$end_of_table"
+  def match_object(continuation), do: select(continuation)
+
+  @doc """
+  Deletes every object that matches the pattern (each only if unchanged,
+  as `select_delete/2`). Returns `true`, or `{:error, reason}` as
+  `select_delete/2`.
+  """
+  @spec match_delete(tab, term) :: true | {:error, atom}
+  def match_delete(tab, pattern) do
+    case select_delete(tab, Heft.MatchSpec.of_pattern(pattern, true)) do
+      {:error, _} = error -> error
+      _count -> true
+    end
+  end
+
+  # --- end of match specifications ----------------------------------------
+
+  # --- Table files (lib/heft/tab_file.ex, format in docs/tab-file.md) ------
+
+  @doc """
+  Writes the table to `filename`: its options (name, type, keypos,
+  protection, compression, whether it is named) and every object, in the
+  checksummed format of docs/tab-file.md. The file is written beside its
+  destination and renamed over it when complete, so `filename` never holds
+  half a table.
+
+  Options:
+
+    * `sync: boolean` - fsync the file before renaming it, and its
+      directory after (default `false`).
+    * `extended_info: list` - accepted for compatibility with
+      `:ets.tab2file/3` and ignored: every file has checksums and an object
+      count.
+
+  Objects are read in chunks while other processes may write: the file
+  holds every object present throughout the call.
+
+  Returns `:ok`, or `{:error, reason}` with a POSIX reason (`:enoent` when
+  the directory does not exist, `:eacces`, `:enospc`...). Raises
+  `ArgumentError` if the table does not exist or the caller may not read
+  it, or for an unknown option.
+  """
+  @spec tab2file(tab, Path.t(), keyword) :: :ok | {:error, File.posix()}
+  def tab2file(tab, filename, opts \\ []) do
+    ref = ref(tab)
+
+    for opt <- opts do
+      case opt do
+        {:sync, b} when is_boolean(b) -> :ok
+        {:extended_info, l} when is_list(l) -> :ok
+        other -> raise ArgumentError, "unknown tab2file option: #{inspect(other)}"
+      end
+    end
+
+    Heft.TabFile.write(ref, filename, opts)
+  end
+
+  @doc """
+  Reads a table written by `tab2file/3` and creates it again, owned by
+  the caller, with its stored options. Returns `{:ok, tab}` (the name for
+  a named table), or `{:error, reason}` without creating anything:
+
+    * a POSIX atom (`:enoent`, `:eacces`, `:eisdir`...) - the file cannot
+      be read.
+    * `:badfile` - not a Heft table file (empty, or no magic).
+    * `{:unsupported_version, v}` - written by a newer format.
+    * `{:truncated, offset}` - the file ends early, inside the frame that
+      starts at byte `offset` or before the end frame.
+    * `{:corrupt, offset}` - the frame at byte `offset` fails its checksum
+      or is malformed.
+    * `:cannot_create_table` - a named table of the stored name exists.
+
+  Options: `arena: :memory | {:file, dir}` for the new table (default
+  `:memory`, as for `new/2`); `verify: boolean` is accepted for
+  compatibility with `:ets.file2tab/2` and ignored, since every frame is
+  always verified.
+  """
+  @spec file2tab(Path.t(), keyword) :: {:ok, tab} | {:error, Heft.TabFile.reason()}
+  def file2tab(filename, opts \\ []) do
+    for opt <- opts do
+      case opt do
+        {:verify, b} when is_boolean(b) -> :ok
+        {:arena, _} -> :ok
+        other -> raise ArgumentError, "unknown file2tab option: #{inspect(other)}"
+      end
+    end
+
+    Heft.TabFile.read(filename, opts)
+  end
+
+  # --- end of table files ---------------------------------------------------
 
   @info_order [
     :name,

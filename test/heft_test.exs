@@ -118,6 +118,15 @@ defmodule HeftTest do
     end
   end
 
+  describe "list keys" do
+    test "a list or [] as a key (the -0.0 scan once looped forever on [])" do
+      t = Heft.new(:list_keys, [])
+      keys = [[], [1], [1, [2, []]], [:a | :b], {[]}]
+      for k <- keys, do: assert(Heft.insert(t, {k, :v}))
+      for k <- keys, do: assert(Heft.lookup(t, k) == [{k, :v}])
+    end
+  end
+
   describe "file arenas" do
     @describetag :tmp_dir
 

@@ -37,7 +37,10 @@ defmodule Heft.Native do
     last: 1,
     prev: 2,
     chunk: 3,
-    chunk_back: 3
+    chunk_back: 3,
+    # Match specifications (native/heft_nif/src/select.rs)
+    delete_objects: 2,
+    replace_objects: 2
   ]
 
   for {name, arity} <- @ops, variant <- [name, :"#{name}_cpu", :"#{name}_io"] do
@@ -57,7 +60,10 @@ defmodule Heft.Native do
     :delete_object,
     :delete_all_objects,
     :update_counter,
-    :update_element
+    :update_element,
+    # select.rs
+    :delete_objects,
+    :replace_objects
   ]
 
   @doc false
@@ -126,4 +132,8 @@ defmodule Heft.Native do
   def kernel_view(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
   def live_tables, do: :erlang.nif_error(:heft_nif_not_loaded)
   def debug_panic, do: :erlang.nif_error(:heft_nif_not_loaded)
+
+  # Match specifications and table files (select.rs, tab_file.rs)
+  def select_access(_tab, _write), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def fsync_dir(_path), do: :erlang.nif_error(:heft_nif_not_loaded)
 end

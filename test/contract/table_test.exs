@@ -68,6 +68,19 @@ defmodule Heft.Contract.TableTest do
       assert m.info(tab2, :heir) == :none
     end
 
+    contract ":public and :private: the last one wins; :protected changes nothing" do
+      for {opts, expected} <- [
+            {[:public, :protected], :public},
+            {[:protected, :public], :public},
+            {[:private, :public], :public},
+            {[:public, :private], :private},
+            {[:private, :protected], :private},
+            {[:protected, :private], :private}
+          ] do
+        assert m.info(new(m, opts), :protection) == expected, inspect(opts)
+      end
+    end
+
     contract "the heir may be the owner itself" do
       tab = new(m, [{:heir, self(), :me}])
       assert m.info(tab, :heir) == self()

@@ -297,6 +297,29 @@ defmodule Heft.TypesTest do
     end
   end
 
+  describe "match specifications" do
+    for type <- [:ordered_set, :bag, :duplicate_bag] do
+      test "#{type}: select, select_delete and select_replace as :ets" do
+        same(unquote(type), fn m, t ->
+          objs = [{1, :a}, {1, :b}, {1, :a}, {2.0, :a}, {2, :c}, {:k, :a}, {{1}, :a}]
+          all = [{:"$1", [], [:"$_"]}]
+
+          [
+            s(fn -> m.insert(t, objs) end),
+            s(fn -> Enum.sort(m.select(t, all)) end),
+            s(fn -> m.select(t, [{{1, :"$1"}, [], [:"$1"]}]) end),
+            s(fn ->
+              m.select_delete(t, [{{:_, :a}, [{:"=/=", {:element, 1, :"$_"}, :k}], [true]}])
+            end),
+            s(fn -> by_key(m, t) end),
+            s(fn -> m.select_replace(t, [{{:"$1", :b}, [], [{{:"$1", :z}}]}]) end),
+            s(fn -> by_key(m, t) end)
+          ]
+        end)
+      end
+    end
+  end
+
   describe "persistence" do
     @describetag :tmp_dir
 

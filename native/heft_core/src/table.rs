@@ -385,6 +385,16 @@ impl State {
         self.entries.find(&self.arena, ord, hash, key)
     }
 
+    /// The locs of `key`'s records, in order.
+    fn key_locs(&self, ord: Order, hash: u64, key: &[u8]) -> Vec<u64> {
+        match self.find(ord, hash, key) {
+            Some((pos, n)) => (0..n)
+                .map(|i| self.entries.loc(Entries::nth(pos, i)))
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
     /// Removes the entry at `pos` and frees its record.
     fn remove_at(&mut self, pos: Pos) {
         let loc = self.entries.remove_at(pos);
@@ -595,12 +605,8 @@ impl Table {
         self.log(&changes)
     }
 
-    /// Logs what a bag's keys hold once `recs` join them: each key is
-    /// deleted and put back whole, its stored records and then its new ones,
-    /// in order. A bag's put adds a record, so replaying it over a dump that
-    /// already saw it would add it twice; a key put back whole replays to
-    /// the same state whatever the dump saw (snapshot.rs), at the price of
-    /// logging every record of a key each time it changes.
+    /// Logs what a bag's keys hold once `recs` join them:
+    /// [`Table::log_bag_key`] for each key, in one batch.
     fn log_bag_keys(&self, st: &State, ord: Order, recs: &[&Prepared]) -> Result<(), Error> {
         if self.journal.get().is_none() {
             return Ok(());
@@ -608,16 +614,33 @@ impl Table {
         let mut changes = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for r in recs.iter().filter(|r| seen.insert(r.key())) {
-            changes.push(Change::Delete(r.key()));
-            if let Some((pos, n)) = st.find(ord, r.hash, r.key()) {
-                for i in 0..n {
-                    let loc = st.entries.loc(Entries::nth(pos, i));
-                    changes.push(Change::Put(st.record_at(loc).1));
-                }
-            }
+            let stored = st.key_locs(ord, r.hash, r.key());
+            key_whole(&mut changes, st, r.key(), &stored, |_| None);
             let joining = recs.iter().filter(|j| j.key() == r.key());
             changes.extend(joining.map(|j| Change::Put(&j.bytes)));
         }
+        self.log(&changes)
+    }
+
+    /// Logs a bag's key whole: its `Delete`, then a `Put` of each record it
+    /// holds after the change, in order: the records at `locs`, each as
+    /// stored or as `swap` replaces it. A bag's put adds a record, so
+    /// replaying it over a dump that already saw it would add it twice; a
+    /// key put back whole replays to the same state whatever the dump saw
+    /// (snapshot.rs), at the price of logging every record of a key each
+    /// time it changes.
+    fn log_bag_key<'r>(
+        &self,
+        st: &'r State,
+        key: &'r [u8],
+        locs: &[u64],
+        swap: impl Fn(u64) -> Option<&'r Vec<u8>>,
+    ) -> Result<(), Error> {
+        if self.journal.get().is_none() {
+            return Ok(());
+        }
+        let mut changes = Vec::new();
+        key_whole(&mut changes, st, key, locs, swap);
         self.log(&changes)
     }
 
@@ -863,14 +886,10 @@ impl Table {
         }
         gone.sort_unstable();
         let goes = |loc: &u64| gone.binary_search(loc).is_ok();
-        if self.journal.get().is_some() {
-            // The log knows keys, not objects: the key goes, and what stays
-            // of it comes back, in order.
-            let mut changes = vec![Change::Delete(r.key())];
-            let stay = locs.iter().filter(|l| !goes(l));
-            changes.extend(stay.map(|&l| Change::Put(st.record_at(l).1)));
-            self.log(&changes)?;
-        }
+        // The log knows keys, not objects: the key goes, and what stays of
+        // it comes back, in order.
+        let stay: Vec<u64> = locs.iter().copied().filter(|l| !goes(l)).collect();
+        self.log_bag_key(&st, r.key(), &stay, |_| None)?;
         let removed = st.entries.remove_where(pos, n, |loc| goes(&loc));
         for &loc in &removed {
             st.release(loc);
@@ -886,11 +905,12 @@ impl Table {
         Ok(st.find(order(&names), hash, key).map_or(0, |(_, n)| n))
     }
 
-    /// Replaces (or with `new: None`, removes) the record with this key if
-    /// it is still the one in `expected` (same offset and bytes), or inserts
-    /// `new` if `expected` is `None` and the key is still absent. Returns
-    /// false, changing nothing, if another writer changed the key meanwhile.
-    /// For set and ordered_set tables (one record a key).
+    /// Replaces (or with `new: None`, removes) the record `expected` names
+    /// (by offset; it must still hold the same bytes) among this key's, or
+    /// inserts `new` if `expected` is `None` and the key is still absent.
+    /// Returns false, changing nothing, if another writer changed it
+    /// meanwhile. In a bag the replacement takes the old record's place
+    /// among its key's.
     pub fn replace_if(
         &self,
         hash: u64,
@@ -901,30 +921,56 @@ impl Table {
         let mut st = self.write()?;
         let names = self.names();
         let ord = order(&names);
-        let pos = st.find(ord, hash, key).map(|(pos, _)| pos);
-        let same = match (pos, expected) {
-            (None, None) => true,
-            (Some(pos), Some((buf, it))) => {
-                let loc = st.entries.loc(pos);
-                loc == it.loc && st.record_at(loc).1 == buf.record(it)
+        let found = st.find(ord, hash, key);
+        let (pos, same) = match (found, expected) {
+            (None, None) => (None, true),
+            (Some((first, n)), Some((buf, it))) => {
+                let pos = (0..n)
+                    .map(|i| Entries::nth(first, i))
+                    .find(|&p| st.entries.loc(p) == it.loc);
+                let same = pos.is_some_and(|_| st.record_at(it.loc).1 == buf.record(it));
+                (pos, same)
             }
-            _ => false,
+            _ => (None, false),
         };
         if !same {
             return Ok(false);
         }
+        let bag = self.kind.is_bag();
         match (pos, new) {
-            (_, Some(new)) => {
+            (pos, Some(new)) => {
                 let locs = st.place(&[new])?;
-                if let Err(e) = self.log_puts(&[new]) {
+                let logged = match (bag, pos) {
+                    (true, Some(p)) => {
+                        let old = st.entries.loc(p);
+                        let after = st.key_locs(ord, hash, key);
+                        self.log_bag_key(&st, key, &after, |l| (l == old).then_some(&new.bytes))
+                    }
+                    _ => self.log_puts(&[new]),
+                };
+                if let Err(e) = logged {
                     st.unplace(&[new], &locs);
                     return Err(e);
                 }
-                st.link(self.kind, ord, new, locs[0]);
+                match (bag, pos) {
+                    (true, Some(p)) => {
+                        let old = st.entries.loc(p);
+                        st.entries.set_loc(p, locs[0]);
+                        st.release(old);
+                    }
+                    _ => st.link(self.kind, ord, new, locs[0]),
+                }
             }
-            (Some(pos), None) => {
-                self.log(&[Change::Delete(key)])?;
-                st.remove_at(pos);
+            (Some(p), None) => {
+                if bag {
+                    let old = st.entries.loc(p);
+                    let stay: Vec<u64> = st.key_locs(ord, hash, key);
+                    let stay: Vec<u64> = stay.into_iter().filter(|&l| l != old).collect();
+                    self.log_bag_key(&st, key, &stay, |_| None)?;
+                } else {
+                    self.log(&[Change::Delete(key)])?;
+                }
+                st.remove_at(p);
             }
             (None, None) => {}
         }
@@ -1077,6 +1123,24 @@ impl Table {
             arena_address: st.arena.address() as u64,
             index_address: st.entries.address() as u64,
         })
+    }
+}
+
+/// Pushes a bag key's `Delete` and a `Put` of each of the records at
+/// `locs` (or of what `swap` puts in one's place) onto `changes`.
+fn key_whole<'r>(
+    changes: &mut Vec<Change<'r>>,
+    st: &'r State,
+    key: &'r [u8],
+    locs: &[u64],
+    swap: impl Fn(u64) -> Option<&'r Vec<u8>>,
+) {
+    changes.push(Change::Delete(key));
+    for &l in locs {
+        match swap(l) {
+            Some(bytes) => changes.push(Change::Put(bytes)),
+            None => changes.push(Change::Put(st.record_at(l).1)),
+        }
     }
 }
 
@@ -1622,6 +1686,36 @@ mod tests {
     }
 
     #[test]
+    fn a_bag_compare_and_swap_replaces_the_record_it_names_in_place() {
+        let t = table_of(Kind::DuplicateBag, Compression::Zlib(1));
+        let k = key(1);
+        let h = t.hash(&k);
+        let objs: Vec<Prepared> = [1, 2, 1]
+            .iter()
+            .map(|&v| t.prepare(&k, &body(v, 60)))
+            .collect();
+        t.insert(&objs).unwrap();
+        let mut seen = RecordBuf::new();
+        t.get(h, &k, &mut seen).unwrap();
+        // The third record, a copy of the first: only it is replaced.
+        let third = seen.items()[2];
+        let new = t.prepare(&k, &body(7, 60));
+        assert!(t
+            .replace_if(h, &k, Some((&seen, &third)), Some(&new))
+            .unwrap());
+        assert_eq!(
+            all_bodies(&t, &k),
+            vec![body(1, 60), body(2, 60), body(7, 60)]
+        );
+        // Named by a record that is gone: nothing changes.
+        assert!(!t.replace_if(h, &k, Some((&seen, &third)), None).unwrap());
+        let second = seen.items()[1];
+        assert!(t.replace_if(h, &k, Some((&seen, &second)), None).unwrap());
+        assert_eq!(all_bodies(&t, &k), vec![body(1, 60), body(7, 60)]);
+        assert_eq!(t.len().unwrap(), 2);
+    }
+
+    #[test]
     fn a_bag_log_replays_exactly_over_a_dump_that_already_saw_it() {
         for kind in [Kind::Bag, Kind::DuplicateBag, Kind::Set, Kind::OrderedSet] {
             let t = table_of(kind, Compression::None);
@@ -1636,6 +1730,20 @@ mod tests {
             t.remove_object(&obj(1, 1)).ok();
             t.remove(t.hash(&key(2)), &key(2), None).unwrap();
             t.insert(&[obj(2, 5)]).unwrap();
+            // A compare-and-swap replaces a record (in a bag, in its place
+            // among its key's) and removes one.
+            let mut seen = RecordBuf::new();
+            t.get(t.hash(&key(1)), &key(1), &mut seen).unwrap();
+            let last = *seen.items().last().unwrap();
+            let h1 = t.hash(&key(1));
+            assert!(t
+                .replace_if(h1, &key(1), Some((&seen, &last)), Some(&obj(1, 9)))
+                .unwrap());
+            let mut seen = RecordBuf::new();
+            t.get(t.hash(&key(3)), &key(3), &mut seen).unwrap();
+            let it = seen.items()[0];
+            let h3 = t.hash(&key(3));
+            assert!(t.replace_if(h3, &key(3), Some((&seen, &it)), None).unwrap());
             // ...and its fuzzy walk saw every one of those changes.
             let dumped = table_of(kind, Compression::None);
             let mut bulk = Bulk::default();

@@ -9,6 +9,8 @@ mod errors;
 mod ops;
 mod persist;
 mod resource;
+mod select;
+mod tab_file;
 
 use std::sync::atomic::Ordering;
 

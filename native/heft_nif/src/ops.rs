@@ -90,6 +90,7 @@ macro_rules! write_variants {
         }
     };
 }
+pub(crate) use write_variants;
 
 write_variants!(insert_impl => insert, insert_cpu, insert_io (tab, objs));
 write_variants!(insert_new_impl => insert_new, insert_new_cpu, insert_new_io (tab, objs));
@@ -126,7 +127,7 @@ pub fn resolve(tab: Term) -> NifResult<ResourceArc<TableRes>> {
 }
 
 /// Resolves the table and checks access; `Err(term)` is a retry marker.
-fn open<'a>(
+pub(crate) fn open<'a>(
     env: Env<'a>,
     tab: Term<'a>,
     sched: Sched,
@@ -238,7 +239,7 @@ fn with_buf<R>(f: impl FnOnce(&mut RecordBuf, &mut Vec<u8>) -> R) -> R {
 }
 
 /// Decodes a copied record into a term of `env`.
-fn decode_item<'a>(
+pub(crate) fn decode_item<'a>(
     env: Env<'a>,
     t: &TableRes,
     buf: &RecordBuf,
@@ -281,7 +282,7 @@ fn decode_key<'a>(env: Env<'a>, t: &TableRes, key: &[u8]) -> NifResult<Term<'a>>
 }
 
 /// The elements of a record, checked against the table's keypos.
-fn record_elems<'a>(obj: Term<'a>, keypos: usize) -> NifResult<Vec<Term<'a>>> {
+pub(crate) fn record_elems<'a>(obj: Term<'a>, keypos: usize) -> NifResult<Vec<Term<'a>>> {
     let elems = get_tuple(obj).map_err(|_| badarg("not a tuple"))?;
     if elems.len() < keypos {
         return Err(badarg(format!(
@@ -314,7 +315,7 @@ fn proper_list(list: Term) -> Option<Vec<Term>> {
 /// Encodes and compresses one object (its elements checked against the
 /// table's keypos) for the table: canonically for a bag, whose objects
 /// are told apart by their bytes.
-fn prepare_object<'a>(
+pub(crate) fn prepare_object<'a>(
     env: Env<'a>,
     t: &TableRes,
     elems: &[Term<'a>],
@@ -514,40 +515,16 @@ fn delete_object_impl<'a>(
     obj: Term<'a>,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, true);
-    let elems = record_elems(obj, t.keypos)?;
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
     if t.core.kind().is_bag() {
-        // Bag objects are stored canonically: the table compares them.
-        let object = encoded!(env, prepare_object(env, &t, &elems, &mut enc));
-        if too_many_objects(&t, sched, std::iter::once((object.hash(), object.key())))? {
+        let elems = record_elems(obj, t.keypos)?;
+        let k = encoded!(env, enc.key(env, elems[t.keypos - 1]));
+        if too_many_objects(&t, sched, std::iter::once((t.core.hash(&k), k.as_slice())))? {
             return Ok(retry_cpu(env));
         }
-        t.core.remove_object(&object).map_err(errors::core)?;
-        return Ok(true.encode(env));
     }
-    let k = encoded!(env, enc.key(env, elems[t.keypos - 1]));
-    let wanted = encoded!(env, enc.key(env, obj));
-    let h = t.core.hash(&k);
-    let mut buf = RecordBuf::new();
-    let mut scratch = Vec::new();
-    loop {
-        buf.clear();
-        if !t.core.get(h, &k, &mut buf).map_err(errors::core)? {
-            return Ok(true.encode(env));
-        }
-        let it = buf.items()[0];
-        let stored = decode_item(env, &t, &buf, &it, &mut scratch)?;
-        // Objects match when their canonical encodings are equal (=:=).
-        if encoded!(env, enc.key(env, stored)) != wanted {
-            return Ok(true.encode(env));
-        }
-        if t.core
-            .replace_if(h, &k, Some((&buf, &it)), None)
-            .map_err(errors::core)?
-        {
-            return Ok(true.encode(env));
-        }
-    }
+    encoded!(env, crate::select::delete_exact(env, &t, &mut enc, obj)?);
+    Ok(true.encode(env))
 }
 
 fn delete_all_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>) -> NifResult<Term<'a>> {

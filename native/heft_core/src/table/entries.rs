@@ -113,6 +113,15 @@ impl Entries {
         }
     }
 
+    /// Points a valid position at another record of the same key.
+    pub(super) fn set_loc(&mut self, pos: Pos, loc: u64) {
+        match (self, pos) {
+            (Entries::Hash(ix), Pos::Hash(p)) => ix.set_loc(p, loc),
+            (Entries::Ordered(ix), Pos::Ordered(p)) => ix.set_loc(p, loc),
+            _ => {}
+        }
+    }
+
     /// The first entry of `key` and how many it has (several in a bag).
     pub(super) fn find(
         &self,

@@ -1,0 +1,348 @@
+defmodule Heft.MatchSpec do
+  # Match specifications, read on the Elixir side. Heft runs them with the
+  # VM's own matcher (:ets.match_spec_compile/1 and :ets.match_spec_run/2)
+  # on decoded records, so results are ETS's by construction; this module
+  # only reads specs to decide how to feed the matcher:
+  #
+  # - compile!/1: validation (ArgumentError for what ETS rejects with badarg).
+  # - plan/2: the keys a spec can match, so that select looks them up
+  #   instead of scanning: `{:lookup, keys}` or `:scan`.
+  # - keeps_key?/2: ETS's static check that a select_replace spec cannot
+  #   change an object's key (erl_db_util.c, db_match_keeps_key).
+  # - with_object/1: a spec whose results are `{result, object}`, so that
+  #   select_delete and select_replace know which object each came from.
+  @moduledoc false
+
+  @typedoc "A match specification, as for :ets.select/2."
+  @type t :: [{term, [term], [term]}]
+
+  @doc false
+  # The compiled spec, or `nil` for `[]` (which :ets.match_spec_compile/1
+  # rejects but every ETS select function accepts, matching nothing).
+  # Raises ArgumentError, as ETS raises badarg, for an invalid spec.
+  @spec compile!(term) :: reference | nil
+  def compile!([]), do: nil
+
+  def compile!(spec) do
+    :ets.match_spec_compile(spec)
+  rescue
+    ArgumentError -> invalid!(spec)
+  end
+
+  @doc false
+  @spec invalid!(term) :: no_return
+  def invalid!(spec) do
+    raise ArgumentError, "not a valid match specification: " <> inspect(spec, limit: 12)
+  end
+
+  @doc false
+  # Runs a compiled spec over objects; `nil` (the empty spec) matches none.
+  @spec run([tuple], reference | nil) :: [term]
+  def run(_objects, nil), do: []
+  def run([], _ms), do: []
+  def run(objects, ms), do: :ets.match_spec_run(objects, ms)
+
+  @doc false
+  # `[{pattern, [], [:"$$"]}]`, `[{pattern, [], [:"$_"]}]`, `[{pattern, [], [true]}]`:
+  # the specs behind match/2, match_object/2 and match_delete/2.
+  @spec of_pattern(term, :bindings | :object | true) :: t
+  def of_pattern(pattern, :bindings), do: [{pattern, [], [:"$$"]}]
+  def of_pattern(pattern, :object), do: [{pattern, [], [:"$_"]}]
+  def of_pattern(pattern, true), do: [{pattern, [], [true]}]
+
+  @doc false
+  # True for a spec whose first clause matches every object and returns
+  # `true`: select_count of it is the table's size.
+  @spec counts_all?(t) :: boolean
+  def counts_all?([{head, [], [true]} | _]), do: head == :_ or variable?(head)
+  def counts_all?(_spec), do: false
+
+  @doc false
+  # The same spec with each clause's result `r` replaced by `{r, object}`
+  # (`{{r, :"$_"}}`). Body expressions before the last are kept: they
+  # cannot change the result but an error in them still fails the clause
+  # as it does in ETS. The spec must be valid.
+  @spec with_object(t) :: t
+  def with_object(spec) do
+    for {head, guards, body} <- spec do
+      {init, [last]} = Enum.split(body, -1)
+      {head, guards, init ++ [{{last, :"$_"}}]}
+    end
+  end
+
+  ## Planning
+
+  # Cartesian products of candidate keys larger than this give up (scan).
+  @max_keys 64
+
+  @doc false
+  # How select finds what a (valid) spec can match in a table whose key is
+  # element `keypos`: `{:lookup, keys}` when every clause can only match
+  # objects with one of a few keys, `:scan` otherwise. A clause that can
+  # match no object at all (its head is neither a variable nor a tuple of
+  # at least `keypos` elements) adds no key.
+  #
+  # A clause's keys come from its head's key element, with variables
+  # resolved by guards that pin them: a top-level guard (or a conjunct of
+  # `andalso`/`and` in one) `{:"=:=", var, c}` or `{:==, var, c}` where `c`
+  # is a constant expression (`{:const, term}`, a literal, `{{...}}` of
+  # constants). `==` pins a number to each number equal to it (1 and 1.0).
+  # A map anywhere in the key pattern means a scan: a map pattern matches
+  # larger maps.
+  @spec plan(t, pos_integer) :: :scan | {:lookup, [term]}
+  def plan(spec, keypos) do
+    Enum.reduce_while(spec, [], fn {head, guards, _body}, acc ->
+      case clause_keys(head, guards, keypos) do
+        :any -> {:halt, :scan}
+        keys -> {:cont, [keys | acc]}
+      end
+    end)
+    |> case do
+      :scan -> :scan
+      keys -> {:lookup, keys |> Enum.reverse() |> Enum.concat() |> Enum.uniq()}
+    end
+  end
+
+  defp clause_keys(head, guards, keypos) do
+    cond do
+      head == :_ or dollar?(head) ->
+        :any
+
+      is_tuple(head) and tuple_size(head) >= keypos ->
+        pins = guards |> Enum.flat_map(&conjuncts/1) |> pins()
+        instances(elem(head, keypos - 1), pins)
+
+      true ->
+        []
+    end
+  end
+
+  defp conjuncts({op, a, b}) when op in [:andalso, :and], do: conjuncts(a) ++ conjuncts(b)
+  defp conjuncts(guard), do: [guard]
+
+  # %{var => [candidate values]}: each pinned variable's possible values.
+  defp pins(guards) do
+    Enum.reduce(guards, %{}, fn guard, acc ->
+      case pin(guard) do
+        {var, values} -> Map.update(acc, var, values, &intersect(&1, values))
+        nil -> acc
+      end
+    end)
+  end
+
+  defp pin({op, a, b}) when op in [:"=:=", :==] do
+    cond do
+      variable?(a) -> pin(op, a, b)
+      variable?(b) -> pin(op, b, a)
+      true -> nil
+    end
+  end
+
+  defp pin(_guard), do: nil
+
+  defp pin(op, var, expr) do
+    with {:ok, value} <- constant(expr),
+         values when is_list(values) <- if(op == :==, do: equal_terms(value), else: [value]) do
+      {var, values}
+    else
+      _ -> nil
+    end
+  end
+
+  defp intersect(xs, ys), do: Enum.filter(xs, fn x -> Enum.any?(ys, &(&1 === x)) end)
+
+  # The value of a guard expression without variables, computed by the VM
+  # itself (so every guard function and constructor means what it means to
+  # ETS); :error when it has variables or fails. Numbers, binaries and
+  # plain atoms stand for themselves.
+  defp constant(expr) when is_number(expr) or is_binary(expr), do: {:ok, expr}
+
+  defp constant(expr) when is_atom(expr) and expr != :_ do
+    if dollar?(expr), do: :error, else: {:ok, expr}
+  end
+
+  defp constant(expr) do
+    if mentions_dollar?(expr) do
+      :error
+    else
+      case :ets.match_spec_run([{}], :ets.match_spec_compile([{:_, [], [expr]}])) do
+        [value] when value != :EXIT -> {:ok, value}
+        _ -> :error
+      end
+    end
+  rescue
+    ArgumentError -> :error
+  end
+
+  defp mentions_dollar?(a) when is_atom(a), do: a == :_ or dollar?(a)
+  defp mentions_dollar?(t) when is_tuple(t), do: mentions_dollar?(Tuple.to_list(t))
+  defp mentions_dollar?([h | t]), do: mentions_dollar?(h) or mentions_dollar?(t)
+  defp mentions_dollar?(%{} = m), do: mentions_dollar?(Map.to_list(m))
+  defp mentions_dollar?(_), do: false
+
+  # Every term `==` to `value` that is not `=:=` to it differs only in
+  # numbers: 1 and 1.0 (and 0.0 and -0.0 where they are different keys).
+  # nil when there are too many, or a map holds a number.
+  defp equal_terms(value) do
+    case variants(value) do
+      vs when is_list(vs) and length(vs) <= @max_keys -> vs
+      _ -> nil
+    end
+  end
+
+  defp variants(n) when is_number(n), do: number_variants(n)
+
+  defp variants(t) when is_tuple(t),
+    do: t |> Tuple.to_list() |> variants() |> map_ok(&List.to_tuple/1)
+
+  defp variants([h | t]), do: product(variants(h), variants(t), &[&1 | &2])
+
+  defp variants(%{} = m) do
+    if mentions_number?(m), do: nil, else: [m]
+  end
+
+  defp variants(other), do: [other]
+
+  defp map_ok(nil, _fun), do: nil
+  defp map_ok(list, fun), do: Enum.map(list, fun)
+
+  defp product(nil, _, _), do: nil
+  defp product(_, nil, _), do: nil
+
+  defp product(xs, ys, fun) do
+    if length(xs) * length(ys) > @max_keys, do: nil, else: for(x <- xs, y <- ys, do: fun.(x, y))
+  end
+
+  defp mentions_number?(n) when is_number(n), do: true
+  defp mentions_number?(t) when is_tuple(t), do: mentions_number?(Tuple.to_list(t))
+  defp mentions_number?([h | t]), do: mentions_number?(h) or mentions_number?(t)
+  defp mentions_number?(%{} = m), do: mentions_number?(Map.to_list(m))
+  defp mentions_number?(_), do: false
+
+  defp number_variants(n) do
+    float =
+      try do
+        n * 1.0
+      rescue
+        ArithmeticError -> nil
+      end
+
+    int = if is_float(n) and n == trunc(n), do: trunc(n)
+    zeros = if n == 0, do: [0.0, :erlang.list_to_float(~c"-0.0")], else: []
+
+    ([n, float, int] ++ zeros)
+    |> Enum.filter(&(&1 != nil and &1 == n))
+    |> Enum.uniq()
+  end
+
+  # The keys a key pattern can match given the pinned variables, or :any.
+  defp instances(:_, _pins), do: :any
+
+  defp instances(a, pins) when is_atom(a) do
+    cond do
+      variable?(a) -> Map.get(pins, a, :any)
+      dollar?(a) -> :any
+      true -> [a]
+    end
+  end
+
+  defp instances(t, pins) when is_tuple(t) do
+    case instances(Tuple.to_list(t), pins) do
+      :any -> :any
+      lists -> Enum.map(lists, &List.to_tuple/1)
+    end
+  end
+
+  defp instances([h | t], pins) do
+    with hs when is_list(hs) <- instances(h, pins),
+         ts when is_list(ts) <- instances(t, pins),
+         true <- length(hs) * length(ts) <= @max_keys do
+      for x <- hs, y <- ts, do: [x | y]
+    else
+      _ -> :any
+    end
+  end
+
+  defp instances(%{}, _pins), do: :any
+  defp instances(literal, _pins), do: [literal]
+
+  # A match variable `:"$N"`. Any other atom starting with `$` is treated
+  # as unknown by the planner (never as a literal), which is always safe.
+  defp variable?(a) when is_atom(a) do
+    case Atom.to_string(a) do
+      "$" <> digits when digits != "" -> digits =~ ~r/\A(0|[1-9][0-9]*)\z/
+      _ -> false
+    end
+  end
+
+  defp variable?(_), do: false
+
+  defp dollar?(a) when is_atom(a), do: String.starts_with?(Atom.to_string(a), "$")
+  defp dollar?(_), do: false
+
+  ## select_replace
+
+  @doc false
+  # ETS's rule for select_replace (db_match_keeps_key in erl_db_util.c):
+  # a clause keeps the key if its body is the single expression `:"$_"`,
+  # or a tuple construction `{{...}}` or constant `{:const, tuple}` whose
+  # key element is provably the head's key element (the same variable, the
+  # same literal, or `{:element, keypos, :"$_"}`). ETS rejects other specs
+  # with badarg even when they would keep the key at run time.
+  @spec keeps_key?({term, [term], [term]}, pos_integer) :: boolean
+  def keeps_key?({_head, _guards, [:"$_"]}, _keypos), do: true
+
+  def keeps_key?({head, _guards, [single]}, keypos)
+      when is_tuple(head) and tuple_size(head) >= keypos do
+    case construction(single) do
+      {:ok, built, const?} when is_tuple(built) and tuple_size(built) >= keypos ->
+        key = elem(built, keypos - 1)
+
+        eq_body?(elem(head, keypos - 1), key, const?) or
+          (not const? and key === {:element, keypos, :"$_"})
+
+      _ ->
+        false
+    end
+  end
+
+  def keeps_key?(_clause, _keypos), do: false
+
+  defp construction({:const, t}), do: {:ok, t, true}
+  defp construction({t}), do: {:ok, t, false}
+  defp construction(_), do: :error
+
+  # Whether body expression `b` always builds the term that head pattern
+  # `a` matched; `const?` while inside `{:const, _}` (erl_db_util.c,
+  # db_match_eq_body).
+  defp eq_body?(a, [bh | bt], const?) do
+    case a do
+      [ah | at] -> eq_body?(ah, bh, const?) and eq_body?(at, bt, const?)
+      _ -> false
+    end
+  end
+
+  defp eq_body?(a, b, false) when is_tuple(b) do
+    case b do
+      {t} when is_tuple(t) -> eq_tuple?(a, t, false)
+      {:const, t} -> eq_body?(a, t, true)
+      _ -> false
+    end
+  end
+
+  defp eq_body?(a, b, true) when is_tuple(b), do: eq_tuple?(a, b, true)
+  defp eq_body?(_a, %{}, _const?), do: false
+
+  defp eq_body?(a, b, const?) do
+    a === b and a not in [:_, :"$$", :"$_"] and not (const? and variable?(a))
+  end
+
+  defp eq_tuple?(a, b, const?) when is_tuple(a) and tuple_size(a) == tuple_size(b) do
+    a
+    |> Tuple.to_list()
+    |> Enum.zip(Tuple.to_list(b))
+    |> Enum.all?(fn {x, y} -> eq_body?(x, y, const?) end)
+  end
+
+  defp eq_tuple?(_a, _b, _const?), do: false
+end

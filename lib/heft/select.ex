@@ -1,0 +1,266 @@
+defmodule Heft.Select do
+  # The select family (documented in lib/heft.ex): the spec is compiled
+  # once (Heft.MatchSpec) and run by :ets.match_spec_run/2 over batches of
+  # decoded objects, so results are what ETS computes for the same objects.
+  #
+  # Where batches come from (a "source"):
+  #   {:scan, cursor}  - chunks of about @chunk objects from the chunk NIF,
+  #                      resumable from the cursor it returns (:start first);
+  #   {:keys, keys}    - lookups, when Heft.MatchSpec.plan/2 found that the
+  #                      spec can only match these keys;
+  #   :done.
+  # Only one batch is decoded at a time: memory grows by the results, not
+  # by the table. Each NIF call stays within its scheduler budget (a big
+  # chunk moves to a dirty scheduler), and between calls the caller can be
+  # preempted.
+  #
+  # A continuation (select/3, match/3, match_object/3) is
+  #   {:heft_select, ref, spec, ms, limit, source, pending}
+  # where `pending` holds results computed beyond the limit (at most one
+  # batch's worth): the next call returns them first.
+  #
+  # select_delete and select_replace run the spec rewritten to return
+  # `{result, object}` and then delete or replace each object atomically
+  # only if it is still exactly that object (select.rs).
+  @moduledoc false
+
+  import Heft.Native, only: [call: 1]
+  alias Heft.{MatchSpec, Native}
+
+  @chunk 256
+  @replace_rounds 16
+  @stats :heft_select_stats
+
+  @type ref :: reference | atom
+
+  ## select/2 and friends
+
+  @spec select(ref, MatchSpec.t()) :: [term]
+  def select(ref, spec) do
+    ms = MatchSpec.compile!(spec)
+    source = source(ref, spec, :read)
+
+    ref
+    |> fold(source, [], fn objects, acc -> [MatchSpec.run(objects, ms) | acc] end)
+    |> Enum.reverse()
+    |> Enum.concat()
+  end
+
+  @spec select(ref, MatchSpec.t(), pos_integer) :: {[term], term} | :"$end_of_table"
+  def select(ref, spec, limit) do
+    check_limit!(limit)
+    ms = MatchSpec.compile!(spec)
+    source = source(ref, spec, :read)
+    next({:heft_select, ref, spec, ms, limit, source, []})
+  end
+
+  @spec continue(term) :: {[term], term} | :"$end_of_table"
+  def continue(:"$end_of_table"), do: :"$end_of_table"
+
+  def continue({:heft_select, ref, spec, ms, limit, _source, pending} = cont)
+      when is_integer(limit) and limit > 0 and is_list(pending) do
+    # A compiled spec does not survive every trip (another node, a file):
+    # compile it again from the spec kept beside it.
+    ms = if ms == nil or :ets.is_compiled_ms(ms), do: ms, else: MatchSpec.compile!(spec)
+    # The table must still exist and be readable, even when the results
+    # pending are enough.
+    _ = Native.select_access(ref, false)
+    next(put_elem(cont, 3, ms))
+  end
+
+  def continue(other),
+    do: raise(ArgumentError, "not a select continuation: #{inspect(other, limit: 8)}")
+
+  defp next({:heft_select, ref, _spec, ms, limit, source, pending} = cont) do
+    {results, source} = gather(ref, ms, source, pending, length(pending), limit)
+
+    case Enum.split(results, limit) do
+      {[], _} ->
+        :"$end_of_table"
+
+      {now, []} when source == :done ->
+        {now, :"$end_of_table"}
+
+      {now, later} ->
+        {now, cont |> put_elem(5, source) |> put_elem(6, later)}
+    end
+  end
+
+  # Results until there are at least `limit` or the source is done.
+  defp gather(_ref, _ms, :done, got, _n, _limit), do: {got, :done}
+  defp gather(_ref, _ms, source, got, n, limit) when n >= limit, do: {got, source}
+
+  defp gather(ref, ms, source, got, n, limit) do
+    {objects, source} = batch(ref, source)
+    results = MatchSpec.run(objects, ms)
+    gather(ref, ms, source, got ++ results, n + length(results), limit)
+  end
+
+  defp check_limit!(limit) when is_integer(limit) and limit > 0, do: :ok
+
+  defp check_limit!(limit),
+    do: raise(ArgumentError, "the limit must be a positive integer, got: #{inspect(limit)}")
+
+  @spec select_count(ref, MatchSpec.t()) :: non_neg_integer
+  def select_count(ref, spec) do
+    ms = MatchSpec.compile!(spec)
+
+    if MatchSpec.counts_all?(spec) do
+      ref |> Native.select_access(false) |> elem(0)
+    else
+      fold(ref, source(ref, spec, :read), 0, fn objects, n ->
+        Enum.reduce(MatchSpec.run(objects, ms), n, fn
+          true, n -> n + 1
+          _, n -> n
+        end)
+      end)
+    end
+  end
+
+  @spec select_delete(ref, MatchSpec.t()) :: non_neg_integer | {:error, atom}
+  def select_delete(ref, spec) do
+    ms = spec |> tagged() |> MatchSpec.compile!()
+
+    fold(ref, source(ref, spec, :write), 0, fn objects, n ->
+      case for {true, object} <- MatchSpec.run(objects, ms), do: object do
+        [] -> n
+        doomed -> n + written(call(delete_objects(ref, doomed)))
+      end
+    end)
+  catch
+    {__MODULE__, error} -> error
+  end
+
+  # The result of a write NIF, or a throw of its `{:error, reason}` (a
+  # persistent table's log or a full disk), caught by the public function.
+  defp written({:error, _} = error), do: throw({__MODULE__, error})
+  defp written(result), do: result
+
+  @spec select_replace(ref, MatchSpec.t()) :: non_neg_integer | {:error, atom}
+  def select_replace(ref, spec) do
+    _ = MatchSpec.compile!(spec)
+    %{keypos: keypos} = info = Native.info(ref)
+
+    if Map.get(info, :type, :set) == :bag do
+      raise ArgumentError, "select_replace is not supported on a bag table (as in ETS)"
+    end
+
+    unless Enum.all?(spec, &MatchSpec.keeps_key?(&1, keypos)) do
+      MatchSpec.invalid!(spec)
+    end
+
+    ms = spec |> tagged() |> MatchSpec.compile!()
+
+    fold(ref, source(ref, spec, :write), 0, fn objects, n ->
+      n + replace(ref, ms, keypos, MatchSpec.run(objects, ms), @replace_rounds)
+    end)
+  catch
+    {__MODULE__, error} -> error
+  end
+
+  # Replaces each `old` by `new` if `old` is still in the table; an object
+  # changed meanwhile is looked up again and the spec run on what is there
+  # now (as if the walk had reached it after the change).
+  defp replace(_ref, _ms, _keypos, [], _rounds), do: 0
+
+  defp replace(ref, ms, keypos, results, rounds) do
+    {same, changes} = Enum.split_with(results, fn {new, old} -> new === old end)
+
+    {replaced, lost} =
+      if changes == [], do: {0, []}, else: written(call(replace_objects(ref, changes)))
+
+    done = length(same) + replaced
+
+    if lost == [] or rounds == 0 do
+      done
+    else
+      again =
+        lost
+        |> Enum.map(&elem(&1, keypos - 1))
+        |> Enum.uniq()
+        |> Enum.flat_map(fn key -> call(lookup(ref, key)) end)
+
+      done + replace(ref, ms, keypos, MatchSpec.run(again, ms), rounds - 1)
+    end
+  end
+
+  defp tagged([]), do: []
+  defp tagged(spec), do: spec |> tap(&MatchSpec.compile!/1) |> MatchSpec.with_object()
+
+  ## Sources
+
+  # Checks access (raising as ETS does even when nothing would match) and
+  # plans the walk.
+  defp source(ref, spec, access) do
+    {_size, keypos} = Native.select_access(ref, access == :write)
+    Process.put(@stats, %{chunks: 0, lookups: 0, objects: 0})
+
+    case spec do
+      [] ->
+        :done
+
+      _ ->
+        case MatchSpec.plan(spec, keypos) do
+          {:lookup, keys} -> {:keys, keys}
+          :scan -> {:scan, :start}
+        end
+    end
+  end
+
+  # The next batch of objects and what is left, counted in `stats/0`.
+  defp batch(ref, source) do
+    {objects, rest} = fetch(ref, source)
+    kind = if match?({:scan, _}, source), do: :chunks, else: :lookups
+
+    case Process.get(@stats) do
+      %{^kind => calls, objects: n} = stats ->
+        Process.put(@stats, %{stats | kind => calls + 1, objects: n + length(objects)})
+
+      _ ->
+        :ok
+    end
+
+    {objects, rest}
+  end
+
+  defp fetch(_ref, {:scan, :"$end_of_table"}), do: {[], :done}
+
+  defp fetch(ref, {:scan, cursor}) do
+    size = @chunk
+
+    case call(chunk(ref, cursor, size)) do
+      {objects, :"$end_of_table"} -> {objects, :done}
+      {objects, cursor} -> {objects, {:scan, cursor}}
+    end
+  end
+
+  defp fetch(ref, {:keys, keys}) do
+    {now, later} = Enum.split(keys, @chunk)
+    objects = Enum.flat_map(now, fn key -> call(lookup(ref, key)) end)
+    {objects, if(later == [], do: :done, else: {:keys, later})}
+  end
+
+  defp fold(_ref, :done, acc, _fun), do: acc
+
+  defp fold(ref, source, acc, fun) do
+    {objects, source} = batch(ref, source)
+    fold(ref, source, fun.(objects, acc), fun)
+  end
+
+  @doc false
+  # What the calling process's last select-family call (since it planned
+  # its walk) fetched: chunk NIF calls, batches of lookups, and objects
+  # decoded. For tests that prove a bound key does not scan.
+  @spec stats() :: %{chunks: non_neg_integer, lookups: non_neg_integer, objects: non_neg_integer}
+  def stats, do: Process.get(@stats, %{chunks: 0, lookups: 0, objects: 0})
+
+  @doc false
+  # How select would find the objects `spec` can match (for tests and
+  # benchmarks): `{:lookup, keys}` or `:scan`.
+  @spec plan(ref, MatchSpec.t()) :: :scan | {:lookup, [term]}
+  def plan(ref, spec) do
+    _ = MatchSpec.compile!(spec)
+    {_size, keypos} = Native.select_access(ref, false)
+    MatchSpec.plan(spec, keypos)
+  end
+end

@@ -1,0 +1,258 @@
+defmodule Heft.TabFile do
+  # tab2file/file2tab (documented in lib/heft.ex). The file format -
+  # magic, version, then checksummed frames (meta, objects..., end) - is
+  # specified in docs/tab-file.md; this module is its only implementation.
+  #
+  # All file I/O is Erlang raw file I/O, which runs on dirty I/O
+  # schedulers; objects move in chunks of a few hundred, so neither side
+  # holds the table in memory.
+  @moduledoc false
+
+  import Heft.Native, only: [call: 1]
+  import Bitwise, only: [<<<: 2]
+  alias Heft.Native
+
+  @magic "HEFT-TAB"
+  @version 1
+  @tag_meta 0x00
+  @tag_objects 0x01
+  @tag_end 0xFF
+  @head_bytes byte_size(@magic) + 2
+  @frame_header 17
+  @chunk 256
+
+  @type reason ::
+          File.posix()
+          | :badfile
+          | {:unsupported_version, pos_integer}
+          | {:truncated, non_neg_integer}
+          | {:corrupt, non_neg_integer}
+          | :cannot_create_table
+
+  ## Writing
+
+  @spec write(reference | atom, Path.t(), keyword) :: :ok | {:error, File.posix()}
+  def write(ref, filename, opts) do
+    sync = Keyword.get(opts, :sync, false)
+    info = Native.info(ref)
+    _ = Native.select_access(ref, false)
+    filename = IO.chardata_to_string(filename)
+    tmp = "#{filename}.tmp-#{System.unique_integer([:positive])}"
+
+    with {:ok, io} <- :file.open(tmp, [:write, :raw, :binary, {:delayed_write, 1 <<< 18, 2000}]) do
+      result =
+        try do
+          write_all(io, ref, info, sync)
+        after
+          :file.close(io)
+        end
+
+      with :ok <- result,
+           :ok <- :file.rename(tmp, filename),
+           :ok <- if(sync, do: Native.fsync_dir(Path.dirname(Path.expand(filename))), else: :ok) do
+        :ok
+      else
+        error ->
+          _ = :file.delete(tmp)
+          error
+      end
+    end
+  end
+
+  defp write_all(io, ref, info, sync) do
+    compress = if info.compression == :none, do: [], else: [compressed: 1]
+
+    meta = %{
+      name: info.name,
+      named_table: info.named_table,
+      type: Map.get(info, :type, :set),
+      keypos: info.keypos,
+      protection: info.protection,
+      compression: info.compression
+    }
+
+    with :ok <- :file.write(io, [@magic, <<@version::little-16>>]),
+         :ok <- :file.write(io, frame(@tag_meta, 0, 0, :erlang.term_to_binary(meta))),
+         {:ok, seq, total} <- write_objects(io, ref, :start, 1, 0, compress),
+         :ok <- :file.write(io, frame(@tag_end, seq, 0, <<total::little-64>>)) do
+      if sync, do: :file.sync(io), else: :ok
+    end
+  end
+
+  defp write_objects(_io, _ref, :"$end_of_table", seq, total, _compress), do: {:ok, seq, total}
+
+  defp write_objects(io, ref, cursor, seq, total, compress) do
+    size = @chunk
+
+    case call(chunk(ref, cursor, size)) do
+      {[], next} ->
+        write_objects(io, ref, next, seq, total, compress)
+
+      {objects, next} ->
+        n = length(objects)
+        payload = :erlang.term_to_binary(objects, compress)
+
+        with :ok <- :file.write(io, frame(@tag_objects, seq, n, payload)) do
+          write_objects(io, ref, next, seq + 1, total + n, compress)
+        end
+    end
+  end
+
+  defp frame(tag, seq, count, payload) do
+    header = <<tag, seq::little-32, count::little-32, byte_size(payload)::little-32>>
+
+    [
+      header,
+      <<:erlang.crc32(header)::little-32>>,
+      payload,
+      <<:erlang.crc32(payload)::little-32>>
+    ]
+  end
+
+  ## Reading
+
+  @spec read(Path.t(), keyword) :: {:ok, Heft.tab()} | {:error, reason}
+  def read(filename, opts) do
+    with {:ok, io} <- :file.open(filename, [:read, :raw, :binary, {:read_ahead, 1 <<< 20}]) do
+      try do
+        read_all(io, opts)
+      after
+        :file.close(io)
+      end
+    end
+  end
+
+  defp read_all(io, opts) do
+    with :ok <- read_head(io),
+         {:ok, @tag_meta, 0, payload, offset} <- read_frame(io, @head_bytes, 0),
+         {:ok, meta} <- decode_meta(payload, @head_bytes),
+         {:ok, tab} <- create(meta, opts) do
+      case read_objects(io, tab, meta.keypos, offset, 1, 0) do
+        :ok ->
+          {:ok, tab}
+
+        error ->
+          Heft.delete(tab)
+          error
+      end
+    else
+      {:ok, _tag, _count, _payload, _offset} -> {:error, {:corrupt, @head_bytes}}
+      error -> error
+    end
+  end
+
+  defp read_head(io) do
+    case :file.read(io, @head_bytes) do
+      {:ok, <<@magic, @version::little-16>>} -> :ok
+      {:ok, <<@magic, 0::little-16>>} -> {:error, {:corrupt, byte_size(@magic)}}
+      {:ok, <<@magic, v::little-16>>} -> {:error, {:unsupported_version, v}}
+      {:ok, <<@magic, _::binary>>} -> {:error, {:truncated, byte_size(@magic)}}
+      {:ok, _} -> {:error, :badfile}
+      :eof -> {:error, :badfile}
+      {:error, _} = error -> error
+    end
+  end
+
+  # {:ok, tag, count, payload, next_offset} for the frame at `offset`,
+  # which must carry sequence number `seq`.
+  defp read_frame(io, offset, seq) do
+    with {:ok, header} <- read_exactly(io, @frame_header, offset) do
+      <<head::binary-13, hcrc::little-32>> = header
+      <<tag, got_seq::little-32, count::little-32, len::little-32>> = head
+
+      cond do
+        :erlang.crc32(head) != hcrc or got_seq != seq ->
+          {:error, {:corrupt, offset}}
+
+        true ->
+          with {:ok, <<payload::binary-size(len), pcrc::little-32>>} <-
+                 read_exactly(io, len + 4, offset) do
+            if :erlang.crc32(payload) == pcrc,
+              do: {:ok, tag, count, payload, offset + @frame_header + len + 4},
+              else: {:error, {:corrupt, offset}}
+          end
+      end
+    end
+  end
+
+  # `n` bytes, or {:truncated, offset} (the frame's start) if the file
+  # ends first.
+  defp read_exactly(io, n, offset) do
+    case :file.read(io, n) do
+      {:ok, bytes} when byte_size(bytes) == n -> {:ok, bytes}
+      {:ok, _short} -> {:error, {:truncated, offset}}
+      :eof -> {:error, {:truncated, offset}}
+      {:error, _} = error -> error
+    end
+  end
+
+  defp decode_meta(payload, offset) do
+    case safe_decode(payload) do
+      {:ok, %{name: name, named_table: named, type: type, keypos: keypos} = meta}
+      when is_atom(name) and is_boolean(named) and is_atom(type) and is_integer(keypos) and
+             keypos >= 1 ->
+        {:ok, meta}
+
+      _ ->
+        {:error, {:corrupt, offset}}
+    end
+  end
+
+  defp safe_decode(payload) do
+    {:ok, :erlang.binary_to_term(payload)}
+  rescue
+    ArgumentError -> :error
+  end
+
+  defp create(meta, opts) do
+    compression =
+      case Map.get(meta, :compression, {:zlib, 1}) do
+        :none -> [compression: :none]
+        {:zlib, level} -> [compression: :zlib, compression_level: level]
+        _ -> []
+      end
+
+    options =
+      [meta.type, Map.get(meta, :protection, :protected), {:keypos, meta.keypos}] ++
+        if(meta.named_table, do: [:named_table], else: []) ++
+        compression ++ Keyword.take(opts, [:arena])
+
+    {:ok, Heft.new(meta.name, options)}
+  rescue
+    ArgumentError -> {:error, :cannot_create_table}
+    e in Heft.Error -> {:error, e.reason}
+  end
+
+  defp read_objects(io, tab, keypos, offset, seq, total) do
+    case read_frame(io, offset, seq) do
+      {:ok, @tag_objects, count, payload, next} ->
+        with {:ok, objects} <- objects(payload, count, keypos, offset),
+             true <- Heft.insert(tab, objects) do
+          read_objects(io, tab, keypos, next, seq + 1, total + count)
+        end
+
+      {:ok, @tag_end, 0, <<^total::little-64>>, next} ->
+        case :file.read(io, 1) do
+          :eof -> :ok
+          {:ok, _} -> {:error, {:corrupt, next}}
+          {:error, _} = error -> error
+        end
+
+      {:ok, _tag, _count, _payload, _next} ->
+        {:error, {:corrupt, offset}}
+
+      error ->
+        error
+    end
+  end
+
+  defp objects(payload, count, keypos, offset) do
+    with {:ok, objects} when is_list(objects) <- safe_decode(payload),
+         true <- length(objects) == count,
+         true <- Enum.all?(objects, &(is_tuple(&1) and tuple_size(&1) >= keypos)) do
+      {:ok, objects}
+    else
+      _ -> {:error, {:corrupt, offset}}
+    end
+  end
+end

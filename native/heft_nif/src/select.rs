@@ -1,0 +1,204 @@
+//! The NIFs behind select_delete, select_replace and friends
+//! (lib/heft/select.ex): batch deletes and replaces that act on an object
+//! only if it is still exactly the object the match specification saw,
+//! each one a compare-and-swap on the stored record ([`Table::replace_if`]).
+//! Objects compare by their canonical encodings, which are equal exactly
+//! when the terms are (`=:=`).
+//!
+//! [`Table::replace_if`]: heft_core::Table::replace_if
+
+use heft_core::table::{Item, RecordBuf};
+use rustler::{Encoder, Env, NifResult, Term};
+
+use crate::codec::{EncodeError, TermEncoder};
+use crate::errors::{self, badarg, retry_cpu};
+use crate::ops::{decode_item, open, prepare_object, record_elems, resolve, write_variants, Sched};
+use crate::resource::TableRes;
+
+write_variants!(delete_objects_impl => delete_objects, delete_objects_cpu, delete_objects_io (tab, objs));
+write_variants!(replace_objects_impl => replace_objects, replace_objects_cpu, replace_objects_io (tab, pairs));
+
+/// `{size, keypos}`, after checking that the caller may read the table (or
+/// write it, with `write`): select functions raise as ETS does even when
+/// nothing would match. Reads no record, so it never needs a dirty
+/// scheduler.
+#[rustler::nif]
+fn select_access(env: Env, tab: Term, write: bool) -> NifResult<(usize, usize)> {
+    let t = resolve(tab)?;
+    let allowed = if write {
+        t.may_write(env)
+    } else {
+        t.may_read(env)
+    };
+    if !allowed {
+        return Err(badarg(if write {
+            "the table is not writable by this process"
+        } else {
+            "the table is private to its owner"
+        }));
+    }
+    Ok((t.core.len().map_err(errors::core)?, t.keypos))
+}
+
+/// Opens the table for writing on a dirty scheduler: batches go there at
+/// once (each object costs a lookup, a decode and two encodings, and a
+/// batch must not be cut short half done).
+macro_rules! open_dirty {
+    ($env:expr, $tab:expr, $sched:expr) => {
+        match open($env, $tab, $sched, true)? {
+            Ok(_) if $sched == Sched::Normal => return Ok(retry_cpu($env)),
+            Ok(t) => t,
+            Err(retry) => return Ok(retry),
+        }
+    };
+}
+
+fn list(objs: Term) -> NifResult<Vec<Term>> {
+    objs.decode().map_err(|_| badarg("not a proper list"))
+}
+
+/// The value of an encoding, or `Ok(Err(e))` from the enclosing function:
+/// encodings stop (`TooBig` on a budget) before anything is changed.
+macro_rules! enc {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return Ok(Err(e)),
+        }
+    };
+}
+
+/// An encoding error as a NIF error (no budget, so only `Unsupported`).
+fn unbudgeted<T>(r: Result<T, EncodeError>) -> NifResult<T> {
+    r.map_err(|_| badarg("a term Heft cannot store"))
+}
+
+/// What is stored under an object's key.
+struct Seen {
+    key: Vec<u8>,
+    hash: u64,
+    /// The stored record (copied into the caller's buffer) if it is the
+    /// object exactly.
+    item: Option<Item>,
+}
+
+/// Looks `obj` up by its key, copying the stored record into `buf`.
+fn find_exact<'a>(
+    env: Env<'a>,
+    t: &TableRes,
+    enc: &mut TermEncoder,
+    obj: Term<'a>,
+    buf: &mut RecordBuf,
+) -> NifResult<Result<Seen, EncodeError>> {
+    let elems = record_elems(obj, t.keypos)?;
+    let key = enc!(enc.key(env, elems[t.keypos - 1]));
+    let wanted = enc!(enc.key(env, obj));
+    let hash = t.core.hash(&key);
+    buf.clear();
+    let mut item = None;
+    t.core.get(hash, &key, buf).map_err(errors::core)?;
+    // The key's first object that is `obj` exactly (a bag may hold several
+    // objects of a key).
+    let mut scratch = Vec::new();
+    for it in buf.items() {
+        let stored = decode_item(env, t, buf, it, &mut scratch)?;
+        if enc!(enc.key(env, stored)) == wanted {
+            item = Some(*it);
+            break;
+        }
+    }
+    Ok(Ok(Seen { key, hash, item }))
+}
+
+/// Deletes `obj` if the table holds it exactly (`=:=`), with a
+/// compare-and-swap so that a concurrent rewrite is never undone (in a
+/// bag, every object of the key is compared under the table's lock; a
+/// duplicate_bag loses every copy); returns how many objects it deleted.
+/// `delete_object/2` and `select_delete/2` share it.
+pub(crate) fn delete_exact<'a>(
+    env: Env<'a>,
+    t: &TableRes,
+    enc: &mut TermEncoder,
+    obj: Term<'a>,
+) -> NifResult<Result<usize, EncodeError>> {
+    if t.core.kind().is_bag() {
+        let elems = record_elems(obj, t.keypos)?;
+        let object = enc!(prepare_object(env, t, &elems, enc));
+        return Ok(Ok(t.core.remove_object(&object).map_err(errors::core)?));
+    }
+    let mut buf = RecordBuf::new();
+    loop {
+        let seen = enc!(find_exact(env, t, enc, obj, &mut buf)?);
+        let Some(it) = seen.item else {
+            return Ok(Ok(0));
+        };
+        let swapped = t
+            .core
+            .replace_if(seen.hash, &seen.key, Some((&buf, &it)), None)
+            .map_err(errors::core)?;
+        if swapped {
+            return Ok(Ok(1));
+        }
+        // Rewritten between our read and the swap: look again.
+    }
+}
+
+/// Deletes each object of the list that is in the table exactly as given;
+/// returns how many it deleted.
+fn delete_objects_impl<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    tab: Term<'a>,
+    objs: Term<'a>,
+) -> NifResult<Term<'a>> {
+    let t = open_dirty!(env, tab, sched);
+    let mut enc = TermEncoder::new(&t.atoms, usize::MAX);
+    let mut deleted = 0usize;
+    for obj in list(objs)? {
+        deleted += unbudgeted(delete_exact(env, &t, &mut enc, obj)?)?;
+    }
+    Ok(deleted.encode(env))
+}
+
+/// For each `{new, old}`, replaces `old` by `new` if `old` is in the table
+/// exactly as given. The caller guarantees that `new` has `old`'s key.
+/// Returns `{replaced, lost}`: the count, and the `old` objects that were
+/// no longer in the table.
+fn replace_objects_impl<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    tab: Term<'a>,
+    pairs: Term<'a>,
+) -> NifResult<Term<'a>> {
+    let t = open_dirty!(env, tab, sched);
+    let mut enc = TermEncoder::new(&t.atoms, usize::MAX);
+    let mut buf = RecordBuf::new();
+    let mut replaced = 0usize;
+    let mut lost = Vec::new();
+    for pair in list(pairs)? {
+        let (new, old): (Term, Term) =
+            pair.decode().map_err(|_| badarg("not a {new, old} pair"))?;
+        let elems = record_elems(new, t.keypos)?;
+        // Written as the table writes objects (canonically in a bag).
+        let prepared = unbudgeted(prepare_object(env, &t, &elems, &mut enc))?;
+        loop {
+            let seen = unbudgeted(find_exact(env, &t, &mut enc, old, &mut buf)?)?;
+            if seen.key != prepared.key() {
+                return Err(badarg("a replacement changes the object's key"));
+            }
+            let Some(it) = seen.item else {
+                lost.push(old);
+                break;
+            };
+            let expected = Some((&buf, &it));
+            if t.core
+                .replace_if(seen.hash, &seen.key, expected, Some(&prepared))
+                .map_err(errors::core)?
+            {
+                replaced += 1;
+                break;
+            }
+        }
+    }
+    Ok((replaced, lost).encode(env))
+}

@@ -1,0 +1,515 @@
+defmodule Heft.SelectTest do
+  # The select family against :ets side by side: the same objects in an ETS
+  # table and a Heft table, the same call to both (`:ets` and `Heft` share
+  # function names), results compared with order normalised (a set has
+  # none). Then what only Heft has to prove: bound keys are looked up, not
+  # scanned; deletes and replaces never undo a concurrent writer.
+  use ExUnit.Case, async: true
+
+  alias Heft.Select
+
+  @objects for i <- 1..2_000,
+               do: {i, rem(i, 7), if(rem(i, 3) == 0, do: "s#{i}", else: :"a#{rem(i, 5)}")}
+
+  # An ETS table and a Heft table holding `objects`.
+  defp pair(objects \\ @objects, opts \\ []) do
+    e = :ets.new(:select_test, [:public | opts])
+    h = Heft.new(:select_test, [:public | opts])
+    :ets.insert(e, objects)
+    Heft.insert(h, objects)
+    {e, h}
+  end
+
+  defp norm(list) when is_list(list), do: Enum.sort(list)
+  defp norm(other), do: other
+
+  # Runs `fun.(module, table)` on both and asserts equal (sorted) results.
+  defp same({e, h}, fun) do
+    expected = norm(fun.(:ets, e))
+    assert norm(fun.(Heft, h)) == expected
+    expected
+  end
+
+  defp contents({e, h}) do
+    assert Enum.sort(Heft.tab2list(h)) == Enum.sort(:ets.tab2list(e))
+  end
+
+  # An Erlang fun2ms call, evaluated as the shell does (ms_transform), with
+  # `bindings` for variables imported into the fun.
+  defp fun2ms(source, bindings \\ []) do
+    {:ok, tokens, _} = :erl_scan.string(String.to_charlist("ets:fun2ms(#{source})."))
+    {:ok, exprs} = :erl_parse.parse_exprs(tokens)
+    {:value, spec, _} = :erl_eval.exprs(exprs, :erl_eval.new_bindings() |> bind(bindings))
+    spec
+  end
+
+  defp bind(b, bindings),
+    do: Enum.reduce(bindings, b, fn {k, v}, b -> :erl_eval.add_binding(k, v, b) end)
+
+  # Every result of a select/3-style walk, checking each batch's size.
+  defp drain(:"$end_of_table", _limit, next_fun), do: {[], next_fun}
+
+  defp drain({results, cont}, limit, next_fun) do
+    assert length(results) <= limit
+    assert results != []
+    {rest, _} = drain(next_fun.(cont), limit, next_fun)
+    {results ++ rest, next_fun}
+  end
+
+  defp walk(first, limit, next_fun), do: first |> drain(limit, next_fun) |> elem(0)
+
+  @specs [
+    [{:_, [], [:"$_"]}],
+    [{{:"$1", :"$2", :_}, [{:==, :"$2", 3}], [:"$1"]}],
+    [{{:"$1", :_, :"$3"}, [{:is_binary, :"$3"}], [{{:"$3", :"$1"}}]}],
+    [{{:"$1", 2, :_}, [], [:"$$"]}, {{:"$1", 4, :_}, [], [:"$1"]}],
+    [{{:"$1", :_, :a3}, [{:andalso, {:>, :"$1", 100}, {:<, :"$1", 200}}], [true]}],
+    [{{:"$1", :_, :_}, [{:"=:=", {:rem, :"$1", 2}, 0}], [{:+, :"$1", 1}]}],
+    [{{:_, :_}, [], [:"$_"]}],
+    [{:"$1", [{:is_tuple, :"$1"}], [{:element, 1, :"$1"}]}],
+    [{{:"$1", :_, :_}, [], [{:+, :"$1", :a}]}]
+  ]
+
+  describe "select/2 against ETS" do
+    test "hand-written specs" do
+      t = pair()
+
+      for spec <- @specs do
+        same(t, fn m, tab -> m.select(tab, spec) end)
+      end
+    end
+
+    test "specs from ets:fun2ms/1 work unchanged" do
+      t = pair()
+
+      specs = [
+        fun2ms("fun({K, V, _}) when K > 1990 -> {V, K} end"),
+        fun2ms("fun(X = {K, _, S}) when is_binary(S), K < 30 -> X end"),
+        fun2ms("fun({K, 3, _}) when K rem 100 =:= 0 -> K end"),
+        fun2ms("fun({K, V, _}) when K =:= Wanted -> V end", Wanted: 77),
+        fun2ms("fun({K, _, A}) when A == a1; A == a2 -> K end")
+      ]
+
+      for spec <- specs do
+        assert same(t, fn m, tab -> m.select(tab, spec) end) != []
+      end
+    end
+
+    test "a table with keypos 2" do
+      objects = for i <- 1..500, do: {:rec, i, rem(i, 10)}
+      t = pair(objects, keypos: 2)
+      same(t, fn m, tab -> m.select(tab, [{{:rec, 17, :"$1"}, [], [:"$1"]}]) end)
+      same(t, fn m, tab -> m.select(tab, [{{:_, :"$1", 3}, [], [:"$1"]}]) end)
+      assert Select.plan(elem(t, 1).ref, [{{:rec, 17, :"$1"}, [], [:"$1"]}]) == {:lookup, [17]}
+    end
+
+    test "the empty spec matches nothing; an invalid spec raises as ETS's badarg" do
+      t = pair()
+      same(t, fn m, tab -> m.select(tab, []) end)
+      same(t, fn m, tab -> m.select(tab, [], 5) end)
+      same(t, fn m, tab -> m.select_count(tab, []) end)
+
+      for bad <- [
+            :not_a_list,
+            [:not_a_clause],
+            [{:_, [], []}],
+            [{{:"$1", :_}, [], [:"$2"]}],
+            [{:_, [{:no_such_guard, 1}], [true]}],
+            [{:_, [], [true]} | :improper]
+          ] do
+        assert_raise ArgumentError, fn -> :ets.select(elem(t, 0), bad) end
+
+        assert_raise ArgumentError, ~r/match specification/, fn ->
+          Heft.select(elem(t, 1), bad)
+        end
+
+        assert_raise ArgumentError, fn -> Heft.select_count(elem(t, 1), bad) end
+        assert_raise ArgumentError, fn -> Heft.select_delete(elem(t, 1), bad) end
+        assert_raise ArgumentError, fn -> Heft.select(elem(t, 1), bad, 10) end
+      end
+
+      contents(t)
+    end
+
+    test "an error in a body gives :EXIT, in a guard a failed clause, as in ETS" do
+      t = pair()
+      spec = [{{:"$1", :_, :_}, [], [{{:"$1", {:+, :"$1", :a}}}]}]
+      assert {1, :EXIT} in same(t, fn m, tab -> m.select(tab, spec) end)
+      spec = [{{:"$1", :_, :_}, [{:>, {:+, :"$1", :a}, 0}], [:"$1"]}]
+      assert same(t, fn m, tab -> m.select(tab, spec) end) == []
+    end
+  end
+
+  describe "continuations" do
+    test "select/3 and select/1 give every result once, at most limit at a time" do
+      t = {e, h} = pair()
+
+      for spec <- @specs, limit <- [1, 3, 7, 256, 5_000] do
+        expected = Enum.sort(:ets.select(e, spec))
+        got = walk(Heft.select(h, spec, limit), limit, &Heft.select/1)
+        assert Enum.sort(got) == expected, "#{inspect(spec)} limit #{limit}"
+
+        ets_got = walk(:ets.select(e, spec, limit), limit, &:ets.select/1)
+        assert Enum.sort(ets_got) == expected
+      end
+
+      contents(t)
+    end
+
+    test "batches are exactly limit long until the last, which ends the walk" do
+      {_e, h} = pair()
+      {first, cont} = Heft.select(h, [{:_, [], [:"$_"]}], 300)
+      assert length(first) == 300
+
+      sizes =
+        Stream.unfold(cont, fn
+          :"$end_of_table" -> nil
+          c -> with {r, c} <- Heft.select(c), do: {length(r), c}
+        end)
+
+      assert Enum.to_list(sizes) == [300, 300, 300, 300, 300, 200]
+      assert Heft.select(:"$end_of_table") == :"$end_of_table"
+      assert :ets.select(:"$end_of_table") == :"$end_of_table"
+    end
+
+    test "the last results come with :\"$end_of_table\" as in ETS" do
+      t = pair()
+      spec = [{{:"$1", :_, :_}, [{:<, :"$1", 4}], [:"$1"]}]
+      {got, cont} = Heft.select(elem(t, 1), spec, 100)
+      assert {Enum.sort(got), cont} == {[1, 2, 3], :"$end_of_table"}
+      same(t, fn m, tab -> m.select(tab, [{{:"$1", :_, :_}, [{:<, :"$1", 0}], [:"$1"]}], 10) end)
+    end
+
+    test "a bound-key select/3 continues over its keys" do
+      t = pair()
+      spec = for k <- 1..20, do: {{k, :_, :_}, [], [:"$_"]}
+      expected = Enum.sort(:ets.select(elem(t, 0), spec))
+      assert Enum.sort(walk(Heft.select(elem(t, 1), spec, 3), 3, &Heft.select/1)) == expected
+    end
+
+    test "the limit must be a positive integer" do
+      {e, h} = pair()
+
+      for bad <- [0, -1, 1.5, :x] do
+        assert_raise ArgumentError, fn -> :ets.select(e, [{:_, [], [true]}], bad) end
+        assert_raise ArgumentError, ~r/limit/, fn -> Heft.select(h, [{:_, [], [true]}], bad) end
+      end
+    end
+
+    test "a continuation of a deleted table raises; a foreign term raises" do
+      {_e, h} = pair()
+      {_, cont} = Heft.select(h, [{:_, [], [:"$_"]}], 10)
+      Heft.delete(h)
+      assert_raise ArgumentError, fn -> Heft.select(cont) end
+      assert_raise ArgumentError, ~r/continuation/, fn -> Heft.select({:nope}) end
+    end
+
+    test "a continuation whose compiled spec was lost is compiled again" do
+      {_e, h} = pair()
+      {_, cont} = Heft.select(h, [{{:"$1", :_, :_}, [], [:"$1"]}], 10)
+      # A compiled spec read back on another node is no longer compiled.
+      cont = put_elem(cont, 3, make_ref())
+      {next, _} = Heft.select(cont)
+      assert length(next) == 10
+    end
+  end
+
+  describe "select_reverse, select_count, match, match_object" do
+    test "select_reverse on a set is select, as in ETS" do
+      t = pair()
+
+      for spec <- @specs do
+        same(t, fn m, tab -> m.select_reverse(tab, spec) end)
+        expected = Enum.sort(:ets.select_reverse(elem(t, 0), spec))
+        got = walk(Heft.select_reverse(elem(t, 1), spec, 9), 9, &Heft.select_reverse/1)
+        assert Enum.sort(got) == expected
+      end
+    end
+
+    test "select_count counts exactly the true results" do
+      t = pair()
+
+      for spec <- [
+            [{:_, [], [true]}],
+            [{:"$1", [], [true]}],
+            [{{:_, 3, :_}, [], [true]}],
+            [{{:_, 3, :_}, [], [:yes]}],
+            [{{:"$1", :_, :_}, [{:>, :"$1", 1500}], [true]}, {:_, [], [false]}],
+            [{{:_, :_, :"$1"}, [], [{:is_atom, :"$1"}]}],
+            [{{:"$1", :_, :_}, [], [{:+, :"$1", :a}]}]
+          ] do
+        same(t, fn m, tab -> m.select_count(tab, spec) end)
+      end
+    end
+
+    test "a trivial select_count is the size; others decode the table" do
+      {_e, h} = pair()
+      assert Heft.select_count(h, [{:_, [], [true]}]) == 2_000
+      assert Select.stats().objects == 0
+      assert Heft.select_count(h, [{{:_, 3, :_}, [], [true]}]) == 286
+      assert Select.stats().objects == 2_000
+    end
+
+    test "match/2, match_object/2 and their continuations" do
+      t = pair()
+
+      for pattern <- [
+            {:"$1", 3, :_},
+            {:"$2", :"$1", :a4},
+            {:_, :_, :_},
+            {42, :"$1", :"$2"},
+            {:"$1", :"$1", :_},
+            :"$1",
+            [:not_a_tuple]
+          ] do
+        same(t, fn m, tab -> m.match(tab, pattern) end)
+        same(t, fn m, tab -> m.match_object(tab, pattern) end)
+        expected = Enum.sort(:ets.match(elem(t, 0), pattern))
+        assert Enum.sort(walk(Heft.match(elem(t, 1), pattern, 50), 50, &Heft.match/1)) == expected
+        expected = Enum.sort(:ets.match_object(elem(t, 0), pattern))
+        got = walk(Heft.match_object(elem(t, 1), pattern, 50), 50, &Heft.match_object/1)
+        assert Enum.sort(got) == expected
+      end
+    end
+  end
+
+  describe "select_delete and match_delete" do
+    test "delete what ETS deletes and count it" do
+      for spec <- [
+            [{{:_, 3, :_}, [], [true]}],
+            [{{:"$1", :_, :_}, [{:>, :"$1", 1900}], [true]}, {{:_, 1, :_}, [], [:nope]}],
+            [{{:"$1", :_, :"$2"}, [{:is_binary, :"$2"}], [{:<, :"$1", 1000}]}],
+            [{{7, :_, :_}, [], [true]}, {{8, :_, :_}, [], [true]}],
+            [{:_, [], [true]}],
+            [{{:"$1", :_, :_}, [], [{:+, :"$1", :a}]}]
+          ] do
+        t = pair()
+        same(t, fn m, tab -> m.select_delete(tab, spec) end)
+        contents(t)
+      end
+    end
+
+    test "match_delete" do
+      t = pair()
+      same(t, fn m, tab -> m.match_delete(tab, {:_, 4, :_}) end)
+      contents(t)
+    end
+
+    test "an object changed since the spec saw it is not deleted" do
+      {_e, h} = pair()
+      Heft.insert(h, {5, :changed, :a0})
+      assert Heft.Native.delete_objects_cpu(h.ref, [{5, 5, :a0}, {6, 6, "s6"}]) == 1
+      assert Heft.lookup(h, 5) == [{5, :changed, :a0}]
+      assert Heft.lookup(h, 6) == []
+    end
+
+    test "a concurrent writer is never undone" do
+      # The writer turns objects into {k, :keep, _} while select_delete
+      # removes {_, :old, _}. Deleting by key instead of by exact object
+      # would lose some of the writer's objects.
+      h = Heft.new(:concurrent_delete, [:public])
+      keys = 1..20_000
+      Heft.insert(h, for(k <- keys, do: {k, :old, k}))
+      parent = self()
+
+      spawn_link(fn ->
+        for k <- Enum.shuffle(keys), rem(k, 2) == 0, do: Heft.insert(h, {k, :keep, k})
+        send(parent, :written)
+      end)
+
+      deleted = Heft.select_delete(h, [{{:_, :old, :_}, [], [true]}])
+      assert_receive :written, 30_000
+      # Every odd key was :old throughout, so it is gone; every even key
+      # ends as the writer left it, whether select_delete got there first
+      # (then the writer inserted it again) or not.
+      assert Enum.sort(Heft.tab2list(h)) == for(k <- keys, rem(k, 2) == 0, do: {k, :keep, k})
+      assert deleted in 10_000..20_000
+    end
+  end
+
+  describe "select_replace" do
+    test "replace what ETS replaces and count it" do
+      for spec <- [
+            [{{:"$1", 3, :"$2"}, [], [{{:"$1", 30, :"$2"}}]}],
+            [{{:"$1", :"$2", :_}, [{:<, :"$1", 10}], [{{:"$1", :"$2", :small, :extra}}]}],
+            [{{:_, :_, :a1}, [], [:"$_"]}],
+            [{{5, :_, :_}, [], [{:const, {5, :five}}]}],
+            [{{:"$1", :_, :_}, [], [{{{:element, 1, :"$_"}, :by_element}}]}],
+            [{{:"$1", :"$2", :"$3"}, [{:is_binary, :"$3"}], [{{:"$1", {:+, :"$2", 1}, :"$3"}}]}]
+          ] do
+        t = pair()
+        same(t, fn m, tab -> m.select_replace(tab, spec) end)
+        contents(t)
+      end
+    end
+
+    test "a spec that may change the key raises and replaces nothing, as in ETS" do
+      for spec <- [
+            [{{:"$1", :_, :_}, [], [{{{:+, :"$1", 1}, :x}}]}],
+            [{{:"$1", :_, :_}, [], [{{5, :x}}]}],
+            [{:"$1", [], [:"$1"]}],
+            [{{:"$1", :_, :_}, [], [{:const, {:"$1", :x}}]}],
+            [{{:_, :_, :_}, [], [{{:_, :x}}]}],
+            [{{:"$1", 3, :_}, [], [:"$_"]}, {{:"$1", :_, :_}, [], [{{:"$2", 1}}]}]
+          ] do
+        t = {e, h} = pair()
+        assert_raise ArgumentError, fn -> :ets.select_replace(e, spec) end
+        assert_raise ArgumentError, fn -> Heft.select_replace(h, spec) end
+        contents(t)
+      end
+    end
+
+    test "an object changed meanwhile is looked up again" do
+      {_e, h} = pair()
+      Heft.insert(h, {5, :changed, :a0})
+      pairs = [{{5, :new, :a0}, {5, 5, :a0}}, {{6, :new, "s6"}, {6, 6, "s6"}}]
+      assert {1, [{5, 5, :a0}]} = Heft.Native.replace_objects_cpu(h.ref, pairs)
+      assert Heft.lookup(h, 5) == [{5, :changed, :a0}]
+      assert Heft.lookup(h, 6) == [{6, :new, "s6"}]
+    end
+
+    test "a concurrent counter is never lost" do
+      # select_replace tags every object while another process increments
+      # counters in the same objects; a replace that ignored the increment
+      # would lose it.
+      h = Heft.new(:concurrent_replace, [:public])
+      keys = 1..10_000
+      Heft.insert(h, for(k <- keys, do: {k, 0, :old}))
+      parent = self()
+
+      spawn_link(fn ->
+        for k <- Enum.shuffle(keys), do: Heft.update_counter(h, k, {2, 1})
+        send(parent, :counted)
+      end)
+
+      n = Heft.select_replace(h, [{{:"$1", :"$2", :old}, [], [{{:"$1", :"$2", :new}}]}])
+      assert_receive :counted, 30_000
+      assert n == 10_000
+      assert Enum.sort(Heft.tab2list(h)) == for(k <- keys, do: {k, 1, :new})
+    end
+  end
+
+  describe "bound keys are looked up, not scanned" do
+    setup do
+      h = Heft.new(:bound, [:public])
+      Heft.insert(h, for(i <- 1..10_000, do: {i, {:user, i}, rem(i, 10)}))
+      Heft.insert(h, for(i <- 1..100, do: {{:user, i}, :tuple_key}))
+      %{h: h}
+    end
+
+    test "the planner finds keys in heads and in pinning guards", %{h: h} do
+      cases = [
+        {[{{42, :_, :_}, [], [:"$_"]}], [42]},
+        {[{{{:user, 42}, :"$1"}, [], [:"$1"]}], [{:user, 42}]},
+        {[{{:"$1", :_, :_}, [{:"=:=", :"$1", 7}], [:"$_"]}], [7]},
+        {[{{:"$1", :_, :_}, [{:"=:=", {:const, 7}, :"$1"}], [:"$_"]}], [7]},
+        {[{{:"$1", :_, :_}, [{:==, :"$1", 7}], [:"$_"]}], [7, 7.0]},
+        {[{{{:user, :"$1"}, :_}, [{:andalso, {:is_integer, :"$1"}, {:"=:=", :"$1", 3}}], [1]}],
+         [{:user, 3}]},
+        {[{{:"$1", :_, :_}, [{:"=:=", :"$1", {{:user, {:+, 1, 1}}}}], [:"$_"]}], [{:user, 2}]},
+        {[{{1, :_, :_}, [], [1]}, {{2, :_, :_}, [], [2]}, {{1, :_}, [], [3]}], [1, 2]},
+        {[{{:"$1", :_, :_}, [{:"=:=", :"$1", 1}, {:"=:=", :"$1", 2}], [1]}], []},
+        {[{:not_a_tuple, [], [1]}, {{}, [], [1]}], []},
+        {fun2ms("fun({K, V, _}) when K =:= Wanted -> V end", Wanted: 77), [77]},
+        {fun2ms("fun({{user, N}, V}) when N == 42 -> V end"), [{:user, 42}, {:user, 42.0}]}
+      ]
+
+      for {spec, keys} <- cases do
+        assert Select.plan(h.ref, spec) == {:lookup, keys}, inspect(spec)
+      end
+
+      for spec <- [
+            [{{:"$1", :_, :_}, [{:>, :"$1", 7}], [:"$_"]}],
+            [{{:_, :_, :_}, [], [:"$_"]}],
+            [{:_, [], [:"$_"]}],
+            [{{:"$1", :_, :_}, [{:orelse, {:"=:=", :"$1", 1}, {:"=:=", :"$1", 2}}], [1]}],
+            [{{%{a: 1}, :_}, [], [1]}],
+            [{{1, :_, :_}, [], [1]}, {{:"$1", :_, :_}, [], [2]}],
+            [{{:"$1", :"$2", :_}, [{:"=:=", :"$1", :"$2"}], [1]}]
+          ] do
+        assert Select.plan(h.ref, spec) == :scan, inspect(spec)
+      end
+    end
+
+    test "a bound-key select decodes only the objects it looks up", %{h: h} do
+      e = :ets.new(:bound, [])
+      :ets.insert(e, Heft.tab2list(h))
+
+      for {spec, looked_up} <- [
+            {[{{42, :_, :_}, [], [:"$_"]}], 1},
+            {[{{{:user, 42}, :"$1"}, [], [:"$1"]}], 1},
+            {[{{:"$1", :_, :_}, [{:==, :"$1", 7}], [:"$_"]}], 1},
+            {for(k <- 1..300, do: {{k, :"$1", :_}, [], [:"$1"]}), 300}
+          ] do
+        assert Enum.sort(Heft.select(h, spec)) == Enum.sort(:ets.select(e, spec))
+        assert %{chunks: 0, objects: ^looked_up} = Select.stats()
+        assert Heft.select_count(h, spec) == :ets.select_count(e, spec)
+        assert %{chunks: 0} = Select.stats()
+      end
+
+      assert Heft.select_delete(h, [{{42, :_, :_}, [], [true]}]) == 1
+      assert %{chunks: 0, objects: 1} = Select.stats()
+      assert Heft.select_replace(h, [{{43, :"$1", :_}, [], [{{43, :"$1", :x}}]}]) == 1
+      assert %{chunks: 0, objects: 1} = Select.stats()
+      assert Heft.lookup(h, 43) == [{43, {:user, 43}, :x}]
+
+      # ... while a scan decodes the whole table.
+      Heft.select(h, [{{:"$1", :_, :_}, [{:>, :"$1", 7}], [:"$_"]}])
+      assert %{lookups: 0, objects: 10_099} = Select.stats()
+    end
+  end
+
+  describe "file arenas and persistent tables" do
+    @describetag :tmp_dir
+
+    test "a file arena's walks and writes go through dirty I/O schedulers", %{tmp_dir: dir} do
+      e = :ets.new(:file_arena, [:public])
+      h = Heft.new(:file_arena, [:public, arena: {:file, dir}])
+      :ets.insert(e, @objects)
+      Heft.insert(h, @objects)
+      t = {e, h}
+      same(t, fn m, tab -> m.select(tab, [{{:"$1", 3, :_}, [], [:"$1"]}]) end)
+      same(t, fn m, tab -> m.select(tab, [{{77, :_, :_}, [], [:"$_"]}]) end)
+      same(t, fn m, tab -> m.select_delete(tab, [{{:_, 4, :_}, [], [true]}]) end)
+      same(t, fn m, tab -> m.select_replace(tab, [{{:"$1", 2, :_}, [], [{{:"$1", 0, :x}}]}]) end)
+      contents(t)
+    end
+
+    test "deletes and replaces of a persistent table are logged", %{tmp_dir: dir} do
+      dir = Path.join(dir, "persisted")
+      h = Heft.new(:persisted_select, [:public, persist: dir, sync: :commit])
+      Heft.insert(h, @objects)
+      assert Heft.select_delete(h, [{{:_, 4, :_}, [], [true]}]) == 286
+      assert Heft.select_replace(h, [{{:"$1", 2, :_}, [], [{{:"$1", 0, :x}}]}]) == 286
+      expected = Enum.sort(Heft.tab2list(h))
+      assert Heft.close(h) == :ok
+      {:ok, h} = Heft.open(dir)
+      assert Enum.sort(Heft.tab2list(h)) == expected
+      assert Heft.select_count(h, [{{:_, 0, :x}, [], [true]}]) == 286
+      Heft.delete(h)
+    end
+  end
+
+  describe "access" do
+    test "a private table raises for other processes, a protected one for writes" do
+      priv = Heft.new(:priv, [:private])
+      prot = Heft.new(:prot, [:protected])
+      Heft.insert(prot, {1, 2})
+      spec = [{:_, [], [true]}]
+
+      Task.async(fn ->
+        assert_raise ArgumentError, fn -> Heft.select(priv, spec) end
+        assert_raise ArgumentError, fn -> Heft.select_count(priv, spec) end
+        assert Heft.select(prot, spec) == [true]
+        assert_raise ArgumentError, fn -> Heft.select_delete(prot, [{{3, :_}, [], [true]}]) end
+        assert_raise ArgumentError, fn -> Heft.select_replace(prot, [{:_, [], [:"$_"]}]) end
+      end)
+      |> Task.await()
+    end
+
+    test "a table that does not exist raises" do
+      assert_raise ArgumentError, fn -> Heft.select(:no_such_heft_table, [{:_, [], [true]}]) end
+      assert_raise ArgumentError, fn -> Heft.match(:no_such_heft_table, :_) end
+    end
+  end
+end

@@ -1,0 +1,223 @@
+defmodule Heft.TabFileTest do
+  # tab2file/file2tab: round trips side by side with :ets.tab2file/file2tab,
+  # then one test per way a file can be damaged (docs/tab-file.md lists the
+  # errors), each named after it.
+  use ExUnit.Case, async: true
+
+  @moduletag :tmp_dir
+
+  @objects for i <- 1..1_000,
+               do: {i, "value #{i}", [i, :atom, {i * 1.5}], %{k: i}, <<i::32>>}
+
+  defp heft_file(dir, objects \\ @objects, opts \\ []) do
+    t = Heft.new(:tab_file_test, [:public | opts])
+    Heft.insert(t, objects)
+    path = Path.join(dir, "t.heft")
+    assert Heft.tab2file(t, path) == :ok
+    Heft.delete(t)
+    path
+  end
+
+  # The byte offsets at which the file's frames start (after magic and
+  # version), read from their length fields.
+  defp frame_offsets(bytes), do: frame_offsets(bytes, 10, [])
+
+  defp frame_offsets(bytes, offset, acc) when offset >= byte_size(bytes), do: Enum.reverse(acc)
+
+  defp frame_offsets(bytes, offset, acc) do
+    <<_::binary-size(offset), _tag, _seq::32, _count::32, len::little-32, _::binary>> = bytes
+    frame_offsets(bytes, offset + 21 + len, [offset | acc])
+  end
+
+  # A named table of a name no other test uses: file2tab would register
+  # it again, so `Heft.whereis/1` shows whether a failed file2tab left it.
+  defp named_file(dir, objects) do
+    name = :"tab_file_#{System.unique_integer([:positive])}"
+    t = Heft.new(name, [:named_table])
+    Heft.insert(t, objects)
+    path = Path.join(dir, "#{name}.heft")
+    assert Heft.tab2file(t, path) == :ok
+    Heft.delete(t)
+    {path, name}
+  end
+
+  describe "round trips" do
+    test "objects and options come back as ETS's do", %{tmp_dir: dir} do
+      for opts <- [
+            [],
+            [{:keypos, 2}, :private, {:compression, :none}],
+            [:named_table, :protected, {:compression_level, 6}]
+          ] do
+        ets_opts =
+          Enum.reject(opts, &match?({c, _} when c in [:compression, :compression_level], &1))
+
+        # (Not [:public | opts]: ETS lets :public win over a later
+        # :protected, Heft.new/2 lets the last one win.)
+        e = :ets.new(:tab_file_rt, ets_opts)
+        h = Heft.new(:tab_file_rt, opts)
+        objects = for i <- 1..700, do: {:rec, i, "v#{i}"}
+        :ets.insert(e, objects)
+        Heft.insert(h, objects)
+        ets_path = Path.join(dir, "ets.tab") |> String.to_charlist()
+        heft_path = Path.join(dir, "heft.tab")
+        assert :ets.tab2file(e, ets_path) == :ok
+        assert Heft.tab2file(h, heft_path) == :ok
+        :ets.delete(e)
+        Heft.delete(h)
+
+        {:ok, e2} = :ets.file2tab(ets_path)
+        {:ok, h2} = Heft.file2tab(heft_path)
+        assert Enum.sort(Heft.tab2list(h2)) == Enum.sort(:ets.tab2list(e2))
+
+        for item <- [:name, :named_table, :type, :keypos, :protection] do
+          assert Heft.info(h2, item) == :ets.info(e2, item), "#{inspect(opts)}: #{item}"
+        end
+
+        assert Heft.info(h2, :owner) == self()
+        :ets.delete(e2)
+        Heft.delete(h2)
+      end
+    end
+
+    test "compression is stored; the arena is chosen on reading", %{tmp_dir: dir} do
+      path = heft_file(dir, @objects, compression: :zlib, compression_level: 4)
+      {:ok, t} = Heft.file2tab(path, arena: {:file, dir}, verify: true)
+      assert Heft.info(t, :compression) == {:zlib, 4}
+      assert {:file, _} = Heft.info(t, :arena)
+      assert Enum.sort(Heft.tab2list(t)) == @objects
+    end
+
+    test "an empty table", %{tmp_dir: dir} do
+      path = heft_file(dir, [])
+      {:ok, t} = Heft.file2tab(path)
+      assert Heft.info(t, :size) == 0
+    end
+
+    test "sync: true; no temporary file is left", %{tmp_dir: dir} do
+      t = Heft.new(:synced, [])
+      Heft.insert(t, @objects)
+      path = Path.join(dir, "synced.heft")
+      assert Heft.tab2file(t, path, sync: true) == :ok
+      assert File.ls!(dir) == ["synced.heft"]
+      assert {:ok, _} = Heft.file2tab(path)
+    end
+
+    test "a named table whose name is taken is not created", %{tmp_dir: dir} do
+      t = Heft.new(:tab_file_named, [:named_table])
+      Heft.insert(t, {1, 2})
+      path = Path.join(dir, "named.heft")
+      assert Heft.tab2file(t, path) == :ok
+      assert Heft.file2tab(path) == {:error, :cannot_create_table}
+      Heft.delete(t)
+      assert Heft.file2tab(path) == {:ok, :tab_file_named}
+      assert Heft.lookup(:tab_file_named, 1) == [{1, 2}]
+    end
+
+    test "bad options and tables raise", %{tmp_dir: dir} do
+      t = Heft.new(:opts, [])
+      assert_raise ArgumentError, fn -> Heft.tab2file(t, Path.join(dir, "x"), bogus: 1) end
+      assert_raise ArgumentError, fn -> Heft.file2tab(Path.join(dir, "x"), bogus: 1) end
+      assert_raise ArgumentError, fn -> Heft.tab2file(:no_such_table, Path.join(dir, "x")) end
+    end
+
+    test "file system errors are POSIX reasons", %{tmp_dir: dir} do
+      t = Heft.new(:posix, [])
+      assert Heft.tab2file(t, Path.join([dir, "no", "such", "dir"])) == {:error, :enoent}
+      assert Heft.file2tab(Path.join(dir, "missing")) == {:error, :enoent}
+      assert {:error, reason} = Heft.file2tab(dir)
+      assert reason in [:eisdir, :eacces]
+    end
+  end
+
+  describe "damaged files are refused" do
+    test "empty file", %{tmp_dir: dir} do
+      path = Path.join(dir, "empty")
+      File.write!(path, "")
+      assert Heft.file2tab(path) == {:error, :badfile}
+    end
+
+    test "wrong magic", %{tmp_dir: dir} do
+      path = heft_file(dir)
+      <<_::binary-8, rest::binary>> = File.read!(path)
+      File.write!(path, "ETS-TAB!" <> rest)
+      assert Heft.file2tab(path) == {:error, :badfile}
+      File.write!(path, :erlang.term_to_binary(@objects))
+      assert Heft.file2tab(path) == {:error, :badfile}
+    end
+
+    test "newer version", %{tmp_dir: dir} do
+      path = heft_file(dir)
+      <<magic::binary-8, 1::little-16, rest::binary>> = File.read!(path)
+      File.write!(path, <<magic::binary, 2::little-16, rest::binary>>)
+      assert Heft.file2tab(path) == {:error, {:unsupported_version, 2}}
+    end
+
+    test "truncated at every frame boundary and inside every frame", %{tmp_dir: dir} do
+      {path, name} = named_file(dir, @objects)
+      bytes = File.read!(path)
+      offsets = frame_offsets(bytes)
+      assert length(offsets) >= 4, "meta, several object frames, end"
+
+      cuts =
+        for o <- offsets, cut <- [o, o + 5, o + 17, o + 40], cut < byte_size(bytes), do: {o, cut}
+
+      for {frame, cut} <- cuts ++ [{List.last(offsets), byte_size(bytes) - 1}] do
+        File.write!(path, binary_part(bytes, 0, cut))
+        assert Heft.file2tab(path) == {:error, {:truncated, frame}}, "cut at #{cut}"
+      end
+
+      File.write!(path, binary_part(bytes, 0, 8))
+      assert Heft.file2tab(path) == {:error, {:truncated, 8}}
+      File.write!(path, binary_part(bytes, 0, 5))
+      assert Heft.file2tab(path) == {:error, :badfile}
+      assert Heft.whereis(name) == :undefined, "a failed file2tab leaves no table"
+    end
+
+    test "flipped byte in the middle", %{tmp_dir: dir} do
+      path = heft_file(dir)
+      bytes = File.read!(path)
+      middle = div(byte_size(bytes), 2)
+      frame = bytes |> frame_offsets() |> Enum.filter(&(&1 <= middle)) |> List.last()
+      <<a::binary-size(middle), b, c::binary>> = bytes
+      File.write!(path, <<a::binary, Bitwise.bxor(b, 0x10), c::binary>>)
+      assert Heft.file2tab(path) == {:error, {:corrupt, frame}}
+    end
+
+    test "any single flipped byte anywhere", %{tmp_dir: dir} do
+      {path, name} = named_file(dir, for(i <- 1..20, do: {i, i}))
+      bytes = File.read!(path)
+
+      for pos <- 0..(byte_size(bytes) - 1) do
+        <<a::binary-size(pos), b, c::binary>> = bytes
+        File.write!(path, <<a::binary, Bitwise.bxor(b, 0x01), c::binary>>)
+        assert {:error, reason} = Heft.file2tab(path), "flip at #{pos}"
+
+        assert match?(:badfile, reason) or match?({:corrupt, _}, reason) or
+                 match?({:unsupported_version, _}, reason),
+               "flip at #{pos}: #{inspect(reason)}"
+      end
+
+      assert Heft.whereis(name) == :undefined
+    end
+
+    test "a dropped frame", %{tmp_dir: dir} do
+      path = heft_file(dir)
+      bytes = File.read!(path)
+      [_meta, first, second | _] = frame_offsets(bytes)
+
+      File.write!(
+        path,
+        binary_part(bytes, 0, first) <> binary_part(bytes, second, byte_size(bytes) - second)
+      )
+
+      assert Heft.file2tab(path) == {:error, {:corrupt, first}}
+    end
+
+    test "bytes after the end frame", %{tmp_dir: dir} do
+      path = heft_file(dir)
+      bytes = File.read!(path)
+      File.write!(path, bytes <> "x")
+      assert Heft.file2tab(path) == {:error, {:corrupt, byte_size(bytes)}}
+    end
+  end
+end
