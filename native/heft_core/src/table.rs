@@ -1373,25 +1373,31 @@ mod tests {
         Value::Float(f).to_bytes()
     }
 
-    /// All records as (key, body) in walk order, in chunks of `n`.
-    fn walk(t: &Table, dir: Direction, n: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let mut out = Vec::new();
+    /// Calls `f` on every record, in walk order, read in chunks of `n`.
+    fn each_record(t: &Table, dir: Direction, n: usize, mut f: impl FnMut(&RecordBuf, &Item)) {
         let mut cursor = None;
         loop {
             let mut buf = RecordBuf::new();
             let next = t
                 .chunk_in(dir, cursor.as_ref(), n, usize::MAX, &mut buf)
                 .unwrap();
-            let mut scratch = Vec::new();
-            for it in buf.items() {
-                let body = buf.body(it, &mut scratch).unwrap().to_vec();
-                out.push((buf.key(it).to_vec(), body));
-            }
+            buf.items().iter().for_each(|it| f(&buf, it));
             match next {
                 Some(c) => cursor = Some(c),
-                None => return out,
+                None => return,
             }
         }
+    }
+
+    /// All records as (key, body) in walk order, in chunks of `n`.
+    fn walk(t: &Table, dir: Direction, n: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut scratch = Vec::new();
+        each_record(t, dir, n, |buf, it| {
+            let body = buf.body(it, &mut scratch).unwrap().to_vec();
+            out.push((buf.key(it).to_vec(), body));
+        });
+        out
     }
 
     fn all_bodies(t: &Table, k: &[u8]) -> Vec<Vec<u8>> {
@@ -1642,26 +1648,11 @@ mod tests {
     /// Every record's bytes, a key's records together and in order, keys
     /// sorted (hash order differs between tables).
     fn records_by_key(t: &Table) -> Vec<Vec<Vec<u8>>> {
-        let mut buf = RecordBuf::new();
-        let mut cursor = None;
         let mut keys: Vec<Vec<Vec<u8>>> = Vec::new();
-        loop {
-            buf.clear();
-            let next = t.chunk(cursor.as_ref(), 64, usize::MAX, &mut buf).unwrap();
-            for it in buf.items() {
-                match keys.last_mut() {
-                    Some(run) if run[0] != buf.key(it) => {
-                        keys.push(vec![buf.key(it).to_vec(), buf.record(it).to_vec()])
-                    }
-                    Some(run) => run.push(buf.record(it).to_vec()),
-                    None => keys.push(vec![buf.key(it).to_vec(), buf.record(it).to_vec()]),
-                }
-            }
-            match next {
-                Some(c) => cursor = Some(c),
-                None => break,
-            }
-        }
+        each_record(t, Direction::Forward, 64, |buf, it| match keys.last_mut() {
+            Some(run) if run[0] == buf.key(it) => run.push(buf.record(it).to_vec()),
+            _ => keys.push(vec![buf.key(it).to_vec(), buf.record(it).to_vec()]),
+        });
         keys.sort();
         keys
     }
