@@ -40,9 +40,29 @@ defmodule Heft do
 
   ## Table semantics
 
-  Table types: `:set` (the default). Keys compare by match (`=:=`): `1` and
-  `1.0` are different keys, and on OTP 25 `0.0` and `-0.0` are the same, as
-  in an ETS set. Any term can be a key or a value.
+  Table types, as in ETS:
+
+    * `:set` (the default) - one object a key. Keys compare by match
+      (`=:=`): `1` and `1.0` are different keys, and on OTP 25 `0.0` and
+      `-0.0` are the same.
+    * `:ordered_set` - one object a key, keys in Erlang term order
+      (`first/1`, `next/2`, `last/1`, `prev/2`, `foldl/3`, `foldr/3`,
+      `tab2list/1` and `stream/1` follow it). Keys compare by `==`: `1` and
+      `1.0` are the same key, and the key kept is the one of the object
+      inserted last. Keys are ordered in native code, on their stored
+      bytes, exactly as `Kernel.</2` orders them.
+    * `:bag` - any number of objects a key, but no two that match (`=:=`);
+      inserting an object already there changes nothing.
+    * `:duplicate_bag` - any number of objects a key, copies included.
+
+  In a bag, a key's objects come back in insertion order, except that the
+  objects of one `insert/2` list go in last to first, as in ETS on OTP 25
+  (a `:duplicate_bag` keeps list order). `info(tab, :size)` counts objects.
+  Any term can be a key or a value.
+
+  Walks: in a set or bag, `last/1` is `first/1` and `prev/2` is `next/2`,
+  and `foldr/3` visits keys in `foldl/3`'s order, a bag key's objects last
+  to first, all as in ETS.
 
   A table belongs to the process that created it and is deleted when that
   process exits, unless an heir takes it: the heir then receives
@@ -61,8 +81,17 @@ defmodule Heft do
   >   `first/next` walk is safe while other processes write.
   > - `foldl/3` calls its function for every object, including one whose
   >   key is `:"$end_of_table"` (ETS's `foldl` skips that one).
-  > - Only `:set` tables for now. Counters (`update_counter/3,4`) work up
-  >   to ±2^127; ETS has no limit.
+  > - Counters (`update_counter/3,4`) work up to ±2^127; ETS has no limit.
+  > - Maps may nest at most 64 deep inside a key or a bag's object
+  >   (`ArgumentError` beyond): encoding them canonically recurses.
+  > - A bag compares a new object with each object of its key, inflating
+  >   compressed ones of the same size, while holding the table's write
+  >   lock: keys with thousands of objects make inserts slow (in ETS too,
+  >   but less). A chunk of `stream/1`, `foldl/3` or `tab2list/1` holds all
+  >   of a bag key's objects, however many.
+  > - A fun stored in a set's key or a bag's object matches only funs
+  >   created by the same process (its external format names the creator;
+  >   `=:=` ignores it). Ordered_set keys compare funs as the VM does.
   > - `select/2` and its family also look objects up by key when a guard
   >   pins the key (`[{{:"$1", :_}, [{:==, :"$1", 42}], [:"$_"]}]`, as
   >   `:ets.fun2ms/1` writes `fn {k, _} when k == 42`); ETS scans the table
@@ -151,7 +180,8 @@ defmodule Heft do
 
   Options (ETS's, plus Heft's own):
 
-    * `:set` - the table type (the default, and the only one for now).
+    * `:set` (default), `:ordered_set`, `:bag`, `:duplicate_bag` - the
+      table type (see "Table semantics").
     * `:named_table` - register the table under `name`.
     * `:public`, `:protected` (default), `:private` - who may read and write.
     * `{:keypos, n}` - the element that holds the key (default 1).
@@ -238,13 +268,14 @@ defmodule Heft do
         {:file, dir} -> {:file, dir}
       end
 
-    {o, {o.named, o.protection, o.keypos, o.heir, compression, arena}}
+    {o, {o.type, o.named, o.protection, o.keypos, o.heir, compression, arena}}
   end
 
   defp parse_options(opts), do: __parse_options__(opts)
 
   defp default_options do
     %{
+      type: :set,
       named: false,
       protection: :protected,
       keypos: 1,
@@ -255,10 +286,8 @@ defmodule Heft do
     }
   end
 
-  defp option(:set, o), do: o
-
-  defp option(type, _o) when type in [:ordered_set, :bag, :duplicate_bag],
-    do: raise(ArgumentError, "table type #{inspect(type)} is not supported yet (only :set)")
+  defp option(type, o) when type in [:set, :ordered_set, :bag, :duplicate_bag],
+    do: %{o | type: type}
 
   defp option(:named_table, o), do: %{o | named: true}
   # As in ETS: :public and :private set the protection (the last one
@@ -321,10 +350,12 @@ defmodule Heft do
     do: raise(ArgumentError, "not a Heft table identifier or name: #{inspect(other)}")
 
   @doc """
-  Inserts one object or a list of objects, replacing objects with the same
-  key. A list is inserted atomically and in isolation: other processes see
-  all of it or none of it. Within a list, a later object wins over an
-  earlier one with the same key.
+  Inserts one object or a list of objects. In a set or ordered_set an
+  object replaces the one with the same key (within a list, a later object
+  wins over an earlier one); a bag adds objects that match none of their
+  key's, a duplicate_bag adds them all (see "Table semantics" for the
+  order). A list is inserted atomically and in isolation: other processes
+  see all of it or none of it.
 
   Returns `true`, or `{:error, reason}` if the arena cannot grow (`:enospc`
   when a file arena's disk is full; nothing is inserted and the table stays
@@ -393,7 +424,11 @@ defmodule Heft do
     end
   end
 
-  @doc "Returns `[object]` for the key, or `[]`."
+  @doc """
+  Returns the objects with the key: `[object]` or `[]` in a set or
+  ordered_set (where any key `==` to `key` finds it), all of the key's
+  objects in a bag, in their order.
+  """
   @spec lookup(tab, term) :: [object]
   def lookup(tab, key) do
     ref = ref(tab)
@@ -401,8 +436,9 @@ defmodule Heft do
   end
 
   @doc """
-  Returns element `pos` of the object with the key. Raises `ArgumentError`
-  if there is no such object or element.
+  Returns element `pos` of the object with the key; in a bag, a list of
+  element `pos` of each of the key's objects. Raises `ArgumentError` if
+  there is no such key, or an object has no element `pos`.
   """
   @spec lookup_element(tab, term, pos_integer) :: term
   def lookup_element(tab, key, pos) do
@@ -418,7 +454,7 @@ defmodule Heft do
     call(member(ref, key))
   end
 
-  @doc "Removes the object with the key and returns `[object]`, or `[]`."
+  @doc "Removes the objects with the key and returns them (as `lookup/2`)."
   @spec take(tab, term) :: [object]
   def take(tab, key) do
     ref = ref(tab)
@@ -451,14 +487,18 @@ defmodule Heft do
     end
   end
 
-  @doc "Deletes the object with the key, if any. Returns `true`."
+  @doc "Deletes the objects with the key, if any. Returns `true`."
   @spec delete(tab, term) :: true
   def delete(tab, key) do
     ref = ref(tab)
     call(delete_key(ref, key))
   end
 
-  @doc "Deletes the object if it is in the table, exactly (`=:=`). Returns `true`."
+  @doc """
+  Deletes the object if it is in the table, exactly (`=:=`; in an
+  ordered_set, `{1.0, :a}` does not delete `{1, :a}`); in a duplicate_bag,
+  every copy of it. Returns `true`.
+  """
   @spec delete_object(tab, object) :: true
   def delete_object(tab, object) do
     ref = ref(tab)
@@ -477,7 +517,7 @@ defmodule Heft do
   `:ets.update_counter/3`: `incr` (element keypos+1), `{pos, incr}`,
   `{pos, incr, threshold, set_value}`, or a list of these (returns a list).
   Raises `ArgumentError` if the key is missing, an element is not an
-  integer, or `pos` is the key's or out of range.
+  integer, `pos` is the key's or out of range, or the table is a bag.
   """
   @spec update_counter(tab, term, integer | tuple | [tuple]) :: integer | [integer]
   def update_counter(tab, key, op) do
@@ -498,7 +538,8 @@ defmodule Heft do
 
   @doc """
   Atomically replaces elements of the object with the key: `{pos, value}`
-  or a list of them. Returns `false` if the key is missing.
+  or a list of them. Returns `false` if the key is missing. Raises
+  `ArgumentError` in a bag.
   """
   @spec update_element(tab, term, {pos_integer, term} | [{pos_integer, term}]) :: boolean
   def update_element(tab, key, element_spec) do
@@ -507,8 +548,9 @@ defmodule Heft do
   end
 
   @doc """
-  The first key of a walk over the table, or `:"$end_of_table"`. The order
-  is unspecified but stable while the table exists.
+  The first key of a walk over the table, or `:"$end_of_table"`: the
+  smallest key of an ordered_set; in other tables the order is unspecified
+  but stable while the table exists.
   """
   @spec first(tab) :: term | :"$end_of_table"
   def first(tab) do
@@ -518,8 +560,9 @@ defmodule Heft do
 
   @doc """
   The key after `key` in a walk, or `:"$end_of_table"`. Works even if
-  `key` has been deleted meanwhile (ETS would raise): every key present
-  for the whole walk is visited exactly once.
+  `key` has been deleted meanwhile (ETS would raise, except for an
+  ordered_set): every key present for the whole walk is visited exactly
+  once. In an ordered_set, the smallest key greater than `key`.
   """
   @spec next(tab, term) :: term | :"$end_of_table"
   def next(tab, key) do
@@ -527,14 +570,49 @@ defmodule Heft do
     call(next(ref, key))
   end
 
-  @doc "Folds `fun.(object, acc)` over every object."
+  @doc """
+  The greatest key of an ordered_set, or `:"$end_of_table"`; in other
+  tables the same as `first/1`, as in ETS.
+  """
+  @spec last(tab) :: term | :"$end_of_table"
+  def last(tab) do
+    ref = ref(tab)
+    call(last(ref))
+  end
+
+  @doc """
+  The greatest key smaller than `key` in an ordered_set (`key` need not be
+  in the table), or `:"$end_of_table"`; in other tables the same as
+  `next/2`, as in ETS.
+  """
+  @spec prev(tab, term) :: term | :"$end_of_table"
+  def prev(tab, key) do
+    ref = ref(tab)
+    call(prev(ref, key))
+  end
+
+  @doc """
+  Folds `fun.(object, acc)` over every object, in key order for an
+  ordered_set.
+  """
   @spec foldl((object, acc -> acc), acc, tab) :: acc when acc: term
   def foldl(fun, acc, tab) when is_function(fun, 2) do
     ref = ref(tab)
     fold_chunks(ref, :start, acc, fn records, acc -> List.foldl(records, acc, fun) end)
   end
 
-  @doc "All objects, as a list."
+  @doc """
+  Folds `fun.(object, acc)` over every object from the last: in
+  descending key order for an ordered_set; in other tables in the order of
+  `foldl/3`, as in ETS.
+  """
+  @spec foldr((object, acc -> acc), acc, tab) :: acc when acc: term
+  def foldr(fun, acc, tab) when is_function(fun, 2) do
+    ref = ref(tab)
+    fold_back(ref, :start, acc, fn records, acc -> List.foldl(records, acc, fun) end)
+  end
+
+  @doc "All objects, as a list (in key order for an ordered_set)."
   @spec tab2list(tab) :: [object]
   def tab2list(tab) do
     ref = ref(tab)
@@ -553,8 +631,17 @@ defmodule Heft do
     fold_chunks(ref, next, fun.(records, acc), fun)
   end
 
+  defp fold_back(_ref, :"$end_of_table", acc, _fun), do: acc
+
+  defp fold_back(ref, cursor, acc, fun) do
+    size = @chunk
+    {records, next} = call(chunk_back(ref, cursor, size))
+    fold_back(ref, next, fun.(records, acc), fun)
+  end
+
   @doc """
-  A lazy stream of all objects, read in chunks of a few hundred. Safe
+  A lazy stream of all objects (in key order for an ordered_set), read in
+  chunks of a few hundred. Safe
   while other processes write: every object present for the whole walk is
   emitted exactly once; objects inserted or deleted meanwhile may or may
   not be.
@@ -852,9 +939,13 @@ defmodule Heft do
       :arena_used_bytes`. Not counted: the memfd or file pages the kernel
       has not been asked for (mapped but never touched), and the allocator's
       own bookkeeping.
-    * `:index_bytes` - the key index's slot array, exactly: its own memfd
-      mapping (`/memfd:heft-index:<name>` in /proc/self/maps), 16 bytes a
-      slot, kept at most 80% full, rounded up to whole pages.
+    * `:index_bytes` - the key index, exactly. For a set or bag, its slot
+      array: its own memfd mapping (`/memfd:heft-index:<name>` in
+      /proc/self/maps), 16 bytes a slot (an object), kept at most 80%
+      full, rounded up to whole pages. For an ordered_set, its 4 KiB pages
+      of 512 sorted record handles (a memfd mapping of the same name; pages
+      in use only, at least a quarter full, about 70% after random
+      inserts) plus its directory of 16 bytes a page (heap capacity).
     * `:meta_bytes` - the atom dictionary (estimated from capacities) and
       the arena's free lists (Rust heap memory).
     * `:arena_mapped_bytes` - length of the arena mapping
@@ -942,7 +1033,6 @@ defmodule Heft do
 
     {:ok,
      Map.merge(map, %{
-       type: :set,
        node: node(),
        memory: map.index_bytes + map.meta_bytes + map.arena_used_bytes
      })}

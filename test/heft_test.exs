@@ -37,8 +37,13 @@ defmodule HeftTest do
       assert Heft.info(t3, :compression) == {:zlib, 9}
     end
 
-    test "table types other than :set are refused for now" do
-      assert_raise ArgumentError, ~r/not supported/, fn -> Heft.new(:t, [:bag]) end
+    test "every ETS table type is accepted; the last one given wins, as in ETS" do
+      for type <- [:set, :ordered_set, :bag, :duplicate_bag] do
+        assert Heft.info(Heft.new(:t, [type]), :type) == type
+      end
+
+      assert Heft.info(Heft.new(:t, [:bag, :ordered_set]), :type) == :ordered_set
+      assert Heft.info(Heft.new(:t, []), :type) == :set
     end
   end
 

@@ -35,7 +35,10 @@ defmodule Heft.Native do
     update_element: 3,
     first: 1,
     next: 2,
+    last: 1,
+    prev: 2,
     chunk: 3,
+    chunk_back: 3,
     # Match specifications (native/heft_nif/src/select.rs)
     delete_objects: 2,
     replace_objects: 2

@@ -7,7 +7,7 @@ use heft_core::arena::{Arena, Backing};
 use heft_core::codec::{decode_with, Builder, DecodeError, Scratch, Value, ValueBuilder, Writer};
 use heft_core::compress::{compress, decompress, Compression};
 use heft_core::index::HashIndex;
-use heft_core::table::{Options, RecordBuf, Table};
+use heft_core::table::{Kind, Options, RecordBuf, Table};
 
 /// `{i, %{age: i % 90, id: i, name: "user-i"}}` with atoms age=0, id=1, name=2.
 fn small_record(i: i64) -> Value {
@@ -177,6 +177,7 @@ fn table(c: &mut Criterion) {
         backing: Backing::Memory,
         compression: Compression::Zlib(1),
         label: "bench".into(),
+        kind: Kind::Set,
     })
     .unwrap();
     let n = 200_000;

@@ -53,6 +53,7 @@ fn main() {
         backing: Backing::Memory,
         compression: Compression::Zlib(1),
         label: "reopen".into(),
+        kind: heft_core::table::Kind::Set,
     };
     let config = Config::default();
     if !dir.join("META").exists() {

@@ -235,20 +235,7 @@ impl Arena {
         } else {
             self.file.set_len(new_len)?;
         }
-        // SAFETY: the file is private to this arena (a memfd, or a 0600 file
-        // created with O_EXCL) and was just extended to `new_len`, so every
-        // page of the new mapping is backed. The mapping may move; no
-        // reference into it exists because we hold `&mut self`.
-        let remapped = unsafe {
-            self.map
-                .remap(new_len as usize, RemapOptions::new().may_move(true))
-        };
-        if let Err(e) = remapped {
-            // Give the space back so the arena stays as it was.
-            let _ = self.file.set_len(old_len);
-            return Err(e);
-        }
-        Ok(())
+        remap(&self.file, &mut self.map, new_len)
     }
 
     /// Makes room for about `bytes` more of blocks at once, for a bulk load
@@ -392,6 +379,30 @@ pub(crate) fn map_file(file: &File, len: u64, reserve: bool) -> io::Result<MmapM
     unsafe { MmapOptions::new().len(len as usize).map_mut(file) }
 }
 
+/// Extends a private memfd to `new_len` bytes and its mapping with it (the
+/// mapping may move). On error both stay as they were.
+pub(crate) fn grow_memfd(file: &File, map: &mut MmapMut, new_len: u64) -> io::Result<()> {
+    file.set_len(new_len)?;
+    remap(file, map, new_len)
+}
+
+/// Remaps `map` of `file` (already extended to `new_len`) to `new_len`
+/// bytes; on error, gives the file its old length back.
+fn remap(file: &File, map: &mut MmapMut, new_len: u64) -> io::Result<()> {
+    let old_len = map.len() as u64;
+    // SAFETY: the file is private to its owner (a memfd, or a 0600 file
+    // created with O_EXCL) and was just extended to `new_len`, so every
+    // page of the new mapping is backed. The mapping may move; no
+    // reference into it exists because the caller holds it `&mut`.
+    let remapped = unsafe { map.remap(new_len as usize, RemapOptions::new().may_move(true)) };
+    if let Err(e) = remapped {
+        // Give the space back so the file stays as it was.
+        let _ = file.set_len(old_len);
+        return Err(e);
+    }
+    Ok(())
+}
+
 /// Extends `file` to cover `[off, off+len)` with real disk blocks.
 pub(crate) fn allocate(file: &File, off: u64, len: u64) -> io::Result<()> {
     // SAFETY: posix_fallocate only acts on the descriptor; it returns an
@@ -404,7 +415,7 @@ pub(crate) fn allocate(file: &File, off: u64, len: u64) -> io::Result<()> {
     }
 }
 
-fn punch_hole(file: &File, off: u64, len: u64) -> io::Result<()> {
+pub(crate) fn punch_hole(file: &File, off: u64, len: u64) -> io::Result<()> {
     // SAFETY: fallocate only acts on the descriptor; the range is inside the
     // file and belongs to a freed block nobody reads.
     let rc = unsafe {

@@ -111,7 +111,7 @@ fn zigzag(v: i64) -> u64 {
 }
 
 #[inline]
-fn unzigzag(v: u64) -> i64 {
+pub(crate) fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
@@ -170,7 +170,7 @@ impl<'a> Reader<'a> {
     /// Reads a varint that counts items of at least `min_item` bytes each,
     /// rejecting counts the remaining bytes cannot hold.
     #[inline]
-    fn count(&mut self, min_item: usize) -> Result<usize, DecodeError> {
+    pub(crate) fn count(&mut self, min_item: usize) -> Result<usize, DecodeError> {
         let n = self.varint()?;
         let fits = (n as u128) * (min_item as u128) <= self.remaining() as u128;
         if fits {
@@ -507,6 +507,46 @@ fn build<B: Builder>(b: &mut B, kind: Kind, items: &[B::Term]) -> Result<B::Term
     }
 }
 
+/// What one tag starts, read past without building anything.
+enum Part {
+    /// A scalar (or a `ref`, a `key`): nothing follows.
+    Leaf,
+    /// A compound whose header announced this many terms to follow (a
+    /// list's tail counted); `true` for a map.
+    Compound(usize, bool),
+}
+
+/// Reads one tag and its payload (a compound's header only); returns the
+/// tag and what it starts.
+fn part(r: &mut Reader<'_>) -> Result<(u8, Part), DecodeError> {
+    let t = r.u8()?;
+    let part = match t {
+        tag::NIL | tag::KEY => Part::Leaf,
+        tag::INT | tag::ATOM | tag::REF => {
+            r.varint()?;
+            Part::Leaf
+        }
+        tag::FLOAT => {
+            r.bytes(8)?;
+            Part::Leaf
+        }
+        tag::BINARY | tag::ETF => {
+            let n = r.count(1)?;
+            r.bytes(n)?;
+            Part::Leaf
+        }
+        tag::TUPLE => Part::Compound(r.count(1)?, false),
+        tag::LIST => Part::Compound(r.count(1)? + 1, false),
+        tag::MAP => Part::Compound(r.count(2)? * 2, true),
+        t if t >= tag::SMALL_ATOM => Part::Leaf,
+        t if (tag::SMALL_TUPLE..tag::SMALL_TUPLE + 16).contains(&t) => {
+            Part::Compound(usize::from(t & 0x0f), false)
+        }
+        t => return Err(DecodeError::BadTag(t)),
+    };
+    Ok((t, part))
+}
+
 /// Skips one complete term; returns its encoded length. Used to walk a
 /// record's top-level elements without building them.
 pub fn skip(bytes: &[u8]) -> Result<usize, DecodeError> {
@@ -514,30 +554,116 @@ pub fn skip(bytes: &[u8]) -> Result<usize, DecodeError> {
     let mut pending: u64 = 1;
     while pending > 0 {
         pending -= 1;
-        let t = r.u8()?;
-        match t {
-            tag::NIL | tag::KEY => {}
-            tag::INT | tag::ATOM | tag::REF => {
-                r.varint()?;
-            }
-            tag::FLOAT => {
-                r.bytes(8)?;
-            }
-            tag::BINARY | tag::ETF => {
-                let n = r.count(1)?;
-                r.bytes(n)?;
-            }
-            tag::TUPLE => pending += r.count(1)? as u64,
-            tag::LIST => pending += r.count(1)? as u64 + 1,
-            tag::MAP => pending += r.count(2)? as u64 * 2,
-            t if t >= tag::SMALL_ATOM => {}
-            t if (tag::SMALL_TUPLE..tag::SMALL_TUPLE + 16).contains(&t) => {
-                pending += u64::from(t & 0x0f)
-            }
-            t => return Err(DecodeError::BadTag(t)),
+        if let (_, Part::Compound(n, _)) = part(&mut r)? {
+            pending += n as u64;
         }
     }
     Ok(r.position())
+}
+
+/// The canonical encoding (docs/term-format.md, "Keys") of the encoded term
+/// `bytes`: map pairs sorted by their encoded keys, a `KEY` tag replaced by
+/// `key` (itself made canonical), and with `normalize_zero` every `-0.0`
+/// written as `0.0`. Two terms that match (`=:=`) give equal bytes. Bag
+/// tables use it to tell objects apart; their bodies hold no `REF`, and a
+/// `REF` here is an error.
+pub fn canonical(
+    bytes: &[u8],
+    key: Option<&[u8]>,
+    normalize_zero: bool,
+) -> Result<Vec<u8>, DecodeError> {
+    /// A compound being rewritten: children still to come and, for a map,
+    /// its pairs so far and the output it interrupts.
+    struct Open {
+        remaining: usize,
+        map: Option<MapAcc>,
+    }
+    struct MapAcc {
+        saved: Vec<u8>,
+        pairs: Vec<(Vec<u8>, Vec<u8>)>,
+        key: Option<Vec<u8>>,
+    }
+    let mut key = key;
+    let mut r = Reader::new(bytes);
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut stack: Vec<Open> = Vec::new();
+    loop {
+        let start = r.position();
+        // Children of a compound opened here, and whether it is a map.
+        let (t, open) = match part(&mut r)? {
+            (tag::KEY, _) => {
+                let k = key.take().ok_or(DecodeError::UnexpectedKey)?;
+                out.extend_from_slice(&canonical(k, None, normalize_zero)?);
+                (tag::KEY, None)
+            }
+            (tag::REF, _) => {
+                let id = Reader::new(&bytes[start + 1..]).varint()?;
+                return Err(DecodeError::BadRef(id));
+            }
+            (t, Part::Leaf) => (t, None),
+            (t, Part::Compound(n, is_map)) => (t, Some((n, is_map))),
+        };
+        // Everything but a key and a map's header (written when the map
+        // closes) is copied as it is, or for a zero float normalized.
+        let raw = &bytes[start..r.position()];
+        match t {
+            tag::KEY | tag::MAP => {}
+            tag::FLOAT if normalize_zero && raw[1..] == (-0.0f64).to_le_bytes() => {
+                out.push(tag::FLOAT);
+                out.extend_from_slice(&0.0f64.to_le_bytes());
+            }
+            _ => out.extend_from_slice(raw),
+        }
+        match open {
+            Some((0, true)) => {
+                out.push(tag::MAP);
+                put_varint(&mut out, 0);
+            }
+            Some((0, false)) | None => {}
+            Some((n, is_map)) => {
+                let map = is_map.then(|| MapAcc {
+                    saved: std::mem::take(&mut out),
+                    pairs: Vec::with_capacity(n / 2),
+                    key: None,
+                });
+                stack.push(Open { remaining: n, map });
+                continue;
+            }
+        }
+        // A complete term: hand it to its parents, closing each it ends.
+        loop {
+            let Some(top) = stack.last_mut() else {
+                if r.remaining() != 0 {
+                    return Err(DecodeError::TrailingBytes(r.remaining()));
+                }
+                return Ok(out);
+            };
+            if let Some(m) = &mut top.map {
+                let child = std::mem::take(&mut out);
+                match m.key.take() {
+                    None => m.key = Some(child),
+                    Some(k) => m.pairs.push((k, child)),
+                }
+            }
+            top.remaining -= 1;
+            if top.remaining > 0 {
+                break;
+            }
+            if let Some(Open {
+                map: Some(mut m), ..
+            }) = stack.pop()
+            {
+                m.pairs.sort();
+                out = m.saved;
+                out.push(tag::MAP);
+                put_varint(&mut out, m.pairs.len() as u64);
+                for (k, v) in &m.pairs {
+                    out.extend_from_slice(k);
+                    out.extend_from_slice(v);
+                }
+            }
+        }
+    }
 }
 
 /// A plain Rust model of a term, for tests, fuzzing and benchmarks. Atoms are
@@ -807,6 +933,71 @@ mod tests {
         assert_eq!(
             decode(&huge, None, &mut ValueBuilder),
             Err(DecodeError::BadLength(1 << 40))
+        );
+    }
+
+    #[test]
+    fn canonical_sorts_maps_expands_the_key_and_normalizes_zero() {
+        let map = |kvs: Vec<(Value, Value)>| Value::Map(kvs);
+        let a = map(vec![
+            (Value::Atom(2), Value::Float(-0.0)),
+            (
+                Value::Atom(1),
+                map(vec![
+                    (Value::Int(9), Value::Nil),
+                    (Value::Int(3), Value::Nil),
+                ]),
+            ),
+        ]);
+        let b = map(vec![
+            (
+                Value::Atom(1),
+                map(vec![
+                    (Value::Int(3), Value::Nil),
+                    (Value::Int(9), Value::Nil),
+                ]),
+            ),
+            (Value::Atom(2), Value::Float(0.0)),
+        ]);
+        let key = Value::Tuple(vec![Value::Float(-0.0)]).to_bytes();
+        let body = |v: &Value| {
+            let mut w = Writer::new();
+            w.tuple(2);
+            w.key();
+            v.encode(&mut w);
+            w.buf
+        };
+        let ca = canonical(&body(&a), Some(&key), true).unwrap();
+        let cb = canonical(&body(&b), Some(&key), true).unwrap();
+        assert_eq!(ca, cb);
+        let whole = Value::Tuple(vec![Value::Tuple(vec![Value::Float(0.0)]), b.clone()]);
+        assert_eq!(
+            decode(&ca, None, &mut ValueBuilder).unwrap(),
+            decode(
+                &canonical(&whole.to_bytes(), None, true).unwrap(),
+                None,
+                &mut ValueBuilder
+            )
+            .unwrap()
+        );
+        // Without normalization the sign of zero tells the two apart.
+        assert_ne!(
+            canonical(&body(&a), Some(&key), false).unwrap(),
+            canonical(&body(&b), Some(&key), false).unwrap()
+        );
+        // A canonical encoding is its own canonical form.
+        assert_eq!(canonical(&ca, None, true).unwrap(), ca);
+        // Bodies with back-references are refused, as is a missing key.
+        let mut w = Writer::new();
+        w.tuple(2);
+        let l = w.list(1);
+        w.nil();
+        w.nil();
+        w.backref(l);
+        assert_eq!(canonical(&w.buf, None, true), Err(DecodeError::BadRef(1)));
+        assert_eq!(
+            canonical(&body(&a), None, true),
+            Err(DecodeError::UnexpectedKey)
         );
     }
 

@@ -157,6 +157,11 @@ impl HashIndex {
         self.slots[pos]
     }
 
+    /// The entry at `pos`, or `None` for an empty slot or past the end.
+    pub fn get(&self, pos: usize) -> Option<Slot> {
+        self.slots.get(pos).filter(|s| !s.is_empty()).copied()
+    }
+
     /// Points the entry at `pos` to a new record offset (same key).
     pub fn set_loc(&mut self, pos: usize, loc: u64) {
         debug_assert!(loc != 0 && !self.slots[pos].is_empty());
@@ -166,21 +171,48 @@ impl HashIndex {
     /// Finds `hash`'s entry; `cmp(loc)` compares the key stored at `loc`
     /// with the one looked for.
     pub fn find(&self, hash: u64, mut cmp: impl FnMut(u64) -> Ordering) -> Option<usize> {
-        let mut p = self.home(hash);
-        while let Some(s) = self.slots.get(p) {
-            if s.is_empty() || s.hash > hash {
-                return None;
+        let (start, end) = self.hash_run(hash);
+        let p = start + self.slots[start..end].partition_point(|s| cmp(s.loc) == Ordering::Less);
+        (p < end && cmp(self.slots[p].loc) == Ordering::Equal).then_some(p)
+    }
+
+    /// The entries with this hash, `[start, end)`: where they are, or would
+    /// be. Equal hashes sit together (entries are sorted), so the end is
+    /// found by galloping over the slots' hashes, without reading keys: a
+    /// bag key with many objects costs O(log n) here.
+    fn hash_run(&self, hash: u64) -> (usize, usize) {
+        let mut start = self.home(hash);
+        // Entries of smaller hashes displaced past this home.
+        while let Some(s) = self.slots.get(start) {
+            if s.is_empty() || s.hash >= hash {
+                break;
             }
-            if s.hash == hash {
-                match cmp(s.loc) {
-                    Ordering::Equal => return Some(p),
-                    Ordering::Greater => return None,
-                    Ordering::Less => {}
-                }
-            }
-            p += 1;
+            start += 1;
         }
-        None
+        let in_run = |q: usize| {
+            self.slots
+                .get(q)
+                .is_some_and(|s| !s.is_empty() && s.hash == hash)
+        };
+        if !in_run(start) {
+            return (start, start);
+        }
+        // `lo` is in the run, `hi` past it.
+        let (mut lo, mut step) = (start, 1);
+        while in_run(lo + step) {
+            lo += step;
+            step *= 2;
+        }
+        let mut hi = lo + step;
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if in_run(mid) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        (start, hi)
     }
 
     /// Inserts `hash -> loc`, or replaces the offset of an equal key.
@@ -213,22 +245,46 @@ impl HashIndex {
                 }
                 p += 1;
             }
-            // Insert at p: shift the run [p, e) one slot right into the
-            // first empty slot e.
-            let empty = self.slots[p.min(self.slots.len())..]
-                .iter()
-                .position(Slot::is_empty)
-                .map(|i| p + i);
-            match empty {
-                Some(e) => {
-                    self.slots.copy_within(p..e, p + 1);
-                    self.slots[p] = Slot { hash, loc };
-                    self.len += 1;
-                    return Inserted::New;
-                }
-                // The run reaches the end of the tail: grow and retry.
-                None => self.grow(),
+            if self.put_at(p, Slot { hash, loc }) {
+                return Inserted::New;
             }
+            // The run reaches the end of the tail: grow and retry.
+            self.grow();
+        }
+    }
+
+    /// Inserts `hash -> loc` after every entry of an equal key, so that
+    /// the entries of one key (in a bag table) stay in insertion order.
+    pub fn append(&mut self, hash: u64, loc: u64, mut cmp: impl FnMut(u64) -> Ordering) {
+        debug_assert!(loc != 0);
+        if (self.len + 1) * LOAD_DEN > (1usize << self.bits) * LOAD_NUM {
+            self.grow();
+        }
+        loop {
+            let p = self.seek_after(hash, &mut cmp);
+            if self.put_at(p, Slot { hash, loc }) {
+                return;
+            }
+            self.grow();
+        }
+    }
+
+    /// Puts `slot` at `p`, shifting the run `[p, e)` one slot right into
+    /// the first empty slot `e`; false (changing nothing) if the run
+    /// reaches the end of the tail.
+    fn put_at(&mut self, p: usize, slot: Slot) -> bool {
+        let empty = self.slots[p.min(self.slots.len())..]
+            .iter()
+            .position(Slot::is_empty)
+            .map(|i| p + i);
+        match empty {
+            Some(e) => {
+                self.slots.copy_within(p..e, p + 1);
+                self.slots[p] = slot;
+                self.len += 1;
+                true
+            }
+            None => false,
         }
     }
 
@@ -251,21 +307,58 @@ impl HashIndex {
         removed
     }
 
+    /// Removes those of the `n` entries from `pos` on for which `remove`
+    /// holds, in one pass that also pulls displaced followers back; returns
+    /// them in order. (Removing a bag key's k entries one by one would move
+    /// the rest of its run k times.)
+    pub fn remove_if(
+        &mut self,
+        pos: usize,
+        n: usize,
+        mut remove: impl FnMut(&Slot) -> bool,
+    ) -> Vec<Slot> {
+        let mut removed = Vec::new();
+        let mut w = pos;
+        let mut q = pos;
+        while q < pos + n {
+            let Some(&s) = self.slots.get(q) else { break };
+            if remove(&s) {
+                removed.push(s);
+            } else {
+                self.slots[w] = s;
+                w += 1;
+            }
+            q += 1;
+        }
+        if removed.is_empty() {
+            return removed;
+        }
+        // Each follower moves back as far as its home allows; the first one
+        // that cannot move ends the run of displaced entries.
+        while let Some(&s) = self.slots.get(q) {
+            let target = self.home(s.hash).max(w);
+            if s.is_empty() || target >= q {
+                break;
+            }
+            self.slots[w..target].fill(Slot::default());
+            self.slots[target] = s;
+            w = target + 1;
+            q += 1;
+        }
+        self.slots[w..q].fill(Slot::default());
+        self.len -= removed.len();
+        if self.bits > MIN_BITS && self.len * 8 < (1usize << self.bits) {
+            self.rebuild(self.bits - 1);
+        }
+        removed
+    }
+
     /// The position of the first entry after (`hash`, key) in walk order,
     /// whether or not that key is present. `cmp(loc)` compares the key at
     /// `loc` with the cursor's key.
     pub fn seek_after(&self, hash: u64, mut cmp: impl FnMut(u64) -> Ordering) -> usize {
-        let mut p = self.home(hash);
-        while let Some(s) = self.slots.get(p) {
-            if s.is_empty() || s.hash > hash {
-                break;
-            }
-            if s.hash == hash && cmp(s.loc) == Ordering::Greater {
-                break;
-            }
-            p += 1;
-        }
-        p
+        let (start, end) = self.hash_run(hash);
+        start + self.slots[start..end].partition_point(|s| cmp(s.loc) != Ordering::Greater)
     }
 
     /// The first occupied position at or after `pos`.
@@ -460,6 +553,70 @@ mod tests {
         all.sort_unstable();
         all.dedup();
         assert_eq!(all.len(), seen.len(), "no key is seen twice");
+    }
+
+    #[test]
+    fn appended_entries_of_a_key_stay_together_in_insertion_order() {
+        let mut ix = HashIndex::default();
+        // Locs 1..: key = loc / 1000, so loc says key and arrival.
+        let key = |loc: u64| loc / 1000;
+        for round in 0..40u64 {
+            for k in 0..200u64 {
+                let loc = k * 1000 + round + 1;
+                ix.append(weak_hash(k), loc, |l| key(l).cmp(&k));
+            }
+        }
+        assert_eq!(ix.len(), 8000);
+        for k in 0..200u64 {
+            let p = ix.find(weak_hash(k), |l| key(l).cmp(&k)).unwrap();
+            let run: Vec<u64> = (p..p + 40).map(|q| ix.slot(q).loc).collect();
+            assert_eq!(run, (1..=40).map(|r| k * 1000 + r).collect::<Vec<_>>());
+            assert!(ix.get(p + 40).map_or(true, |s| key(s.loc) != k));
+        }
+    }
+
+    #[test]
+    fn remove_if_takes_any_subset_of_a_run_in_one_pass() {
+        let mut ix = HashIndex::default();
+        let mut model: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        let key = |loc: u64| loc / 1_000_000;
+        let mut x = 0x9E37_79B9_7F4A_7C15_u64;
+        let mut next_loc = 1;
+        for step in 0..20_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Few keys, weak hashes: long runs and collisions.
+            let k = x % 64;
+            if x % 5 != 0 {
+                let loc = k * 1_000_000 + next_loc;
+                next_loc += 1;
+                ix.append(weak_hash(k), loc, |l| key(l).cmp(&k));
+                model.entry(k).or_default().push(loc);
+            } else if let Some(p) = ix.find(weak_hash(k), |l| key(l).cmp(&k)) {
+                let n = model[&k].len();
+                let parity = step % 2;
+                let removed = ix.remove_if(p, n, |s| s.loc % 2 == parity);
+                let (gone, kept): (Vec<u64>, Vec<u64>) =
+                    model[&k].iter().partition(|&&l| l % 2 == parity);
+                assert_eq!(removed.iter().map(|s| s.loc).collect::<Vec<_>>(), gone);
+                if kept.is_empty() {
+                    model.remove(&k);
+                } else {
+                    model.insert(k, kept);
+                }
+            }
+            if step % 2000 == 0 {
+                check_invariants(&ix);
+            }
+        }
+        check_invariants(&ix);
+        for (k, locs) in &model {
+            let p = ix.find(weak_hash(*k), |l| key(l).cmp(k)).unwrap();
+            let run: Vec<u64> = (p..p + locs.len()).map(|q| ix.slot(q).loc).collect();
+            assert_eq!(&run, locs, "key {k}");
+        }
+        assert_eq!(ix.len(), model.values().map(Vec::len).sum::<usize>());
     }
 
     #[test]

@@ -8,7 +8,10 @@
 //! - [`arena`]: the mmap'd region and its size-class allocator.
 //! - [`index`]: the hash index, sorted by hash so walks can resume;
 //!   [`hash`]: its keyed key hash.
-//! - [`table`]: a set table: index + arena behind one lock.
+//! - [`order`]: Erlang term order over encoded keys; [`etf`]: the
+//!   external-term-format pieces keys embed (pids, funs...).
+//! - [`ordered`]: the ordered index of ordered_set tables.
+//! - [`table`]: a table of any ETS kind: index + arena behind one lock.
 //! - [`atoms`]: a table's atom dictionary.
 //! - [`accounting`]: the kernel's view of a mapping (smaps).
 //! - [`persist`]: persistent tables: write-ahead log, group commit, dumps
@@ -22,8 +25,11 @@ pub mod codec;
 pub mod compress;
 pub mod crc;
 pub mod deflate;
+pub mod etf;
 pub mod hash;
 pub mod index;
+pub mod order;
+pub mod ordered;
 pub mod persist;
 pub mod record;
 pub mod recovery;

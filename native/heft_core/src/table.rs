@@ -1,12 +1,22 @@
-//! A set table: the hash index and the arena behind one read/write lock.
+//! A table: its key index and the arena behind one read/write lock.
+//!
+//! Four kinds, as in ETS ([`Kind`]): a set and a bag (or duplicate_bag)
+//! keep a hash index (see [`entries`]), a bag several entries a key in
+//! insertion order; an ordered_set keeps an ordered index whose keys
+//! compare in Erlang term order ([`crate::order`]).
 //!
 //! Callers encode and compress outside the lock ([`Table::prepare`]); under
 //! the write lock a change is an arena allocation, a copy and an index
 //! update. Readers copy a record's stored bytes out under the read lock and
 //! decompress and decode after releasing it, so no lock is held while
-//! (de)compressing. Updates that read, compute and write (counters, element
-//! updates) use [`Table::replace_if`], a compare-and-swap on the record's
-//! offset and bytes, and retry when another writer got there first.
+//! (de)compressing (bag inserts may inflate a stored body to compare two
+//! objects, see [`objects`]). Updates that read, compute and write
+//! (counters, element updates) use [`Table::replace_if`], a compare-and-swap
+//! on the record's offset and bytes, and retry when another writer got there
+//! first.
+
+mod entries;
+mod objects;
 
 use std::cmp::Ordering;
 use std::io;
@@ -20,10 +30,46 @@ use parking_lot::{
 
 use crate::arena::{Arena, Backing};
 use crate::atoms::AtomTable;
+use crate::codec;
 use crate::compress::{self, Codec, Compression};
 use crate::hash::KeyedHash;
-use crate::index::{HashIndex, Inserted, Slot};
+use crate::index::Slot;
 use crate::record::{self, Header};
+use entries::{Entries, Order, Pos};
+
+/// A table's kind, with ETS's semantics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// One object a key; keys match (`=:=`).
+    Set,
+    /// One object a key; keys compare equal (`==`, so `1` and `1.0` are one
+    /// key) and are kept in Erlang term order.
+    OrderedSet,
+    /// Any number of objects a key, but no two matching (`=:=`) ones; keys
+    /// match (`=:=`).
+    Bag,
+    /// Any number of objects a key, duplicates kept.
+    DuplicateBag,
+}
+
+impl Kind {
+    /// True for bag and duplicate_bag: several objects a key.
+    pub fn is_bag(self) -> bool {
+        matches!(self, Kind::Bag | Kind::DuplicateBag)
+    }
+}
+
+/// Which way a walk goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// First to last.
+    Forward,
+    /// Last to first: descending keys in an ordered_set; in a hash table
+    /// the keys in the order of `Forward` (as ETS's `last/1` and `prev/2`
+    /// are its `first/1` and `next/2` there), each key's objects last to
+    /// first (as ETS's `foldr/3`).
+    Backward,
+}
 
 /// How to build a table.
 #[derive(Clone, Debug)]
@@ -34,6 +80,8 @@ pub struct Options {
     pub compression: Compression,
     /// Shown in /proc/PID/maps and in file arena names.
     pub label: String,
+    /// The table's kind.
+    pub kind: Kind,
 }
 
 /// What a table operation can fail with.
@@ -88,12 +136,17 @@ impl From<io::Error> for Error {
 // applied, so log order is apply order and a change the journal refuses is
 // not applied.
 
-/// One change as the journal sees it.
+/// One change as the journal sees it. Replaying a log applies each with
+/// the table kind's rule, as [`Table::bulk_finish`] does.
 #[derive(Clone, Copy, Debug)]
 pub enum Change<'a> {
-    /// A record as stored (header, key, body) replaces any with its key.
+    /// A record as stored (header, key, body): it replaces the record of an
+    /// equal key (set, ordered_set) or joins its key's records, after them
+    /// (bag, duplicate_bag, which log a changed key whole: its `Delete`,
+    /// then a `Put` of each of its records).
     Put(&'a [u8]),
-    /// The record with this encoded key is removed.
+    /// The records of this encoded key (or, in an ordered_set, of an equal
+    /// key) are removed.
     Delete(&'a [u8]),
     /// Every record is removed.
     Clear,
@@ -133,7 +186,13 @@ pub struct Prepared {
     key_len: usize,
     header_len: usize,
     raw_len: usize,
+    codec: Codec,
     bytes: Vec<u8>,
+    /// Bag kinds: the uncompressed body, when `bytes` holds it compressed.
+    raw: Option<Vec<u8>>,
+    /// Bag kinds, for an object compared ignoring the sign of zero: its
+    /// canonical form with zeros normalized (see [`objects`]).
+    normalized: Option<Vec<u8>>,
 }
 
 impl Prepared {
@@ -142,8 +201,22 @@ impl Prepared {
         &self.bytes
     }
 
-    fn key(&self) -> &[u8] {
+    /// The key's hash.
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
+
+    /// The key's canonical encoding.
+    pub fn key(&self) -> &[u8] {
         &self.bytes[self.header_len..self.header_len + self.key_len]
+    }
+
+    fn stored_body(&self) -> &[u8] {
+        &self.bytes[self.header_len + self.key_len..]
+    }
+
+    fn raw_body(&self) -> &[u8] {
+        self.raw.as_deref().unwrap_or_else(|| self.stored_body())
     }
 }
 
@@ -221,6 +294,21 @@ impl RecordBuf {
         }
     }
 
+    /// Reverses each run of records with one key, from item `from` on.
+    fn reverse_runs(&mut self, from: usize) {
+        let mut start = from;
+        while start < self.items.len() {
+            let same = |a: &Item, b: &Item| a.hash == b.hash && self.key(a) == self.key(b);
+            let first = self.items[start];
+            let len = self.items[start..]
+                .iter()
+                .take_while(|it| same(&first, it))
+                .count();
+            self.items[start..start + len].reverse();
+            start += len;
+        }
+    }
+
     fn push(&mut self, hash: u64, loc: u64, header: Header, bytes: &[u8]) {
         let start = self.bytes.len();
         self.bytes.extend_from_slice(bytes);
@@ -247,7 +335,8 @@ pub struct Cursor {
 pub struct Stats {
     /// Records in the table.
     pub size: u64,
-    /// The hash index's slot array (its exact heap allocation).
+    /// The key index: the hash index's slot array, or the ordered index's
+    /// pages in use and directory (see each index's `heap_bytes`).
     pub index_bytes: u64,
     /// Other heap memory: the atom dictionary (estimated from capacities)
     /// and the arena's free lists.
@@ -267,13 +356,13 @@ pub struct Stats {
     pub payload_stored_bytes: u64,
     /// Start address of the arena mapping (to find it in smaps).
     pub arena_address: u64,
-    /// Start address of the index's slot array mapping.
+    /// Start address of the index's mapping (slot array or pages).
     pub index_address: u64,
 }
 
 /// A table's storage. Dropping it frees the index and unmaps the arena.
 pub struct State {
-    index: HashIndex,
+    entries: Entries,
     arena: Arena,
     raw_bytes: u64,
     stored_bytes: u64,
@@ -301,8 +390,25 @@ impl State {
         key_in(&self.arena, loc)
     }
 
-    fn find(&self, hash: u64, key: &[u8]) -> Option<usize> {
-        self.index.find(hash, |loc| self.key_at(loc).cmp(key))
+    /// The first entry of `key` and how many it has.
+    fn find(&self, ord: Order, hash: u64, key: &[u8]) -> Option<(Pos, usize)> {
+        self.entries.find(&self.arena, ord, hash, key)
+    }
+
+    /// The locs of `key`'s records, in order.
+    fn key_locs(&self, ord: Order, hash: u64, key: &[u8]) -> Vec<u64> {
+        match self.find(ord, hash, key) {
+            Some((pos, n)) => (0..n)
+                .map(|i| self.entries.loc(Entries::nth(pos, i)))
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Removes the entry at `pos` and frees its record.
+    fn remove_at(&mut self, pos: Pos) {
+        let loc = self.entries.remove_at(pos);
+        self.release(loc);
     }
 
     fn release(&mut self, loc: u64) {
@@ -338,6 +444,37 @@ impl State {
         Ok(locs)
     }
 
+    /// Indexes the record `r` placed at `loc`: after its key's objects in a
+    /// bag, else replacing the object of an equal key.
+    fn link(&mut self, kind: Kind, ord: Order, r: &Prepared, loc: u64) {
+        let State { entries, arena, .. } = self;
+        if let Some(old) = entries.add(arena, ord, kind.is_bag(), r.hash, r.key(), loc) {
+            self.release(old);
+        }
+    }
+
+    /// Of `recs`, in order, those a bag stores: each unless an object of
+    /// its key, stored or earlier in `recs`, matches it.
+    fn new_objects<'r>(
+        &self,
+        ord: Order,
+        recs: impl Iterator<Item = &'r Prepared>,
+    ) -> Vec<&'r Prepared> {
+        let mut kept: Vec<&Prepared> = Vec::new();
+        for r in recs {
+            let stored = self.find(ord, r.hash, r.key()).is_some_and(|(pos, n)| {
+                (0..n).any(|i| {
+                    let loc = self.entries.loc(Entries::nth(pos, i));
+                    objects::same_stored(&self.arena, loc, r)
+                })
+            });
+            if !stored && !kept.iter().any(|k| objects::same_prepared(k, r)) {
+                kept.push(r);
+            }
+        }
+        kept
+    }
+
     /// Frees blocks `place` filled, when the change is not applied after all.
     fn unplace(&mut self, recs: &[&Prepared], locs: &[u64]) {
         for (r, loc) in recs.iter().zip(locs) {
@@ -347,19 +484,24 @@ impl State {
         }
     }
 
-    fn link(&mut self, r: &Prepared, loc: u64) {
-        let key = r.key();
-        let State { index, arena, .. } = self;
-        let cmp = |l: u64| key_in(arena, l).cmp(key);
-        if let Inserted::Replaced(old) = index.insert(r.hash, loc, cmp) {
-            self.release(old);
-        }
+    fn copy_out(&self, pos: Pos, out: &mut RecordBuf) {
+        let loc = self.entries.loc(pos);
+        let (h, bytes) = self.record_at(loc);
+        out.push(self.entries.hash(pos), loc, h, bytes);
     }
 
-    fn copy_out(&self, pos: usize, out: &mut RecordBuf) {
-        let s = self.index.slot(pos);
-        let (h, bytes) = self.record_at(s.loc);
-        out.push(s.hash, s.loc, h, bytes);
+    /// Copies out the record whose key a walk reports for the key at `pos`:
+    /// that key's last entry (ETS reports a bag key's last object's key).
+    fn copy_key_record(&self, pos: Pos, out: &mut RecordBuf) {
+        self.copy_out(self.entries.last_of_key(&self.arena, pos), out);
+    }
+
+    /// True if the entry at `pos` has the key of `out`'s last record.
+    fn continues(&self, pos: Pos, out: &RecordBuf) -> bool {
+        out.items.last().is_some_and(|last| {
+            let loc = self.entries.loc(pos);
+            self.entries.hash(pos) == last.hash && self.key_at(loc) == out.key(last)
+        })
     }
 }
 
@@ -379,10 +521,11 @@ fn key_in(arena: &Arena, loc: u64) -> &[u8] {
     &bytes[h.key_start()..h.body_start()]
 }
 
-/// A set table.
+/// A table.
 pub struct Table {
     hasher: KeyedHash,
     compression: Compression,
+    kind: Kind,
     state: RwLock<Option<State>>,
     atoms: Arc<RwLock<AtomTable>>,
     backing: Backing,
@@ -397,8 +540,9 @@ impl Table {
         Ok(Table {
             hasher: KeyedHash::random(),
             compression: opts.compression,
+            kind: opts.kind,
             state: RwLock::new(Some(State {
-                index: HashIndex::new(&opts.label),
+                entries: Entries::new(opts.kind, &opts.label),
                 arena,
                 raw_bytes: 0,
                 stored_bytes: 0,
@@ -477,6 +621,45 @@ impl Table {
         Ok(self.write()?.arena.reserve(bytes)?)
     }
 
+    /// Logs what a bag's keys hold once `recs` join them:
+    /// [`Table::log_bag_key`] for each key, in one batch.
+    fn log_bag_keys(&self, st: &State, ord: Order, recs: &[&Prepared]) -> Result<(), Error> {
+        if self.journal.get().is_none() {
+            return Ok(());
+        }
+        let mut changes = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for r in recs.iter().filter(|r| seen.insert(r.key())) {
+            let stored = st.key_locs(ord, r.hash, r.key());
+            key_whole(&mut changes, st, r.key(), &stored, |_| None);
+            let joining = recs.iter().filter(|j| j.key() == r.key());
+            changes.extend(joining.map(|j| Change::Put(&j.bytes)));
+        }
+        self.log(&changes)
+    }
+
+    /// Logs a bag's key whole: its `Delete`, then a `Put` of each record it
+    /// holds after the change, in order: the records at `locs`, each as
+    /// stored or as `swap` replaces it. A bag's put adds a record, so
+    /// replaying it over a dump that already saw it would add it twice; a
+    /// key put back whole replays to the same state whatever the dump saw
+    /// (snapshot.rs), at the price of logging every record of a key each
+    /// time it changes.
+    fn log_bag_key<'r>(
+        &self,
+        st: &'r State,
+        key: &'r [u8],
+        locs: &[u64],
+        swap: impl Fn(u64) -> Option<&'r Vec<u8>>,
+    ) -> Result<(), Error> {
+        if self.journal.get().is_none() {
+            return Ok(());
+        }
+        let mut changes = Vec::new();
+        key_whole(&mut changes, st, key, locs, swap);
+        self.log(&changes)
+    }
+
     /// Places records read back from disk (header, key, body as stored,
     /// each with its header as `Header::parse` gave it, checked by the
     /// caller to span the record's bytes exactly, and its key's
@@ -503,57 +686,106 @@ impl Table {
         Ok(())
     }
 
-    /// Indexes what [`Table::bulk_put`] placed; of records with the same
-    /// key, the last placed wins (and replaces one already indexed).
+    /// Indexes what [`Table::bulk_put`] placed, in placing order, with the
+    /// kind's rule ([`Change::Put`]): in a set or ordered_set the last
+    /// record placed of equal keys wins (and replaces one already
+    /// indexed); a bag or duplicate_bag keeps them all, in order, after
+    /// those already indexed.
     pub fn bulk_finish(&self, bulk: &mut Bulk) -> Result<(), Error> {
         let mut st = self.write()?;
-        // Sorted by (hash, key, placing order): of equal keys the last
-        // placed comes last. Keys are compared only on equal hashes.
+        let names = self.names();
+        let ord = order(&names);
         let mut slots = std::mem::take(&mut bulk.slots);
-        if sort_by_hash(&mut slots) {
-            let arena = &st.arena;
-            for run in slots.chunk_by_mut(|a, b| a.hash == b.hash) {
-                if run.len() > 1 {
-                    run.sort_by(|a, b| key_in(arena, a.loc).cmp(key_in(arena, b.loc)));
+        let bag = self.kind.is_bag();
+        if st.entries.len() > 0 || self.kind == Kind::OrderedSet {
+            for s in slots {
+                let State { entries, arena, .. } = &mut *st;
+                let key = key_in(arena, s.loc);
+                if let Some(old) = entries.add(arena, ord, bag, s.hash, key, s.loc) {
+                    st.release(old);
                 }
             }
-            // Of equal keys, keep the last placed.
-            let mut kept = 0usize;
-            for i in 0..slots.len() {
-                let s = slots[i];
-                match kept.checked_sub(1).map(|k| slots[k]) {
-                    Some(last)
-                        if last.hash == s.hash && st.key_at(last.loc) == st.key_at(s.loc) =>
-                    {
-                        slots[kept - 1] = s;
-                        st.release(last.loc);
-                    }
-                    _ => {
-                        slots[kept] = s;
-                        kept += 1;
-                    }
-                }
-            }
-            slots.truncate(kept);
-        }
-        if st.index.is_empty() {
-            st.index.build_sorted(&slots);
             return Ok(());
         }
-        for s in slots {
-            let State { index, arena, .. } = &mut *st;
-            let key = key_in(arena, s.loc);
-            if let Inserted::Replaced(old) =
-                index.insert(s.hash, s.loc, |l| key_in(arena, l).cmp(key))
+        // Into an empty hash index at once: sorted by (hash, key, placing
+        // order), keys compared only on equal hashes.
+        if sort_by_hash(&mut slots) {
             {
-                st.release(old);
+                let arena = &st.arena;
+                for run in slots.chunk_by_mut(|a, b| a.hash == b.hash) {
+                    if run.len() > 1 {
+                        run.sort_by(|a, b| key_in(arena, a.loc).cmp(key_in(arena, b.loc)));
+                    }
+                }
             }
+            if !bag {
+                // Of equal keys, keep the last placed.
+                let mut kept = 0usize;
+                for i in 0..slots.len() {
+                    let s = slots[i];
+                    match kept.checked_sub(1).map(|k| slots[k]) {
+                        Some(last)
+                            if last.hash == s.hash && st.key_at(last.loc) == st.key_at(s.loc) =>
+                        {
+                            slots[kept - 1] = s;
+                            st.release(last.loc);
+                        }
+                        _ => {
+                            slots[kept] = s;
+                            kept += 1;
+                        }
+                    }
+                }
+                slots.truncate(kept);
+            }
+        }
+        st.entries.build_sorted(&slots);
+        Ok(())
+    }
+
+    /// Places and indexes `recs` in order, all or none, logging what it
+    /// stores first; a bag keeps only new objects, and takes a batch in
+    /// reverse order, as ETS does.
+    fn store(&self, st: &mut State, ord: Order, recs: &[Prepared]) -> Result<(), Error> {
+        let recs: Vec<&Prepared> = match self.kind {
+            Kind::Bag => st.new_objects(ord, recs.iter().rev()),
+            _ => recs.iter().collect(),
+        };
+        if recs.is_empty() {
+            return Ok(());
+        }
+        let locs = st.place(&recs)?;
+        let logged = if self.kind.is_bag() {
+            self.log_bag_keys(st, ord, &recs)
+        } else {
+            self.log_puts(&recs)
+        };
+        if let Err(e) = logged {
+            st.unplace(&recs, &locs);
+            return Err(e);
+        }
+        for (r, loc) in recs.iter().zip(locs) {
+            st.link(self.kind, ord, r, loc);
         }
         Ok(())
     }
 
+    /// The table's kind.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The atom dictionary, read-locked, for an ordered_set, whose keys
+    /// compare by atom names. Always taken after the state lock (the NIF
+    /// takes the dictionary's write lock only while holding neither).
+    fn names(&self) -> Option<RwLockReadGuard<'_, AtomTable>> {
+        (self.kind == Kind::OrderedSet).then(|| self.atoms.read())
+    }
+
     /// Compresses and frames a record (no lock taken). `body` is the
-    /// encoded record, `key` its key's canonical encoding.
+    /// encoded record, `key` its key's canonical encoding. For a bag or
+    /// duplicate_bag, `body` must be written canonically (no
+    /// back-references, maps sorted; see [`codec::canonical`]).
     pub fn prepare(&self, key: &[u8], body: &[u8]) -> Prepared {
         let mut packed = Vec::new();
         let codec = compress::compress(body, self.compression, &mut packed);
@@ -563,56 +795,60 @@ impl Table {
         };
         let mut bytes = Vec::new();
         record::write(&mut bytes, codec, key, stored, body.len());
+        let keep_raw = self.kind.is_bag() && codec != Codec::Raw;
         Prepared {
             hash: self.hash(key),
             key_len: key.len(),
             header_len: record::header_len(codec, key.len(), stored.len(), body.len()),
             raw_len: body.len(),
+            codec,
             bytes,
+            raw: keep_raw.then(|| body.to_vec()),
+            normalized: None,
         }
     }
 
-    /// Inserts all records, replacing equal keys, in order (a later record
-    /// with the same key wins). All or nothing: on error none is inserted.
+    /// [`Table::prepare`] for an object of a bag or duplicate_bag that holds
+    /// a float zero, on a VM where `0.0 =:= -0.0`: it matches objects that
+    /// differ from it only in the sign of zeros.
+    pub fn prepare_ignoring_zero_sign(&self, key: &[u8], body: &[u8]) -> Prepared {
+        let mut p = self.prepare(key, body);
+        p.normalized = codec::canonical(body, Some(key), true).ok();
+        p
+    }
+
+    /// Inserts all records, in order. In a set or ordered_set a record
+    /// replaces the one of an equal key (a later record of a batch wins);
+    /// a duplicate_bag keeps every record; a bag takes the batch in reverse
+    /// order (as ETS does) and skips records whose object matches one of
+    /// its key already there. All or nothing: on error none is inserted.
     pub fn insert(&self, recs: &[Prepared]) -> Result<(), Error> {
-        let refs: Vec<&Prepared> = recs.iter().collect();
         let mut st = self.write()?;
-        let locs = st.place(&refs)?;
-        if let Err(e) = self.log_puts(&refs) {
-            st.unplace(&refs, &locs);
-            return Err(e);
-        }
-        for (r, loc) in recs.iter().zip(locs) {
-            st.link(r, loc);
-        }
-        Ok(())
+        let names = self.names();
+        self.store(&mut st, order(&names), recs)
     }
 
-    /// Inserts all records if none of their keys is present; returns false
-    /// (inserting nothing) otherwise.
+    /// Inserts all records (as [`Table::insert`]) if none of their keys is
+    /// present; returns false (inserting nothing) otherwise.
     pub fn insert_new(&self, recs: &[Prepared]) -> Result<bool, Error> {
-        let refs: Vec<&Prepared> = recs.iter().collect();
         let mut st = self.write()?;
-        if recs.iter().any(|r| st.find(r.hash, r.key()).is_some()) {
+        let names = self.names();
+        let ord = order(&names);
+        if recs.iter().any(|r| st.find(ord, r.hash, r.key()).is_some()) {
             return Ok(false);
         }
-        let locs = st.place(&refs)?;
-        if let Err(e) = self.log_puts(&refs) {
-            st.unplace(&refs, &locs);
-            return Err(e);
-        }
-        for (r, loc) in recs.iter().zip(locs) {
-            st.link(r, loc);
-        }
+        self.store(&mut st, ord, recs)?;
         Ok(true)
     }
 
-    /// Copies the record with this key into `out` (appending); false if absent.
+    /// Copies the records with this key into `out` (appending; several in a
+    /// bag, in insertion order); false if there are none.
     pub fn get(&self, hash: u64, key: &[u8], out: &mut RecordBuf) -> Result<bool, Error> {
         let st = self.read()?;
-        Ok(match st.find(hash, key) {
-            Some(pos) => {
-                st.copy_out(pos, out);
+        let names = self.names();
+        Ok(match st.find(order(&names), hash, key) {
+            Some((pos, n)) => {
+                (0..n).for_each(|i| st.copy_out(Entries::nth(pos, i), out));
                 true
             }
             None => false,
@@ -621,11 +857,13 @@ impl Table {
 
     /// True if the key is present.
     pub fn contains(&self, hash: u64, key: &[u8]) -> Result<bool, Error> {
-        Ok(self.read()?.find(hash, key).is_some())
+        let st = self.read()?;
+        let names = self.names();
+        Ok(st.find(order(&names), hash, key).is_some())
     }
 
-    /// Removes the key; copies the removed record into `out` when given.
-    /// Returns whether it was present.
+    /// Removes every record with the key; copies them into `out` when
+    /// given. Returns whether there were any.
     pub fn remove(
         &self,
         hash: u64,
@@ -633,22 +871,69 @@ impl Table {
         out: Option<&mut RecordBuf>,
     ) -> Result<bool, Error> {
         let mut st = self.write()?;
-        let Some(pos) = st.find(hash, key) else {
+        let names = self.names();
+        let Some((pos, n)) = st.find(order(&names), hash, key) else {
             return Ok(false);
         };
         self.log(&[Change::Delete(key)])?;
         if let Some(out) = out {
-            st.copy_out(pos, out);
+            (0..n).for_each(|i| st.copy_out(Entries::nth(pos, i), out));
         }
-        let slot = st.index.remove_at(pos);
-        st.release(slot.loc);
+        for loc in st.entries.remove_where(pos, n, |_| true) {
+            st.release(loc);
+        }
         Ok(true)
     }
 
-    /// Replaces (or with `new: None`, removes) the record with this key if
-    /// it is still the one in `expected` (same offset and bytes), or inserts
-    /// `new` if `expected` is `None` and the key is still absent. Returns
-    /// false, changing nothing, if another writer changed the key meanwhile.
+    /// Removes from a bag or duplicate_bag the objects of `r`'s key that
+    /// match `r`'s object (`=:=`): in a bag the one, in a duplicate_bag
+    /// every copy. Returns how many were removed.
+    pub fn remove_object(&self, r: &Prepared) -> Result<usize, Error> {
+        let mut st = self.write()?;
+        let names = self.names();
+        let Some((pos, n)) = st.find(order(&names), r.hash, r.key()) else {
+            return Ok(0);
+        };
+        let every = self.kind == Kind::DuplicateBag;
+        let locs: Vec<u64> = (0..n)
+            .map(|i| st.entries.loc(Entries::nth(pos, i)))
+            .collect();
+        let mut gone: Vec<u64> = Vec::new();
+        for &loc in &locs {
+            if (every || gone.is_empty()) && objects::same_stored(&st.arena, loc, r) {
+                gone.push(loc);
+            }
+        }
+        if gone.is_empty() {
+            return Ok(0);
+        }
+        gone.sort_unstable();
+        let goes = |loc: &u64| gone.binary_search(loc).is_ok();
+        // The log knows keys, not objects: the key goes, and what stays of
+        // it comes back, in order.
+        let stay: Vec<u64> = locs.iter().copied().filter(|l| !goes(l)).collect();
+        self.log_bag_key(&st, r.key(), &stay, |_| None)?;
+        let removed = st.entries.remove_where(pos, n, |loc| goes(&loc));
+        for &loc in &removed {
+            st.release(loc);
+        }
+        Ok(removed.len())
+    }
+
+    /// How many records the key has (several in a bag: what inserting into
+    /// a bag compares with, what removing the key frees). O(log n) reads.
+    pub fn count(&self, hash: u64, key: &[u8]) -> Result<usize, Error> {
+        let st = self.read()?;
+        let names = self.names();
+        Ok(st.find(order(&names), hash, key).map_or(0, |(_, n)| n))
+    }
+
+    /// Replaces (or with `new: None`, removes) the record `expected` names
+    /// (by offset; it must still hold the same bytes) among this key's, or
+    /// inserts `new` if `expected` is `None` and the key is still absent.
+    /// Returns false, changing nothing, if another writer changed it
+    /// meanwhile. In a bag the replacement takes the old record's place
+    /// among its key's.
     pub fn replace_if(
         &self,
         hash: u64,
@@ -657,31 +942,58 @@ impl Table {
         new: Option<&Prepared>,
     ) -> Result<bool, Error> {
         let mut st = self.write()?;
-        let pos = st.find(hash, key);
-        let same = match (pos, expected) {
-            (None, None) => true,
-            (Some(pos), Some((buf, it))) => {
-                let loc = st.index.slot(pos).loc;
-                loc == it.loc && st.record_at(loc).1 == buf.record(it)
+        let names = self.names();
+        let ord = order(&names);
+        let found = st.find(ord, hash, key);
+        let (pos, same) = match (found, expected) {
+            (None, None) => (None, true),
+            (Some((first, n)), Some((buf, it))) => {
+                let pos = (0..n)
+                    .map(|i| Entries::nth(first, i))
+                    .find(|&p| st.entries.loc(p) == it.loc);
+                let same = pos.is_some_and(|_| st.record_at(it.loc).1 == buf.record(it));
+                (pos, same)
             }
-            _ => false,
+            _ => (None, false),
         };
         if !same {
             return Ok(false);
         }
+        let bag = self.kind.is_bag();
         match (pos, new) {
-            (_, Some(new)) => {
+            (pos, Some(new)) => {
                 let locs = st.place(&[new])?;
-                if let Err(e) = self.log_puts(&[new]) {
+                let logged = match (bag, pos) {
+                    (true, Some(p)) => {
+                        let old = st.entries.loc(p);
+                        let after = st.key_locs(ord, hash, key);
+                        self.log_bag_key(&st, key, &after, |l| (l == old).then_some(&new.bytes))
+                    }
+                    _ => self.log_puts(&[new]),
+                };
+                if let Err(e) = logged {
                     st.unplace(&[new], &locs);
                     return Err(e);
                 }
-                st.link(new, locs[0]);
+                match (bag, pos) {
+                    (true, Some(p)) => {
+                        let old = st.entries.loc(p);
+                        st.entries.set_loc(p, locs[0]);
+                        st.release(old);
+                    }
+                    _ => st.link(self.kind, ord, new, locs[0]),
+                }
             }
-            (Some(pos), None) => {
-                self.log(&[Change::Delete(key)])?;
-                let slot = st.index.remove_at(pos);
-                st.release(slot.loc);
+            (Some(p), None) => {
+                if bag {
+                    let old = st.entries.loc(p);
+                    let stay: Vec<u64> = st.key_locs(ord, hash, key);
+                    let stay: Vec<u64> = stay.into_iter().filter(|&l| l != old).collect();
+                    self.log_bag_key(&st, key, &stay, |_| None)?;
+                } else {
+                    self.log(&[Change::Delete(key)])?;
+                }
+                st.remove_at(p);
             }
             (None, None) => {}
         }
@@ -693,17 +1005,13 @@ impl Table {
         let mut st = self.write()?;
         self.log(&[Change::Clear])?;
         st.arena.clear()?;
-        st.index.clear();
+        st.entries.clear();
         st.raw_bytes = 0;
         st.stored_bytes = 0;
         Ok(())
     }
 
-    /// Copies up to `max_records` records (stopping early once they hold
-    /// `max_raw` bytes of key plus uncompressed body, the measure of what
-    /// decoding them will cost) that come after `after` in walk order
-    /// (from the start when `None`). Returns where to resume, or `None` when
-    /// the walk reached the end.
+    /// [`Table::chunk_in`] forward.
     pub fn chunk(
         &self,
         after: Option<&Cursor>,
@@ -711,29 +1019,51 @@ impl Table {
         max_raw: usize,
         out: &mut RecordBuf,
     ) -> Result<Option<Cursor>, Error> {
+        self.chunk_in(Direction::Forward, after, max_records, max_raw, out)
+    }
+
+    /// Copies up to `max_records` records (stopping early once they hold
+    /// `max_raw` bytes of key plus uncompressed body, the measure of what
+    /// decoding them will cost) that come after the key of `after` in walk
+    /// order (from the start when `None`); see [`Direction`]. A bag's key
+    /// is never split between chunks: a chunk takes all of its last key's
+    /// records, beyond the limits if need be. Returns where to resume, or
+    /// `None` when the walk reached the end.
+    pub fn chunk_in(
+        &self,
+        dir: Direction,
+        after: Option<&Cursor>,
+        max_records: usize,
+        max_raw: usize,
+        out: &mut RecordBuf,
+    ) -> Result<Option<Cursor>, Error> {
         let st = self.read()?;
-        let mut p = match after {
-            None => 0,
-            Some(c) => st
-                .index
-                .seek_after(c.hash, |loc| st.key_at(loc).cmp(&c.key)),
+        let names = self.names();
+        let ord = order(&names);
+        let back = dir == Direction::Backward;
+        let (e, a) = (&st.entries, &st.arena);
+        let mut p = match (after, back) {
+            (None, false) => e.first(),
+            (None, true) => e.last(),
+            (Some(c), _) => e.seek(a, ord, dir, c.hash, &c.key),
         };
         let first = out.len();
         let mut raw = 0usize;
-        while out.len() - first < max_records && raw < max_raw {
-            match st.index.next_occupied(p) {
-                Some(q) => {
-                    st.copy_out(q, out);
-                    if let Some(it) = out.items.last() {
-                        raw += it.header.key_len + it.header.raw_len;
-                    }
-                    p = q + 1;
-                }
-                None => return Ok(None),
+        while let Some(pos) = p {
+            let full = out.len() - first >= max_records || raw >= max_raw;
+            if full && !(self.kind.is_bag() && st.continues(pos, out)) {
+                break;
             }
+            st.copy_out(pos, out);
+            if let Some(it) = out.items.last() {
+                raw += it.header.key_len + it.header.raw_len;
+            }
+            p = if back { e.prev(pos) } else { e.next(pos) };
         }
-        // Stopped because the chunk is full: is there anything after it?
-        if st.index.next_occupied(p).is_none() {
+        if back && self.kind.is_bag() {
+            out.reverse_runs(first);
+        }
+        if p.is_none() {
             return Ok(None);
         }
         Ok(out.items.last().map(|last| Cursor {
@@ -742,29 +1072,57 @@ impl Table {
         }))
     }
 
+    /// Copies into `out` the record that gives the key at one end of the
+    /// walk order: the first, or with `Backward` the last (the greatest key
+    /// of an ordered_set; the first of a hash table, as ETS's `last/1`).
+    /// In a bag that is the key's last object, whose key ETS reports (they
+    /// differ where `0.0 =:= -0.0`). False if the table is empty.
+    pub fn end_record(&self, dir: Direction, out: &mut RecordBuf) -> Result<bool, Error> {
+        let st = self.read()?;
+        let pos = match dir {
+            Direction::Forward => st.entries.first(),
+            Direction::Backward => st.entries.last(),
+        };
+        Ok(pos.map(|pos| st.copy_key_record(pos, out)).is_some())
+    }
+
+    /// Copies into `out` the record that gives the key after (`Forward`) or
+    /// before (`Backward`) `key` in walk order (as [`Table::end_record`]),
+    /// whether or not `key` is still in the table; false at the end. In a
+    /// hash table both directions give the next key, as ETS's `next/2` and
+    /// `prev/2` do.
+    pub fn step_record(
+        &self,
+        dir: Direction,
+        hash: u64,
+        key: &[u8],
+        out: &mut RecordBuf,
+    ) -> Result<bool, Error> {
+        let st = self.read()?;
+        let names = self.names();
+        let ord = order(&names);
+        let pos = st.entries.seek(&st.arena, ord, dir, hash, key);
+        Ok(pos.map(|pos| st.copy_key_record(pos, out)).is_some())
+    }
+
     /// The first key in walk order.
     pub fn first_key(&self) -> Result<Option<Vec<u8>>, Error> {
-        let st = self.read()?;
-        Ok(st
-            .index
-            .next_occupied(0)
-            .map(|pos| st.key_at(st.index.slot(pos).loc).to_vec()))
+        let mut out = RecordBuf::new();
+        self.end_record(Direction::Forward, &mut out)?;
+        Ok(out.items().first().map(|it| out.key(it).to_vec()))
     }
 
     /// The key after `key` in walk order, whether or not `key` is still in
     /// the table.
     pub fn next_key(&self, hash: u64, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        let st = self.read()?;
-        let p = st.index.seek_after(hash, |loc| st.key_at(loc).cmp(key));
-        Ok(st
-            .index
-            .next_occupied(p)
-            .map(|pos| st.key_at(st.index.slot(pos).loc).to_vec()))
+        let mut out = RecordBuf::new();
+        self.step_record(Direction::Forward, hash, key, &mut out)?;
+        Ok(out.items().first().map(|it| out.key(it).to_vec()))
     }
 
     /// Number of records.
     pub fn len(&self) -> Result<usize, Error> {
-        Ok(self.read()?.index.len())
+        Ok(self.read()?.entries.len())
     }
 
     /// True when the table holds no records.
@@ -776,8 +1134,8 @@ impl Table {
     pub fn stats(&self) -> Result<Stats, Error> {
         let st = self.read()?;
         Ok(Stats {
-            size: st.index.len() as u64,
-            index_bytes: st.index.heap_bytes(),
+            size: st.entries.len() as u64,
+            index_bytes: st.entries.heap_bytes(),
             meta_bytes: self.atoms.read().heap_bytes() + st.arena.overhead_bytes(),
             arena_mapped_bytes: st.arena.mapped_bytes(),
             arena_used_bytes: st.arena.used_bytes(),
@@ -786,7 +1144,7 @@ impl Table {
             payload_raw_bytes: st.raw_bytes,
             payload_stored_bytes: st.stored_bytes,
             arena_address: st.arena.address() as u64,
-            index_address: st.index.address() as u64,
+            index_address: st.entries.address() as u64,
         })
     }
 }
@@ -846,6 +1204,32 @@ fn scatter(src: &[Slot], dst: &mut [Slot], bits: u32, digit: impl Fn(u64) -> usi
     }
 }
 
+/// Pushes a bag key's `Delete` and a `Put` of each of the records at
+/// `locs` (or of what `swap` puts in one's place) onto `changes`.
+fn key_whole<'r>(
+    changes: &mut Vec<Change<'r>>,
+    st: &'r State,
+    key: &'r [u8],
+    locs: &[u64],
+    swap: impl Fn(u64) -> Option<&'r Vec<u8>>,
+) {
+    changes.push(Change::Delete(key));
+    for &l in locs {
+        match swap(l) {
+            Some(bytes) => changes.push(Change::Put(bytes)),
+            None => changes.push(Change::Put(st.record_at(l).1)),
+        }
+    }
+}
+
+/// How keys compare, given the dictionary [`Table::names`] gave.
+fn order<'a>(names: &'a Option<RwLockReadGuard<'_, AtomTable>>) -> Order<'a> {
+    match names {
+        Some(n) => Order::Term(n),
+        None => Order::Bytes,
+    }
+}
+
 /// Orders two encoded keys the way the index breaks hash ties.
 pub fn key_order(a: &[u8], b: &[u8]) -> Ordering {
     a.cmp(b)
@@ -854,13 +1238,34 @@ pub fn key_order(a: &[u8], b: &[u8]) -> Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Records as recovery hands them to [`Table::bulk_put`]: each with its
+    /// parsed header and its key's hash.
+    fn loaded<'r>(
+        t: &Table,
+        recs: impl IntoIterator<Item = &'r [u8]>,
+    ) -> std::vec::IntoIter<(Header, &'r [u8], u64)> {
+        let v: Vec<_> = recs
+            .into_iter()
+            .map(|r| {
+                let h = Header::parse(r).unwrap();
+                (h, r, t.hash(&r[h.key_start()..h.body_start()]))
+            })
+            .collect();
+        v.into_iter()
+    }
     use crate::codec::Value;
 
     fn table(compression: Compression) -> Table {
+        table_of(Kind::Set, compression)
+    }
+
+    fn table_of(kind: Kind, compression: Compression) -> Table {
         Table::new(&Options {
             backing: Backing::Memory,
             compression,
             label: "test".into(),
+            kind,
         })
         .unwrap()
     }
@@ -1009,13 +1414,7 @@ mod tests {
         keys.dedup();
         assert_eq!(keys.len(), 5000);
         // first/next agree with chunks.
-        let mut k = t.first_key().unwrap().unwrap();
-        let mut n = 1;
-        while let Some(next) = t.next_key(t.hash(&k), &k).unwrap() {
-            k = next;
-            n += 1;
-        }
-        assert_eq!(n, 5000);
+        assert_eq!(walked_keys(&t), 5000);
     }
 
     #[test]
@@ -1072,15 +1471,9 @@ mod tests {
             let recs: Vec<Vec<u8>> = range
                 .map(|i| t.prepare(&key(i % 3000), &body(i + round, 3)).bytes)
                 .collect();
-            let parsed: Vec<(Header, &[u8], u64)> = recs
-                .iter()
-                .map(|r| {
-                    let h = Header::parse(r).unwrap();
-                    (h, r.as_slice(), t.hash(&r[h.key_start()..h.body_start()]))
-                })
-                .collect();
             let mut bulk = Bulk::default();
-            t.bulk_put(parsed.into_iter(), &mut bulk).unwrap();
+            t.bulk_put(loaded(&t, recs.iter().map(Vec::as_slice)), &mut bulk)
+                .unwrap();
             t.bulk_finish(&mut bulk).unwrap();
         };
         // Keys 0..3000 placed over and over: the last placed wins.
@@ -1121,5 +1514,400 @@ mod tests {
         assert_eq!((s.size, s.arena_live_bytes, s.payload_raw_bytes), (0, 0, 0));
         assert!(s.arena_used_bytes < 100);
         assert!(t.first_key().unwrap().is_none());
+    }
+
+    /// How many keys a first/next walk visits.
+    fn walked_keys(t: &Table) -> usize {
+        let mut n = 0;
+        let mut k = t.first_key().unwrap();
+        while let Some(key) = k {
+            n += 1;
+            k = t.next_key(t.hash(&key), &key).unwrap();
+        }
+        n
+    }
+
+    fn float_key(f: f64) -> Vec<u8> {
+        Value::Float(f).to_bytes()
+    }
+
+    /// Calls `f` on every record, in walk order, read in chunks of `n`.
+    fn each_record(t: &Table, dir: Direction, n: usize, mut f: impl FnMut(&RecordBuf, &Item)) {
+        let mut cursor = None;
+        loop {
+            let mut buf = RecordBuf::new();
+            let next = t
+                .chunk_in(dir, cursor.as_ref(), n, usize::MAX, &mut buf)
+                .unwrap();
+            buf.items().iter().for_each(|it| f(&buf, it));
+            match next {
+                Some(c) => cursor = Some(c),
+                None => return,
+            }
+        }
+    }
+
+    /// All records as (key, body) in walk order, in chunks of `n`.
+    fn walk(t: &Table, dir: Direction, n: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut scratch = Vec::new();
+        each_record(t, dir, n, |buf, it| {
+            let body = buf.body(it, &mut scratch).unwrap().to_vec();
+            out.push((buf.key(it).to_vec(), body));
+        });
+        out
+    }
+
+    fn all_bodies(t: &Table, k: &[u8]) -> Vec<Vec<u8>> {
+        let mut buf = RecordBuf::new();
+        t.get(t.hash(k), k, &mut buf).unwrap();
+        let mut scratch = Vec::new();
+        buf.items()
+            .iter()
+            .map(|it| buf.body(it, &mut scratch).unwrap().to_vec())
+            .collect()
+    }
+
+    #[test]
+    fn an_ordered_set_walks_in_term_order_both_ways() {
+        let t = table_of(Kind::OrderedSet, Compression::Zlib(1));
+        // Interleaved integers and floats, inserted shuffled.
+        let mut keys: Vec<Vec<u8>> = (0..3000)
+            .map(|i| {
+                if i % 2 == 0 {
+                    key(i * 7919 % 6000 - 3000)
+                } else {
+                    float_key((i * 7919 % 6000 - 3000) as f64 + 0.5)
+                }
+            })
+            .collect();
+        let recs: Vec<Prepared> = keys.iter().map(|k| t.prepare(k, &body(0, 10))).collect();
+        t.insert(&recs).unwrap();
+        let names = |_| "";
+        keys.sort_by(|a, b| crate::order::compare(a, b, names));
+        let fwd: Vec<Vec<u8>> = walk(&t, Direction::Forward, 77)
+            .into_iter()
+            .map(|r| r.0)
+            .collect();
+        assert_eq!(fwd, keys);
+        let mut back: Vec<Vec<u8>> = walk(&t, Direction::Backward, 50)
+            .into_iter()
+            .map(|r| r.0)
+            .collect();
+        back.reverse();
+        assert_eq!(back, keys);
+        // first/last/next/prev, including from keys that are not there.
+        assert_eq!(t.first_key().unwrap().as_ref(), keys.first());
+        let mut last = RecordBuf::new();
+        assert!(t.end_record(Direction::Backward, &mut last).unwrap());
+        assert_eq!(Some(&last.key(&last.items()[0]).to_vec()), keys.last());
+        let k = float_key(10.25);
+        let step = |dir| {
+            let mut out = RecordBuf::new();
+            assert!(t.step_record(dir, 0, &k, &mut out).unwrap());
+            out.key(&out.items()[0]).to_vec()
+        };
+        let (next, prev) = (step(Direction::Forward), step(Direction::Backward));
+        assert_eq!(crate::order::compare(&next, &k, names), Ordering::Greater);
+        assert_eq!(crate::order::compare(&prev, &k, names), Ordering::Less);
+        let i = keys.iter().position(|x| x == &next).unwrap();
+        assert_eq!(keys[i - 1], prev);
+    }
+
+    #[test]
+    fn an_ordered_set_key_compares_with_equality_and_keeps_the_last_key_given() {
+        let t = table_of(Kind::OrderedSet, Compression::None);
+        t.insert(&[t.prepare(&float_key(1.0), &body(1, 1))])
+            .unwrap();
+        t.insert(&[t.prepare(&key(1), &body(2, 1))]).unwrap();
+        assert_eq!(t.len().unwrap(), 1);
+        let mut buf = RecordBuf::new();
+        assert!(t.get(0, &float_key(1.0), &mut buf).unwrap());
+        assert_eq!(buf.key(&buf.items()[0]), key(1).as_slice());
+        assert!(t.contains(0, &key(1)).unwrap());
+        // insert_new sees 1.0 as present; a batch's last equal key wins.
+        assert!(!t
+            .insert_new(&[t.prepare(&float_key(1.0), &body(3, 1))])
+            .unwrap());
+        let batch = [
+            t.prepare(&key(2), &body(4, 1)),
+            t.prepare(&float_key(2.0), &body(5, 1)),
+        ];
+        assert!(t.insert_new(&batch).unwrap());
+        assert_eq!(all_bodies(&t, &key(2)), vec![body(5, 1)]);
+        // A compare-and-swap finds the record by an equal key.
+        let mut seen = RecordBuf::new();
+        t.get(0, &float_key(2.0), &mut seen).unwrap();
+        let it = seen.items()[0];
+        let new = t.prepare(&float_key(2.0), &body(6, 1));
+        assert!(t
+            .replace_if(0, &key(2), Some((&seen, &it)), Some(&new))
+            .unwrap());
+        assert_eq!(all_bodies(&t, &key(2)), vec![body(6, 1)]);
+        assert!(t.remove(0, &float_key(1.0), None).unwrap());
+        assert_eq!(t.len().unwrap(), 1);
+        assert!(t.stats().unwrap().index_bytes >= 4096);
+    }
+
+    #[test]
+    fn an_ordered_set_orders_atoms_by_name_not_id() {
+        let t = table_of(Kind::OrderedSet, Compression::None);
+        let names = ["zebra", "apple", "mango"];
+        for n in names {
+            t.atoms().write().intern(n);
+        }
+        let recs: Vec<Prepared> = (0..3u32)
+            .map(|id| t.prepare(&Value::Atom(id).to_bytes(), &body(0, 0)))
+            .collect();
+        t.insert(&recs).unwrap();
+        let order: Vec<Vec<u8>> = walk(&t, Direction::Forward, 10)
+            .into_iter()
+            .map(|r| r.0)
+            .collect();
+        let want: Vec<Vec<u8>> = [1u32, 2, 0]
+            .iter()
+            .map(|&id| Value::Atom(id).to_bytes())
+            .collect();
+        assert_eq!(order, want);
+    }
+
+    #[test]
+    fn a_bag_keeps_distinct_objects_in_insertion_order() {
+        for compression in [Compression::None, Compression::Zlib(6)] {
+            let t = table_of(Kind::Bag, compression);
+            let k = key(1);
+            let obj = |v: i64| body(v, 100);
+            t.insert(&[t.prepare(&k, &obj(1))]).unwrap();
+            // One batch: taken in reverse order, duplicates dropped.
+            let batch: Vec<Prepared> = [2, 3, 1, 2, 4]
+                .iter()
+                .map(|&v| t.prepare(&k, &obj(v)))
+                .collect();
+            t.insert(&batch).unwrap();
+            assert_eq!(all_bodies(&t, &k), vec![obj(1), obj(4), obj(2), obj(3)]);
+            assert_eq!(t.len().unwrap(), 4);
+            // Re-inserting an object keeps its place.
+            t.insert(&[t.prepare(&k, &obj(2))]).unwrap();
+            assert_eq!(all_bodies(&t, &k), vec![obj(1), obj(4), obj(2), obj(3)]);
+            // insert_new is false once the key has any object.
+            assert!(!t.insert_new(&[t.prepare(&k, &obj(9))]).unwrap());
+            // Objects of other keys stay apart.
+            t.insert(&[t.prepare(&key(2), &obj(1))]).unwrap();
+            assert_eq!(all_bodies(&t, &key(2)), vec![obj(1)]);
+            // remove_object takes the one matching object.
+            assert_eq!(t.remove_object(&t.prepare(&k, &obj(4))).unwrap(), 1);
+            assert_eq!(t.remove_object(&t.prepare(&k, &obj(4))).unwrap(), 0);
+            assert_eq!(all_bodies(&t, &k), vec![obj(1), obj(2), obj(3)]);
+            // remove takes them all, and gives them back in order.
+            let mut out = RecordBuf::new();
+            assert!(t.remove(t.hash(&k), &k, Some(&mut out)).unwrap());
+            assert_eq!(out.len(), 3);
+            assert_eq!(t.len().unwrap(), 1);
+            let s = t.stats().unwrap();
+            assert_eq!(s.size, 1);
+            assert_eq!(s.payload_raw_bytes, (key(2).len() + obj(1).len()) as u64);
+        }
+    }
+
+    #[test]
+    fn a_duplicate_bag_keeps_copies_and_remove_object_takes_them_all() {
+        let t = table_of(Kind::DuplicateBag, Compression::Zlib(1));
+        let k = key(7);
+        let batch: Vec<Prepared> = [1, 2, 1, 1]
+            .iter()
+            .map(|&v| t.prepare(&k, &body(v, 80)))
+            .collect();
+        t.insert(&batch).unwrap();
+        assert_eq!(
+            all_bodies(&t, &k),
+            vec![body(1, 80), body(2, 80), body(1, 80), body(1, 80)]
+        );
+        assert_eq!(t.remove_object(&t.prepare(&k, &body(1, 80))).unwrap(), 3);
+        assert_eq!(all_bodies(&t, &k), vec![body(2, 80)]);
+    }
+
+    #[test]
+    fn a_bag_ignores_the_sign_of_zero_only_when_asked() {
+        let t = table_of(Kind::Bag, Compression::None);
+        let k = key(1);
+        let zero = |f: f64| Value::Tuple(vec![Value::Int(1), Value::Float(f)]).to_bytes();
+        t.insert(&[t.prepare(&k, &zero(-0.0))]).unwrap();
+        // Where 0.0 =:= -0.0 the NIF asks to ignore the sign: a match.
+        t.insert(&[t.prepare_ignoring_zero_sign(&k, &zero(0.0))])
+            .unwrap();
+        assert_eq!(all_bodies(&t, &k), vec![zero(-0.0)], "the first one stays");
+        // Where they differ it does not ask.
+        t.insert(&[t.prepare(&k, &zero(0.0))]).unwrap();
+        assert_eq!(all_bodies(&t, &k), vec![zero(-0.0), zero(0.0)]);
+        assert_eq!(
+            t.remove_object(&t.prepare_ignoring_zero_sign(&k, &zero(0.0)))
+                .unwrap(),
+            1
+        );
+    }
+
+    #[test]
+    fn bag_chunks_never_split_a_key() {
+        let t = table_of(Kind::DuplicateBag, Compression::None);
+        let recs: Vec<Prepared> = (0..300)
+            .flat_map(|k| (0..(k % 5 + 1)).map(move |v| (k, v)))
+            .map(|(k, v)| t.prepare(&key(k), &body(v, 4)))
+            .collect();
+        t.insert(&recs).unwrap();
+        let total = recs.len();
+        let mut cursor = None;
+        let mut seen = Vec::new();
+        loop {
+            let mut buf = RecordBuf::new();
+            let next = t.chunk(cursor.as_ref(), 7, usize::MAX, &mut buf).unwrap();
+            let keys: Vec<Vec<u8>> = buf.items().iter().map(|it| buf.key(it).to_vec()).collect();
+            // A chunk's keys never reappear later.
+            for k in &keys {
+                assert!(!seen.contains(k) || seen.last() == Some(k));
+            }
+            seen.extend(keys);
+            match next {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        assert_eq!(seen.len(), total);
+        let mut distinct = seen.clone();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 300);
+        // first/next visit each key once.
+        assert_eq!(walked_keys(&t), 300);
+    }
+
+    /// Keeps every change a table logs.
+    #[derive(Default)]
+    struct Recorder(parking_lot::Mutex<Vec<Owned>>);
+
+    enum Owned {
+        Put(Vec<u8>),
+        Delete(Vec<u8>),
+        Clear,
+    }
+
+    impl Journal for Recorder {
+        fn log(&self, changes: &[Change<'_>]) -> Result<(), Error> {
+            let mut log = self.0.lock();
+            for c in changes {
+                log.push(match c {
+                    Change::Put(r) => Owned::Put(r.to_vec()),
+                    Change::Delete(k) => Owned::Delete(k.to_vec()),
+                    Change::Clear => Owned::Clear,
+                });
+            }
+            Ok(())
+        }
+    }
+
+    /// Every record's bytes, a key's records together and in order, keys
+    /// sorted (hash order differs between tables).
+    fn records_by_key(t: &Table) -> Vec<Vec<Vec<u8>>> {
+        let mut keys: Vec<Vec<Vec<u8>>> = Vec::new();
+        each_record(t, Direction::Forward, 64, |buf, it| match keys.last_mut() {
+            Some(run) if run[0] == buf.key(it) => run.push(buf.record(it).to_vec()),
+            _ => keys.push(vec![buf.key(it).to_vec(), buf.record(it).to_vec()]),
+        });
+        keys.sort();
+        keys
+    }
+
+    /// Replays `log` over `t` as recovery.rs does.
+    fn replay(t: &Table, log: &[Owned]) {
+        let mut bulk = Bulk::default();
+        for c in log {
+            match c {
+                Owned::Put(r) => t.bulk_put(loaded(t, [r.as_slice()]), &mut bulk).unwrap(),
+                Owned::Delete(k) => {
+                    t.bulk_finish(&mut bulk).unwrap();
+                    t.remove(t.hash(k), k, None).unwrap();
+                }
+                Owned::Clear => {
+                    t.bulk_finish(&mut bulk).unwrap();
+                    t.clear().unwrap();
+                }
+            }
+        }
+        t.bulk_finish(&mut bulk).unwrap();
+    }
+
+    #[test]
+    fn a_bag_compare_and_swap_replaces_the_record_it_names_in_place() {
+        let t = table_of(Kind::DuplicateBag, Compression::Zlib(1));
+        let k = key(1);
+        let h = t.hash(&k);
+        let objs: Vec<Prepared> = [1, 2, 1]
+            .iter()
+            .map(|&v| t.prepare(&k, &body(v, 60)))
+            .collect();
+        t.insert(&objs).unwrap();
+        let mut seen = RecordBuf::new();
+        t.get(h, &k, &mut seen).unwrap();
+        // The third record, a copy of the first: only it is replaced.
+        let third = seen.items()[2];
+        let new = t.prepare(&k, &body(7, 60));
+        assert!(t
+            .replace_if(h, &k, Some((&seen, &third)), Some(&new))
+            .unwrap());
+        assert_eq!(
+            all_bodies(&t, &k),
+            vec![body(1, 60), body(2, 60), body(7, 60)]
+        );
+        // Named by a record that is gone: nothing changes.
+        assert!(!t.replace_if(h, &k, Some((&seen, &third)), None).unwrap());
+        let second = seen.items()[1];
+        assert!(t.replace_if(h, &k, Some((&seen, &second)), None).unwrap());
+        assert_eq!(all_bodies(&t, &k), vec![body(1, 60), body(7, 60)]);
+        assert_eq!(t.len().unwrap(), 2);
+    }
+
+    #[test]
+    fn a_bag_log_replays_exactly_over_a_dump_that_already_saw_it() {
+        for kind in [Kind::Bag, Kind::DuplicateBag, Kind::Set, Kind::OrderedSet] {
+            let t = table_of(kind, Compression::None);
+            let rec = Arc::new(Recorder::default());
+            assert!(t.set_journal(rec.clone()));
+            let obj = |k: i64, v: i64| t.prepare(&key(k), &body(v, 3));
+            t.insert(&[obj(1, 1), obj(1, 2), obj(2, 1)]).unwrap();
+            // The dump's segment starts here...
+            let from = rec.0.lock().len();
+            t.insert(&[obj(1, 3), obj(1, 2), obj(2, 2)]).unwrap();
+            t.insert(&[obj(3, 1)]).unwrap();
+            t.remove_object(&obj(1, 1)).ok();
+            t.remove(t.hash(&key(2)), &key(2), None).unwrap();
+            t.insert(&[obj(2, 5)]).unwrap();
+            // A compare-and-swap replaces a record (in a bag, in its place
+            // among its key's) and removes one.
+            let mut seen = RecordBuf::new();
+            t.get(t.hash(&key(1)), &key(1), &mut seen).unwrap();
+            let last = *seen.items().last().unwrap();
+            let h1 = t.hash(&key(1));
+            assert!(t
+                .replace_if(h1, &key(1), Some((&seen, &last)), Some(&obj(1, 9)))
+                .unwrap());
+            let mut seen = RecordBuf::new();
+            t.get(t.hash(&key(3)), &key(3), &mut seen).unwrap();
+            let it = seen.items()[0];
+            let h3 = t.hash(&key(3));
+            assert!(t.replace_if(h3, &key(3), Some((&seen, &it)), None).unwrap());
+            // ...and its fuzzy walk saw every one of those changes.
+            let dumped = table_of(kind, Compression::None);
+            let mut bulk = Bulk::default();
+            let now = records_by_key(&t);
+            for run in &now {
+                let recs: Vec<&[u8]> = run[1..].iter().map(Vec::as_slice).collect();
+                dumped.bulk_put(loaded(&dumped, recs), &mut bulk).unwrap();
+            }
+            dumped.bulk_finish(&mut bulk).unwrap();
+            replay(&dumped, &rec.0.lock()[from..]);
+            assert_eq!(records_by_key(&dumped), now, "{kind:?}");
+            // And from nothing, the whole log gives the same table.
+            let fresh = table_of(kind, Compression::None);
+            replay(&fresh, &rec.0.lock());
+            assert_eq!(records_by_key(&fresh), now, "{kind:?} from the log alone");
+        }
     }
 }

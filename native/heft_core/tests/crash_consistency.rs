@@ -19,7 +19,7 @@ use std::time::Duration;
 use heft_core::codec::Value;
 use heft_core::persist::{Config, Event, Events, Failure, Opened, Persisted, SyncMode};
 use heft_core::recovery::{segment_name, OpenError};
-use heft_core::table::{Error as TableError, RecordBuf};
+use heft_core::table::{Error as TableError, Kind, RecordBuf};
 use heft_core::wal::{end_frame, parse_header, FileKind, FrameBuf, Op, END_RESERVE, HEADER_LEN};
 use heft_core::{Backing, Compression, Options, Table};
 
@@ -70,6 +70,7 @@ fn opts() -> Options {
         backing: Backing::Memory,
         compression: Compression::Zlib(1),
         label: "crash".into(),
+        kind: Kind::Set,
     }
 }
 

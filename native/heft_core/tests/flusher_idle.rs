@@ -49,6 +49,7 @@ fn an_idle_interval_flusher_sleeps_until_a_write() {
         backing: Backing::Memory,
         compression: Compression::None,
         label: "idle".into(),
+        kind: heft_core::table::Kind::Set,
     };
     let config = Config {
         sync: SyncMode::Interval(Duration::from_millis(1)),

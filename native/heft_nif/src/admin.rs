@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use heft_core::table::Kind;
 use heft_core::{accounting, Backing, Compression, Options, Table};
 use rustler::{Atom, Binary, Encoder, Env, LocalPid, NifResult, ResourceArc, Term};
 
@@ -24,6 +25,11 @@ mod atoms {
         file,
         undefined,
         heft_transfer = "HEFT-TRANSFER",
+        set,
+        ordered_set,
+        bag,
+        duplicate_bag,
+        r#type = "type",
         // info keys
         name,
         named_table,
@@ -69,8 +75,31 @@ fn protection_atom(p: Protection) -> Atom {
     }
 }
 
+fn kind_of(a: Atom) -> NifResult<Kind> {
+    [
+        (atoms::set(), Kind::Set),
+        (atoms::ordered_set(), Kind::OrderedSet),
+        (atoms::bag(), Kind::Bag),
+        (atoms::duplicate_bag(), Kind::DuplicateBag),
+    ]
+    .into_iter()
+    .find(|(atom, _)| *atom == a)
+    .map(|(_, kind)| kind)
+    .ok_or_else(|| badarg("type must be :set, :ordered_set, :bag or :duplicate_bag"))
+}
+
+fn kind_atom(k: Kind) -> Atom {
+    match k {
+        Kind::Set => atoms::set(),
+        Kind::OrderedSet => atoms::ordered_set(),
+        Kind::Bag => atoms::bag(),
+        Kind::DuplicateBag => atoms::duplicate_bag(),
+    }
+}
+
 /// Table options, as validated by Heft.new/2.
 pub struct NewArgs {
+    pub kind: Kind,
     pub named: bool,
     pub protection: Protection,
     pub keypos: usize,
@@ -81,14 +110,15 @@ pub struct NewArgs {
 }
 
 /// Options arrive validated by Heft.new/2:
-/// `{named, protection, keypos, heir, compression, arena}` with heir
+/// `{type, named, protection, keypos, heir, compression, arena}` with heir
 /// `:none | {pid, data}`, compression `:none | {:zlib, level}` and arena
 /// `:memory | {:file, dir}`.
 pub fn parse_new_args<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<NewArgs> {
-    type Opts<'b> = (bool, Atom, usize, Term<'b>, Term<'b>, Term<'b>);
-    let (named, protection, keypos, heir, compression, arena): Opts<'a> = opts
+    type Opts<'b> = (Atom, bool, Atom, usize, Term<'b>, Term<'b>, Term<'b>);
+    let (kind, named, protection, keypos, heir, compression, arena): Opts<'a> = opts
         .decode()
         .map_err(|_| badarg("malformed table options"))?;
+    let kind = kind_of(kind)?;
     let protection = protection_of(protection)?;
     let heir = if heir.decode::<Atom>().is_ok_and(|a| a == atoms::none()) {
         None
@@ -117,6 +147,7 @@ pub fn parse_new_args<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult
     };
     let label = name.to_term(env).atom_to_string().unwrap_or_default();
     Ok(NewArgs {
+        kind,
         named,
         protection,
         keypos,
@@ -172,6 +203,7 @@ fn new_impl<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>>
         backing: args.backing.clone(),
         compression: args.compression,
         label: args.label.clone(),
+        kind: args.kind,
     }) {
         Ok(core) => core,
         Err(e) => return Err(errors::io_error(&e)),
@@ -311,6 +343,10 @@ fn info<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
     let pairs: Vec<(Term, Term)> = vec![
         (atoms::name().encode(env), meta.name.encode(env)),
         (atoms::named_table().encode(env), meta.named.encode(env)),
+        (
+            atoms::r#type().encode(env),
+            kind_atom(t.core.kind()).encode(env),
+        ),
         (atoms::owner().encode(env), t.owner().encode(env)),
         (atoms::heir().encode(env), heir),
         (

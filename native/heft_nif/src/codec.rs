@@ -11,7 +11,12 @@
 //! Keys are encoded canonically instead: no back-references, map pairs
 //! sorted by their encoded key, and -0.0 written as 0.0 on VMs where
 //! `0.0 =:= -0.0` (OTP 26 and older). Equal keys (`=:=`) then have equal
-//! bytes, which is what the index compares.
+//! bytes, which is what the index compares. Objects of bag tables are
+//! written canonically too, but keep the sign of zero as given (see
+//! heft_core's table/objects.rs for how they are compared).
+//!
+//! Canonical encoding sorts a map's pairs after encoding them, recursing
+//! once per level of maps nested in maps: [`MAX_MAP_DEPTH`] bounds that.
 //!
 //! Both directions are on every lookup's and insert's path, so they avoid
 //! allocating: the walk stacks, the identity map and the decoder's scratch
@@ -42,6 +47,11 @@ pub static NEG_ZERO_IS_ZERO: AtomicBool = AtomicBool::new(true);
 /// about 10-20 ns each).
 pub const NORMAL_BUDGET: usize = 40_000;
 
+/// How deep maps may nest in a key or a bag object (each level is a
+/// nested call while encoding; heft_core's comparator, for its part,
+/// follows maps inside map keys at most `order::MAX_MAP_KEY_DEPTH` deep).
+pub const MAX_MAP_DEPTH: u32 = 64;
+
 /// Why a term could not be encoded.
 #[derive(Debug, PartialEq, Eq)]
 pub enum EncodeError {
@@ -49,6 +59,21 @@ pub enum EncodeError {
     TooBig,
     /// A term the format cannot hold (never expected; reported, not hidden).
     Unsupported,
+    /// Maps nested deeper than [`MAX_MAP_DEPTH`] in a key or bag object.
+    TooDeep,
+}
+
+impl EncodeError {
+    /// The `ArgumentError` message for a term that will never be encoded
+    /// (not for `TooBig`, which is a retry).
+    pub fn message(&self) -> String {
+        match self {
+            EncodeError::TooDeep => format!(
+                "maps nested more than {MAX_MAP_DEPTH} deep in a key or a bag object (a Heft limit)"
+            ),
+            _ => "a term Heft cannot store".to_string(),
+        }
+    }
 }
 
 /// Hashes term words (pointers) for the identity map.
@@ -71,6 +96,9 @@ impl Hasher for WordHasher {
         self.write_u64(v as u64);
     }
 }
+
+/// A map pair's canonical key and value encodings.
+type EncodedPair = (Vec<u8>, Vec<u8>);
 
 type IdentityMap = HashMap<Word, u32, BuildHasherDefault<WordHasher>>;
 
@@ -142,6 +170,12 @@ pub struct TermEncoder<'c> {
     /// over and over, and this saves a lock per occurrence.
     recent_atoms: [(Word, u32); 8],
     recent_next: usize,
+    /// Write -0.0 as given even in canonical mode (bag objects).
+    exact_zero: bool,
+    /// A float zero (either sign) was written since the last `record`.
+    pub saw_zero: bool,
+    /// Canonical maps being encoded, one inside another.
+    map_depth: u32,
 }
 
 /// What `record` produces: the key's canonical encoding and the record's.
@@ -174,6 +208,9 @@ impl<'c> TermEncoder<'c> {
             items: Vec::new(),
             recent_atoms: [(Word::default(), u32::MAX); 8],
             recent_next: 0,
+            exact_zero: false,
+            saw_zero: false,
+            map_depth: 0,
         }
     }
 
@@ -206,14 +243,22 @@ impl<'c> TermEncoder<'c> {
                 Ok(i) => w.int(i),
                 Err(_) => return Ok(false),
             },
-            TermType::Float => {
-                let f: f64 = t.decode().map_err(|_| EncodeError::Unsupported)?;
-                w.float(f, canonical && NEG_ZERO_IS_ZERO.load(Ordering::Relaxed));
-            }
+            TermType::Float => self.float(t, w, canonical)?,
             _ => return Ok(false),
         }
         self.spend(1)?;
         Ok(true)
+    }
+
+    /// Writes a float: in canonical form -0.0 as 0.0 where the VM makes
+    /// them one key (but never in a bag's object); notes a zero of either
+    /// sign (see `saw_zero`).
+    fn float(&mut self, t: Term, w: &mut Writer, canonical: bool) -> Result<(), EncodeError> {
+        let f: f64 = t.decode().map_err(|_| EncodeError::Unsupported)?;
+        self.saw_zero |= f == 0.0;
+        let normalize = canonical && !self.exact_zero && NEG_ZERO_IS_ZERO.load(Ordering::Relaxed);
+        w.float(f, normalize);
+        Ok(())
     }
 
     /// Takes `units` from the budget; `TooBig` when it runs out.
@@ -231,12 +276,16 @@ impl<'c> TermEncoder<'c> {
 
     /// Encodes a record whose element `keypos` (1-based) is its key. The
     /// caller has checked that `elems` has at least `keypos` elements.
+    /// With `canonical_body` (bag tables) the body has no back-references
+    /// and sorted maps, and keeps the sign of zero.
     pub fn record<'a>(
         &mut self,
         env: Env<'a>,
         elems: &[Term<'a>],
         keypos: usize,
+        canonical_body: bool,
     ) -> Result<EncodedRecord, EncodeError> {
+        self.saw_zero = false;
         let key_term = elems[keypos - 1];
         let key = self.key(env, key_term)?;
         // The key is stored once, outside the body, unless canonical form
@@ -244,15 +293,22 @@ impl<'c> TermEncoder<'c> {
         let exact = !contains_neg_zero(key_term);
         self.buffers();
         self.seen.clear();
+        self.exact_zero = true;
         let mut w = Writer::new();
         w.tuple(elems.len());
+        let mut body = Ok(());
         for (i, e) in elems.iter().enumerate() {
             if i == keypos - 1 && exact {
                 w.key();
             } else {
-                self.term(env, *e, &mut w, false)?;
+                body = self.term(env, *e, &mut w, canonical_body);
+                if body.is_err() {
+                    break;
+                }
             }
         }
+        self.exact_zero = false;
+        body?;
         Ok(EncodedRecord { key, body: w.buf })
     }
 
@@ -286,11 +342,7 @@ impl<'c> TermEncoder<'c> {
                     Ok(i) => w.int(i),
                     Err(_) => self.etf(t, w, canonical)?,
                 },
-                TermType::Float => {
-                    let f: f64 = t.decode().map_err(|_| EncodeError::Unsupported)?;
-                    let normalize = canonical && NEG_ZERO_IS_ZERO.load(Ordering::Relaxed);
-                    w.float(f, normalize);
-                }
+                TermType::Float => self.float(t, w, canonical)?,
                 TermType::Binary => {
                     if self.backref(word, w, canonical) {
                         continue;
@@ -389,6 +441,28 @@ impl<'c> TermEncoder<'c> {
         map: Term<'a>,
         w: &mut Writer,
     ) -> Result<(), EncodeError> {
+        if self.map_depth >= MAX_MAP_DEPTH {
+            return Err(EncodeError::TooDeep);
+        }
+        self.map_depth += 1;
+        let encoded = self.map_pairs(env, map);
+        self.map_depth -= 1;
+        let mut encoded = encoded?;
+        encoded.sort();
+        w.map(encoded.len());
+        for (k, v) in &encoded {
+            w.raw(k);
+            w.raw(v);
+        }
+        Ok(())
+    }
+
+    /// Each pair's canonical key and value encodings.
+    fn map_pairs<'a>(
+        &mut self,
+        env: Env<'a>,
+        map: Term<'a>,
+    ) -> Result<Vec<EncodedPair>, EncodeError> {
         let mut encoded = Vec::new();
         for (k, v) in MapIterator::new(map).ok_or(EncodeError::Unsupported)? {
             self.spend(1)?;
@@ -398,13 +472,7 @@ impl<'c> TermEncoder<'c> {
             self.term(env, v, &mut vw, true)?;
             encoded.push((kw.buf, vw.buf));
         }
-        encoded.sort();
-        w.map(encoded.len());
-        for (k, v) in &encoded {
-            w.raw(k);
-            w.raw(v);
-        }
-        Ok(())
+        Ok(encoded)
     }
 
     fn backref(&self, word: Word, w: &mut Writer, canonical: bool) -> bool {

@@ -6,13 +6,14 @@
 //! need disk I/O); Heft.Native's callers then call the named variant.
 
 use std::cell::RefCell;
+use std::sync::atomic::Ordering;
 
-use heft_core::table::{Item, RecordBuf};
-use heft_core::{Backing, Cursor};
+use heft_core::table::{Direction, Item, RecordBuf};
+use heft_core::{Backing, Cursor, Prepared};
 use rustler::types::tuple::get_tuple;
 use rustler::{Atom, Binary, Encoder, Env, NewBinary, NifResult, ResourceArc, Term};
 
-use crate::codec::{self, EncodeError, EncodedRecord, TermEncoder, NORMAL_BUDGET};
+use crate::codec::{self, EncodeError, TermEncoder, NEG_ZERO_IS_ZERO, NORMAL_BUDGET};
 use crate::errors::{self, badarg, no_table, retry_cpu, retry_io};
 use crate::resource::{lookup_name, Protection, TableRes};
 
@@ -49,20 +50,21 @@ impl Sched {
     }
 }
 
-/// Generates the normal, DirtyCpu and DirtyIo NIFs of one operation.
+/// Generates the normal, DirtyCpu and DirtyIo NIFs of one operation;
+/// `imp[extra]` passes `extra` after the NIF's own arguments.
 macro_rules! variants {
-    ($imp:ident => $normal:ident, $cpu:ident, $io:ident ($($arg:ident),*)) => {
+    ($imp:ident $([$extra:expr])? => $normal:ident, $cpu:ident, $io:ident ($($arg:ident),*)) => {
         #[rustler::nif]
         fn $normal<'a>(env: Env<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
-            $imp(env, Sched::Normal, $($arg),*)
+            $imp(env, Sched::Normal, $($arg,)* $($extra)?)
         }
         #[rustler::nif(schedule = "DirtyCpu")]
         fn $cpu<'a>(env: Env<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
-            $imp(env, Sched::Cpu, $($arg),*)
+            $imp(env, Sched::Cpu, $($arg,)* $($extra)?)
         }
         #[rustler::nif(schedule = "DirtyIo")]
         fn $io<'a>(env: Env<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
-            $imp(env, Sched::Io, $($arg),*)
+            $imp(env, Sched::Io, $($arg,)* $($extra)?)
         }
     };
 }
@@ -104,9 +106,14 @@ write_variants!(delete_object_impl => delete_object, delete_object_cpu, delete_o
 write_variants!(delete_all_impl => delete_all_objects, delete_all_objects_cpu, delete_all_objects_io (tab));
 write_variants!(update_counter_impl => update_counter, update_counter_cpu, update_counter_io (tab, key, ops, default));
 write_variants!(update_element_impl => update_element, update_element_cpu, update_element_io (tab, key, ops));
-variants!(first_impl => first, first_cpu, first_io (tab));
-variants!(next_impl => next, next_cpu, next_io (tab, key));
-variants!(chunk_impl => chunk, chunk_cpu, chunk_io (tab, cursor, max));
+variants!(end_key[Direction::Forward] => first, first_cpu, first_io (tab));
+variants!(step_key[Direction::Forward] => next, next_cpu, next_io (tab, key));
+variants!(end_key[Direction::Backward] => last, last_cpu, last_io (tab));
+variants!(step_key[Direction::Backward] => prev, prev_cpu, prev_io (tab, key));
+variants!(walk_chunk[Direction::Forward] => chunk, chunk_cpu, chunk_io (tab, cursor, max));
+// Last to first: descending keys in an ordered_set; in other tables the
+// key order of `chunk`, each bag key's objects last to first.
+variants!(walk_chunk[Direction::Backward] => chunk_back, chunk_back_cpu, chunk_back_io (tab, cursor, max));
 
 /// The table a handle names: a name atom or a resource.
 pub fn resolve(tab: Term) -> NifResult<ResourceArc<TableRes>> {
@@ -166,16 +173,59 @@ macro_rules! encoded {
         match $e {
             Ok(v) => v,
             Err(EncodeError::TooBig) => return Ok(retry_cpu($env)),
-            Err(EncodeError::Unsupported) => {
-                return Err(badarg("a term Heft cannot store"));
-            }
+            Err(e) => return Err(badarg(e.message())),
         }
     };
+}
+
+/// Unwraps an encoding into `Ok(value)`, or `Err(retry marker)`.
+fn retry_or<'a, T>(env: Env<'a>, r: Result<T, EncodeError>) -> NifResult<Result<T, Term<'a>>> {
+    match r {
+        Ok(v) => Ok(Ok(v)),
+        Err(EncodeError::TooBig) => Ok(Err(retry_cpu(env))),
+        Err(e) => Err(badarg(e.message())),
+    }
+}
+
+/// Raises unless the table holds one object a key (set, ordered_set).
+fn single_object(t: &TableRes, op: &str) -> NifResult<()> {
+    if t.core.kind().is_bag() {
+        return Err(badarg(format!(
+            "{op} is not supported on bag and duplicate_bag tables"
+        )));
+    }
+    Ok(())
 }
 
 /// Lists longer than this go straight to a dirty scheduler: encoding them
 /// would outrun the normal budget anyway, after wasting it.
 const BATCH_ON_NORMAL: usize = 256;
+
+/// Objects of bag keys a normal-scheduler call may compare with (an
+/// insert, a `delete_object`) or free (a `delete`); more, and the call goes
+/// to a dirty scheduler. Compares are memcmps, or inflates of about a
+/// microsecond; frees a few tens of nanoseconds.
+const BAG_OBJECTS_ON_NORMAL: usize = 1024;
+
+/// True if a normal-scheduler call on these keys of a bag would go over
+/// [`BAG_OBJECTS_ON_NORMAL`] objects.
+fn too_many_objects<'k>(
+    t: &TableRes,
+    sched: Sched,
+    keys: impl Iterator<Item = (u64, &'k [u8])>,
+) -> NifResult<bool> {
+    if sched != Sched::Normal || !t.core.kind().is_bag() {
+        return Ok(false);
+    }
+    let mut total = 0;
+    for (hash, key) in keys {
+        total += t.core.count(hash, key).map_err(errors::core)?;
+        if total > BAG_OBJECTS_ON_NORMAL {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
 
 thread_local! {
     static BUF: RefCell<(RecordBuf, Vec<u8>)> = RefCell::new((RecordBuf::new(), Vec::new()));
@@ -207,6 +257,26 @@ pub(crate) fn decode_item<'a>(
             "internal error: a stored record does not decode: {e}"
         ))
     })
+}
+
+/// Decodes every record of `buf` into a list; the retry marker instead if
+/// they hold more than a normal scheduler should decode.
+fn decode_all<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    t: &TableRes,
+    buf: &RecordBuf,
+    scratch: &mut Vec<u8>,
+) -> NifResult<Term<'a>> {
+    let raw: usize = buf.items().iter().map(|it| it.header.raw_len).sum();
+    if sched == Sched::Normal && raw > sched.decode_budget() {
+        return Ok(retry_cpu(env));
+    }
+    let mut list = Term::list_new_empty(env);
+    for it in buf.items().iter().rev() {
+        list = list.list_prepend(decode_item(env, t, buf, it, scratch)?);
+    }
+    Ok(list)
 }
 
 fn decode_key<'a>(env: Env<'a>, t: &TableRes, key: &[u8]) -> NifResult<Term<'a>> {
@@ -245,12 +315,34 @@ fn proper_list(list: Term) -> Option<Vec<Term>> {
     rest.is_empty_list().then_some(out)
 }
 
+/// Encodes and compresses one object (its elements checked against the
+/// table's keypos) for the table: canonically for a bag, whose objects
+/// are told apart by their bytes.
+pub(crate) fn prepare_object<'a>(
+    env: Env<'a>,
+    t: &TableRes,
+    elems: &[Term<'a>],
+    enc: &mut TermEncoder,
+) -> Result<Prepared, EncodeError> {
+    let bag = t.core.kind().is_bag();
+    let rec = enc.record(env, elems, t.keypos, bag)?;
+    // Compressing costs about as much as encoding 2 bytes per unit.
+    enc.spend(rec.body.len() / 2)?;
+    Ok(
+        if bag && enc.saw_zero && NEG_ZERO_IS_ZERO.load(Ordering::Relaxed) {
+            t.core.prepare_ignoring_zero_sign(&rec.key, &rec.body)
+        } else {
+            t.core.prepare(&rec.key, &rec.body)
+        },
+    )
+}
+
 fn prepare_all<'a>(
     env: Env<'a>,
     t: &TableRes,
     objs: &[Term<'a>],
     enc: &mut TermEncoder,
-) -> NifResult<Result<Vec<heft_core::Prepared>, Term<'a>>> {
+) -> NifResult<Result<Vec<Prepared>, Term<'a>>> {
     // Check every object before encoding any, so a bad one raises no
     // matter how large the list.
     let all: Vec<Vec<Term<'a>>> = objs
@@ -259,16 +351,10 @@ fn prepare_all<'a>(
         .collect::<NifResult<_>>()?;
     let mut prepared = Vec::with_capacity(all.len());
     for elems in &all {
-        let rec: EncodedRecord = match enc.record(env, elems, t.keypos) {
-            Ok(r) => r,
-            Err(EncodeError::TooBig) => return Ok(Err(retry_cpu(env))),
-            Err(EncodeError::Unsupported) => return Err(badarg("a term Heft cannot store")),
-        };
-        // Compressing costs about as much as encoding 2 bytes per unit.
-        if enc.spend(rec.body.len() / 2).is_err() {
-            return Ok(Err(retry_cpu(env)));
+        match retry_or(env, prepare_object(env, t, elems, enc))? {
+            Ok(p) => prepared.push(p),
+            Err(retry) => return Ok(Err(retry)),
         }
-        prepared.push(t.core.prepare(&rec.key, &rec.body));
     }
     Ok(Ok(prepared))
 }
@@ -313,6 +399,9 @@ fn write_objects<'a>(
         Ok(p) => p,
         Err(retry) => return Ok(retry),
     };
+    if too_many_objects(&t, sched, prepared.iter().map(|p| (p.hash(), p.key())))? {
+        return Ok(retry_cpu(env));
+    }
     let done = if only_new {
         t.core.insert_new(&prepared)
     } else {
@@ -331,15 +420,8 @@ fn lookup_impl<'a>(
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
     let k = encoded!(env, enc.key(env, key));
     with_buf(|buf, scratch| {
-        if !t.core.get(t.core.hash(&k), &k, buf).map_err(errors::core)? {
-            return Ok(Term::list_new_empty(env));
-        }
-        let it = buf.items()[0];
-        if it.header.raw_len > sched.decode_budget() && sched == Sched::Normal {
-            return Ok(retry_cpu(env));
-        }
-        let obj = decode_item(env, &t, buf, &it, scratch)?;
-        Ok(Term::list_new_empty(env).list_prepend(obj))
+        t.core.get(t.core.hash(&k), &k, buf).map_err(errors::core)?;
+        decode_all(env, sched, &t, buf, scratch)
     })
 }
 
@@ -356,17 +438,27 @@ fn lookup_element_impl<'a>(
         .filter(|p| *p >= 1)
         .ok_or_else(|| badarg("the position is not a positive integer"))?;
     let found = lookup_impl(env, sched, tab, key)?;
-    let Ok(mut list) = found.into_list_iterator() else {
+    let Ok(list) = found.into_list_iterator() else {
         return Ok(found); // a retry marker
     };
-    let obj = list
-        .next()
-        .ok_or_else(|| badarg("the key does not exist in the table"))?;
-    let elems = get_tuple(obj).map_err(|_| badarg("not a tuple"))?;
-    let elem = elems
-        .get(pos - 1)
-        .ok_or_else(|| badarg(format!("the object has no element {pos}")))?;
-    Ok((*elem,).encode(env))
+    let elems = list
+        .map(|obj| {
+            let elems = get_tuple(obj).map_err(|_| badarg("not a tuple"))?;
+            elems
+                .get(pos - 1)
+                .copied()
+                .ok_or_else(|| badarg(format!("the object has no element {pos}")))
+        })
+        .collect::<NifResult<Vec<Term>>>()?;
+    let Some(first) = elems.first().copied() else {
+        return Err(badarg("the key does not exist in the table"));
+    };
+    // A bag answers with the element of each of the key's objects.
+    if resolve(tab)?.core.kind().is_bag() {
+        Ok((elems,).encode(env))
+    } else {
+        Ok((first,).encode(env))
+    }
 }
 
 fn member_impl<'a>(
@@ -388,20 +480,17 @@ fn take_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, key: Term<'a>) -> Ni
     let k = encoded!(env, enc.key(env, key));
     let h = t.core.hash(&k);
     with_buf(|buf, scratch| {
-        // Look first, so a record too large to decode here is taken on a
+        // Look first, so records too large to decode here are taken on a
         // dirty scheduler rather than removed and then decoded here.
         if sched == Sched::Normal && t.core.get(h, &k, buf).map_err(errors::core)? {
-            if buf.items()[0].header.raw_len > sched.decode_budget() {
+            let raw: usize = buf.items().iter().map(|it| it.header.raw_len).sum();
+            if raw > sched.decode_budget() {
                 return Ok(retry_cpu(env));
             }
             buf.clear();
         }
-        if !t.core.remove(h, &k, Some(buf)).map_err(errors::core)? {
-            return Ok(Term::list_new_empty(env));
-        }
-        let it = buf.items()[0];
-        let obj = decode_item(env, &t, buf, &it, scratch)?;
-        Ok(Term::list_new_empty(env).list_prepend(obj))
+        t.core.remove(h, &k, Some(buf)).map_err(errors::core)?;
+        decode_all(env, Sched::Cpu, &t, buf, scratch)
     })
 }
 
@@ -414,9 +503,11 @@ fn delete_key_impl<'a>(
     let t = open!(env, tab, sched, true);
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
     let k = encoded!(env, enc.key(env, key));
-    t.core
-        .remove(t.core.hash(&k), &k, None)
-        .map_err(errors::core)?;
+    let h = t.core.hash(&k);
+    if too_many_objects(&t, sched, std::iter::once((h, k.as_slice())))? {
+        return Ok(retry_cpu(env));
+    }
+    t.core.remove(h, &k, None).map_err(errors::core)?;
     Ok(true.encode(env))
 }
 
@@ -428,6 +519,13 @@ fn delete_object_impl<'a>(
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, true);
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
+    if t.core.kind().is_bag() {
+        let elems = record_elems(obj, t.keypos)?;
+        let k = encoded!(env, enc.key(env, elems[t.keypos - 1]));
+        if too_many_objects(&t, sched, std::iter::once((t.core.hash(&k), k.as_slice())))? {
+            return Ok(retry_cpu(env));
+        }
+    }
     encoded!(env, crate::select::delete_exact(env, &t, &mut enc, obj)?);
     Ok(true.encode(env))
 }
@@ -496,10 +594,9 @@ fn rewrite<'a, R>(
     mut edit: impl FnMut(&mut Vec<Term<'a>>) -> NifResult<R>,
 ) -> NifResult<Result<Option<R>, Term<'a>>> {
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
-    let k = match enc.key(env, key) {
+    let k = match retry_or(env, enc.key(env, key))? {
         Ok(k) => k,
-        Err(EncodeError::TooBig) => return Ok(Err(retry_cpu(env))),
-        Err(EncodeError::Unsupported) => return Err(badarg("a term Heft cannot store")),
+        Err(retry) => return Ok(Err(retry)),
     };
     let h = t.core.hash(&k);
     let mut buf = RecordBuf::new();
@@ -520,10 +617,9 @@ fn rewrite<'a, R>(
         };
         let result = edit(&mut elems)?;
         enc.budget = sched.budget();
-        let rec = match enc.record(env, &elems, t.keypos) {
+        let rec = match retry_or(env, enc.record(env, &elems, t.keypos, false))? {
             Ok(r) => r,
-            Err(EncodeError::TooBig) => return Ok(Err(retry_cpu(env))),
-            Err(EncodeError::Unsupported) => return Err(badarg("a term Heft cannot store")),
+            Err(retry) => return Ok(Err(retry)),
         };
         let new = t.core.prepare(&rec.key, &rec.body);
         let expected = found.then(|| (&buf, &buf.items()[0]));
@@ -545,6 +641,7 @@ fn update_counter_impl<'a>(
     default: Term<'a>,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, true);
+    single_object(&t, "update_counter")?;
     let (parsed, is_list): (Vec<CounterOp>, bool) = if ops.is_list() {
         let items = proper_list(ops).ok_or_else(|| badarg("not a proper list of operations"))?;
         let parsed = items
@@ -607,6 +704,7 @@ fn update_element_impl<'a>(
     ops: Term<'a>,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, true);
+    single_object(&t, "update_element")?;
     // As in ETS, a malformed update is only an error when the key exists:
     // a missing key answers false whatever the update.
     let parsed: Result<Vec<(usize, Term)>, &'static str> = element_updates(ops);
@@ -648,50 +746,69 @@ fn element_updates(ops: Term) -> Result<Vec<(usize, Term)>, &'static str> {
         .collect()
 }
 
-fn first_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>) -> NifResult<Term<'a>> {
+/// The first (or last) key of the walk order, or `:"$end_of_table"`.
+fn end_key<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, dir: Direction) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
-    let k = t.core.first_key().map_err(errors::core)?;
-    stored_key(env, &t, k)
+    with_buf(|buf, scratch| {
+        if !t.core.end_record(dir, buf).map_err(errors::core)? {
+            return Ok(atoms::end_of_table().encode(env));
+        }
+        stored_key(env, &t, buf, scratch)
+    })
 }
 
-fn next_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, key: Term<'a>) -> NifResult<Term<'a>> {
+/// The key after (or before) `key`, or `:"$end_of_table"`.
+fn step_key<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    tab: Term<'a>,
+    key: Term<'a>,
+    dir: Direction,
+) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
     let k = encoded!(env, enc.key(env, key));
-    let next = t.core.next_key(t.core.hash(&k), &k).map_err(errors::core)?;
-    stored_key(env, &t, next)
+    with_buf(|buf, scratch| {
+        let found = t
+            .core
+            .step_record(dir, t.core.hash(&k), &k, buf)
+            .map_err(errors::core)?;
+        if !found {
+            return Ok(atoms::end_of_table().encode(env));
+        }
+        stored_key(env, &t, buf, scratch)
+    })
 }
 
-/// The key a walk returns: decoded from the index's canonical bytes, or,
-/// when those may have turned a -0.0 into 0.0, read from the stored object
-/// itself, so the walk gives back the key exactly as inserted.
-fn stored_key<'a>(env: Env<'a>, t: &TableRes, key: Option<Vec<u8>>) -> NifResult<Term<'a>> {
-    let Some(k) = key else {
-        return Ok(atoms::end_of_table().encode(env));
-    };
-    let canonical = decode_key(env, t, &k)?;
+/// The key a walk returns, of the record in `buf`: decoded from the index's
+/// canonical bytes, or, when those may have turned a -0.0 into 0.0, read
+/// from the record's object, so the walk gives back the key exactly as
+/// inserted.
+fn stored_key<'a>(
+    env: Env<'a>,
+    t: &TableRes,
+    buf: &RecordBuf,
+    scratch: &mut Vec<u8>,
+) -> NifResult<Term<'a>> {
+    let it = buf.items()[0];
+    let canonical = decode_key(env, t, buf.key(&it))?;
     if !codec::key_may_be_inexact(canonical) {
         return Ok(canonical);
     }
-    with_buf(|buf, scratch| {
-        if !t.core.get(t.core.hash(&k), &k, buf).map_err(errors::core)? {
-            return Ok(canonical); // deleted meanwhile: the canonical key will do
-        }
-        let it = buf.items()[0];
-        let obj = decode_item(env, t, buf, &it, scratch)?;
-        let elems = get_tuple(obj).map_err(|_| badarg("not a tuple"))?;
-        Ok(elems.get(t.keypos - 1).copied().unwrap_or(canonical))
-    })
+    let obj = decode_item(env, t, buf, &it, scratch)?;
+    let elems = get_tuple(obj).map_err(|_| badarg("not a tuple"))?;
+    Ok(elems.get(t.keypos - 1).copied().unwrap_or(canonical))
 }
 
 /// `{records, cursor}` after `cursor` (`:start` or a cursor returned
 /// before); the cursor is `:"$end_of_table"` after the last chunk.
-fn chunk_impl<'a>(
+fn walk_chunk<'a>(
     env: Env<'a>,
     sched: Sched,
     tab: Term<'a>,
     cursor: Term<'a>,
     max: Term<'a>,
+    dir: Direction,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
     let max: usize = max
@@ -712,7 +829,7 @@ fn chunk_impl<'a>(
         let budget = sched.decode_budget();
         let next = t
             .core
-            .chunk(after.as_ref(), max, budget, buf)
+            .chunk_in(dir, after.as_ref(), max, budget, buf)
             .map_err(errors::core)?;
         let raw: usize = buf
             .items()

@@ -283,6 +283,7 @@ fn persist_open_io<'a>(
         backing: heft_core::Backing::Memory,
         compression: args.compression,
         label: args.label.clone(),
+        kind: args.kind,
     };
     let opened = match Persisted::open(&dir, meta.as_slice(), create, &opts, config, events) {
         Ok(o) => o,

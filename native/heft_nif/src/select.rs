@@ -12,7 +12,7 @@ use rustler::{Encoder, Env, NifResult, Term};
 
 use crate::codec::{EncodeError, TermEncoder};
 use crate::errors::{self, badarg, retry_cpu};
-use crate::ops::{decode_item, open, record_elems, resolve, write_variants, Sched};
+use crate::ops::{decode_item, open, prepare_object, record_elems, resolve, write_variants, Sched};
 use crate::resource::TableRes;
 
 write_variants!(delete_objects_impl => delete_objects, delete_objects_cpu, delete_objects_io (tab, objs));
@@ -96,38 +96,48 @@ fn find_exact<'a>(
     let hash = t.core.hash(&key);
     buf.clear();
     let mut item = None;
-    if t.core.get(hash, &key, buf).map_err(errors::core)? {
-        let it = buf.items()[0];
-        let mut scratch = Vec::new();
-        let stored = decode_item(env, t, buf, &it, &mut scratch)?;
+    t.core.get(hash, &key, buf).map_err(errors::core)?;
+    // The key's first object that is `obj` exactly (a bag may hold several
+    // objects of a key).
+    let mut scratch = Vec::new();
+    for it in buf.items() {
+        let stored = decode_item(env, t, buf, it, &mut scratch)?;
         if enc!(enc.key(env, stored)) == wanted {
-            item = Some(it);
+            item = Some(*it);
+            break;
         }
     }
     Ok(Ok(Seen { key, hash, item }))
 }
 
 /// Deletes `obj` if the table holds it exactly (`=:=`), with a
-/// compare-and-swap so that a concurrent rewrite is never undone; true if
-/// it did. `delete_object/2` and `select_delete/2` share it.
+/// compare-and-swap so that a concurrent rewrite is never undone (in a
+/// bag, every object of the key is compared under the table's lock; a
+/// duplicate_bag loses every copy); returns how many objects it deleted.
+/// `delete_object/2` and `select_delete/2` share it.
 pub(crate) fn delete_exact<'a>(
     env: Env<'a>,
     t: &TableRes,
     enc: &mut TermEncoder,
     obj: Term<'a>,
-) -> NifResult<Result<bool, EncodeError>> {
+) -> NifResult<Result<usize, EncodeError>> {
+    if t.core.kind().is_bag() {
+        let elems = record_elems(obj, t.keypos)?;
+        let object = enc!(prepare_object(env, t, &elems, enc));
+        return Ok(Ok(t.core.remove_object(&object).map_err(errors::core)?));
+    }
     let mut buf = RecordBuf::new();
     loop {
         let seen = enc!(find_exact(env, t, enc, obj, &mut buf)?);
         let Some(it) = seen.item else {
-            return Ok(Ok(false));
+            return Ok(Ok(0));
         };
         let swapped = t
             .core
             .replace_if(seen.hash, &seen.key, Some((&buf, &it)), None)
             .map_err(errors::core)?;
         if swapped {
-            return Ok(Ok(true));
+            return Ok(Ok(1));
         }
         // Rewritten between our read and the swap: look again.
     }
@@ -153,9 +163,7 @@ fn delete_objects_impl<'a>(
                 r => break r?,
             }
         };
-        if unbudgeted(done)? {
-            deleted += 1;
-        }
+        deleted += unbudgeted(done)?;
     }
     Ok(deleted.encode(env))
 }
@@ -179,11 +187,11 @@ fn replace_objects_impl<'a>(
         let (new, old): (Term, Term) =
             pair.decode().map_err(|_| badarg("not a {new, old} pair"))?;
         let elems = record_elems(new, t.keypos)?;
-        let rec = unbudgeted(enc.record(env, &elems, t.keypos))?;
-        let prepared = t.core.prepare(&rec.key, &rec.body);
+        // Written as the table writes objects (canonically in a bag).
+        let prepared = unbudgeted(prepare_object(env, &t, &elems, &mut enc))?;
         loop {
             let seen = unbudgeted(find_exact(env, &t, &mut enc, old, &mut buf)?)?;
-            if seen.key != rec.key {
+            if seen.key != prepared.key() {
                 return Err(badarg("a replacement changes the object's key"));
             }
             let Some(it) = seen.item else {

@@ -1,0 +1,285 @@
+//! A table's key index, whatever its kind: the hash index for set, bag and
+//! duplicate_bag tables, the ordered index for ordered_set tables, behind
+//! one set of operations on positions. Keys are read from the arena.
+//!
+//! Hash tables keep a key's entries next to each other, in insertion order
+//! (one entry a set, any number a bag); an ordered_set has one entry a key,
+//! keys being equal when they compare equal in term order (`1 == 1.0`).
+
+use std::cmp::Ordering;
+
+use super::{key_in, Direction, Kind};
+use crate::arena::Arena;
+use crate::atoms::AtomTable;
+use crate::index::{HashIndex, Inserted, Slot};
+use crate::order;
+use crate::ordered::{self, OrderedIndex};
+
+/// How keys are told apart and ordered.
+#[derive(Clone, Copy)]
+pub(super) enum Order<'a> {
+    /// By their bytes (hash tables: equal keys have equal bytes).
+    Bytes,
+    /// In Erlang term order, with atom names from the dictionary.
+    Term(&'a AtomTable),
+}
+
+impl Order<'_> {
+    /// The key stored at some loc against the key looked for.
+    pub(super) fn cmp(self, stored: &[u8], key: &[u8]) -> Ordering {
+        match self {
+            Order::Bytes => stored.cmp(key),
+            Order::Term(names) => order::compare(stored, key, |id| names.name(id).unwrap_or("")),
+        }
+    }
+}
+
+/// An entry's position; good until the next change.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Pos {
+    Hash(usize),
+    Ordered(ordered::Pos),
+}
+
+/// The index itself.
+pub(super) enum Entries {
+    Hash(HashIndex),
+    Ordered(OrderedIndex),
+}
+
+impl Entries {
+    pub(super) fn new(kind: Kind, label: &str) -> Entries {
+        match kind {
+            Kind::OrderedSet => Entries::Ordered(OrderedIndex::new(label)),
+            _ => Entries::Hash(HashIndex::new(label)),
+        }
+    }
+
+    /// Number of entries (objects).
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Entries::Hash(ix) => ix.len(),
+            Entries::Ordered(ix) => ix.len(),
+        }
+    }
+
+    /// Bytes the index holds (see each index's `heap_bytes`).
+    pub(super) fn heap_bytes(&self) -> u64 {
+        match self {
+            Entries::Hash(ix) => ix.heap_bytes(),
+            Entries::Ordered(ix) => ix.heap_bytes(),
+        }
+    }
+
+    /// Start address of the index's memfd mapping.
+    pub(super) fn address(&self) -> usize {
+        match self {
+            Entries::Hash(ix) => ix.address(),
+            Entries::Ordered(ix) => ix.address(),
+        }
+    }
+
+    pub(super) fn clear(&mut self) {
+        match self {
+            Entries::Hash(ix) => ix.clear(),
+            Entries::Ordered(ix) => ix.clear(),
+        }
+    }
+
+    /// Fills an empty hash index at once (bulk loading): `slots` sorted by
+    /// (hash, key), a bag's entries of one key in their order. An ordered
+    /// index is filled entry by entry instead.
+    pub(super) fn build_sorted(&mut self, slots: &[Slot]) {
+        if let Entries::Hash(ix) = self {
+            ix.build_sorted(slots);
+        }
+    }
+
+    /// The loc at a valid position.
+    pub(super) fn loc(&self, pos: Pos) -> u64 {
+        match (self, pos) {
+            (Entries::Hash(ix), Pos::Hash(p)) => ix.get(p).map_or(0, |s| s.loc),
+            (Entries::Ordered(ix), Pos::Ordered(p)) => ix.get(p).unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    /// The key hash kept with an entry (0 in an ordered index, which keeps
+    /// none).
+    pub(super) fn hash(&self, pos: Pos) -> u64 {
+        match (self, pos) {
+            (Entries::Hash(ix), Pos::Hash(p)) => ix.get(p).map_or(0, |s| s.hash),
+            _ => 0,
+        }
+    }
+
+    /// Points a valid position at another record of the same key.
+    pub(super) fn set_loc(&mut self, pos: Pos, loc: u64) {
+        match (self, pos) {
+            (Entries::Hash(ix), Pos::Hash(p)) => ix.set_loc(p, loc),
+            (Entries::Ordered(ix), Pos::Ordered(p)) => ix.set_loc(p, loc),
+            _ => {}
+        }
+    }
+
+    /// The first entry of `key` and how many it has (several in a bag).
+    pub(super) fn find(
+        &self,
+        arena: &Arena,
+        ord: Order,
+        hash: u64,
+        key: &[u8],
+    ) -> Option<(Pos, usize)> {
+        match self {
+            Entries::Hash(ix) => {
+                let cmp = |l| key_in(arena, l).cmp(key);
+                let p = ix.find(hash, cmp)?;
+                let n = ix.seek_after(hash, cmp) - p;
+                Some((Pos::Hash(p), n))
+            }
+            Entries::Ordered(ix) => ix
+                .find(|l| ord.cmp(key_in(arena, l), key))
+                .map(|p| (Pos::Ordered(p), 1)),
+        }
+    }
+
+    /// The last entry of the key of the entry at `pos` (in a bag, where a
+    /// key's entries sit together; elsewhere `pos` itself).
+    pub(super) fn last_of_key(&self, arena: &Arena, pos: Pos) -> Pos {
+        match (self, pos) {
+            (Entries::Hash(ix), Pos::Hash(p)) => {
+                let Some(s) = ix.get(p) else { return pos };
+                let key = key_in(arena, s.loc);
+                let same = |q: usize| {
+                    ix.get(q)
+                        .is_some_and(|t| t.hash == s.hash && key_in(arena, t.loc) == key)
+                };
+                Pos::Hash(p + (p + 1..).take_while(|&q| same(q)).count())
+            }
+            _ => pos,
+        }
+    }
+
+    /// The `i`th entry of a key whose first entry is at `pos`.
+    pub(super) fn nth(pos: Pos, i: usize) -> Pos {
+        match pos {
+            Pos::Hash(p) => Pos::Hash(p + i),
+            // One entry a key.
+            other => other,
+        }
+    }
+
+    /// Removes the entry at a valid position; returns its loc.
+    pub(super) fn remove_at(&mut self, pos: Pos) -> u64 {
+        match (self, pos) {
+            (Entries::Hash(ix), Pos::Hash(p)) => ix.remove_at(p).loc,
+            (Entries::Ordered(ix), Pos::Ordered(p)) => ix.remove_at(p).unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    /// Removes, of the `n` entries of a key from `pos` on, those whose loc
+    /// `remove` picks (in one pass); returns their locs in order.
+    pub(super) fn remove_where(
+        &mut self,
+        pos: Pos,
+        n: usize,
+        mut remove: impl FnMut(u64) -> bool,
+    ) -> Vec<u64> {
+        match (self, pos) {
+            (Entries::Hash(ix), Pos::Hash(p)) => ix
+                .remove_if(p, n, |s| remove(s.loc))
+                .into_iter()
+                .map(|s| s.loc)
+                .collect(),
+            (Entries::Ordered(ix), Pos::Ordered(p)) => match ix.get(p) {
+                Some(loc) if remove(loc) => ix.remove_at(p).into_iter().collect(),
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        }
+    }
+
+    /// Adds the record at `loc` with this key: after the key's entries in a
+    /// bag (`append`), else in place of an equal key's entry, whose loc is
+    /// returned.
+    pub(super) fn add(
+        &mut self,
+        arena: &Arena,
+        ord: Order,
+        append: bool,
+        hash: u64,
+        key: &[u8],
+        loc: u64,
+    ) -> Option<u64> {
+        let replaced = match self {
+            Entries::Hash(ix) if append => {
+                ix.append(hash, loc, |l| key_in(arena, l).cmp(key));
+                Inserted::New
+            }
+            Entries::Hash(ix) => ix.insert(hash, loc, |l| key_in(arena, l).cmp(key)),
+            Entries::Ordered(ix) => ix.insert(loc, |l| ord.cmp(key_in(arena, l), key)),
+        };
+        match replaced {
+            Inserted::Replaced(old) => Some(old),
+            Inserted::New => None,
+        }
+    }
+
+    pub(super) fn first(&self) -> Option<Pos> {
+        match self {
+            Entries::Hash(ix) => ix.next_occupied(0).map(Pos::Hash),
+            Entries::Ordered(ix) => ix.first().map(Pos::Ordered),
+        }
+    }
+
+    /// The last entry: the greatest key of an ordered index; the first
+    /// entry of a hash index (ETS's `last/1` of a hash table is `first/1`).
+    pub(super) fn last(&self) -> Option<Pos> {
+        match self {
+            Entries::Hash(_) => self.first(),
+            Entries::Ordered(ix) => ix.last().map(Pos::Ordered),
+        }
+    }
+
+    pub(super) fn next(&self, pos: Pos) -> Option<Pos> {
+        match (self, pos) {
+            (Entries::Hash(ix), Pos::Hash(p)) => ix.next_occupied(p + 1).map(Pos::Hash),
+            (Entries::Ordered(ix), Pos::Ordered(p)) => ix.next(p).map(Pos::Ordered),
+            _ => None,
+        }
+    }
+
+    /// The entry before: the next smaller key of an ordered index; the next
+    /// entry of a hash index (as `next/2`, like ETS's `prev/2` there).
+    pub(super) fn prev(&self, pos: Pos) -> Option<Pos> {
+        match (self, pos) {
+            (Entries::Hash(_), _) => self.next(pos),
+            (Entries::Ordered(ix), Pos::Ordered(p)) => ix.prev(p).map(Pos::Ordered),
+            _ => None,
+        }
+    }
+
+    /// The first entry after every entry of `key` in walk order
+    /// (`Forward`), or in an ordered index the last entry before `key`
+    /// (`Backward`), whether or not `key` is present. A hash index walks
+    /// forward either way, as ETS's `prev/2` is its `next/2` there.
+    pub(super) fn seek(
+        &self,
+        arena: &Arena,
+        ord: Order,
+        dir: Direction,
+        hash: u64,
+        key: &[u8],
+    ) -> Option<Pos> {
+        let cmp = |l| ord.cmp(key_in(arena, l), key);
+        match (self, dir) {
+            (Entries::Hash(ix), _) => {
+                let p = ix.seek_after(hash, cmp);
+                ix.next_occupied(p).map(Pos::Hash)
+            }
+            (Entries::Ordered(ix), Direction::Forward) => ix.seek_after(cmp).map(Pos::Ordered),
+            (Entries::Ordered(ix), Direction::Backward) => ix.seek_before(cmp).map(Pos::Ordered),
+        }
+    }
+}
