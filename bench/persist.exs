@@ -1,5 +1,5 @@
 # Persistence benchmark: Heft persistent tables against Mnesia disc_copies
-# and DETS on the same records.
+# and DETS on the same records, ending with a summary table.
 #
 #     mix run bench/persist.exs                 # every section
 #     mix run bench/persist.exs insert restart  # some of them
@@ -10,13 +10,15 @@
 #   group    - fsyncs per 1,000 concurrent :commit inserts (100 processes
 #              x 10 inserts each).
 #   restart  - time to reopen 1,000,000 small maps and 200,000 100-tuples,
-#              Heft open/1 against Mnesia's wait_for_tables after a restart.
-#   dump     - p99 latency of single inserts while a dump of a
-#              1,000,000-record table runs.
+#              Heft open/1 (three times) against Mnesia's wait_for_tables
+#              after a restart.
+#   dump     - latency of single inserts while a dump of a
+#              1,000,000-record table runs (twice), and without one.
 #
 # Files go under $HEFT_BENCH_DIR (default: System.tmp_dir!/heft-bench).
 # Figures are wall-clock on whatever machine runs this: compare systems on
-# one machine, not across machines.
+# one machine, in one run, not across machines; the load average is
+# printed with the summary.
 
 defmodule PersistBench do
   @root System.get_env("HEFT_BENCH_DIR") || Path.join(System.tmp_dir!(), "heft-bench")
@@ -35,24 +37,38 @@ defmodule PersistBench do
     us / n
   end
 
-  defp fmt(x), do: :erlang.float_to_binary(x / 1, decimals: 1)
+  def fmt(x) when is_number(x), do: :erlang.float_to_binary(x / 1, decimals: 1)
+
+  # Results for the summary, in the order they were measured.
+  defp put_result(key, value), do: Process.put({:result, key}, value)
+  def result(key), do: Process.get({:result, key})
 
   # ---- insert ----------------------------------------------------------
+
+  @insert_rows [
+    {:none, "Heft sync: :none"},
+    {:interval, "Heft sync: {:interval, 100}"},
+    {:commit, "Heft sync: :commit"},
+    {:mnesia, "Mnesia disc_copies dirty_write"},
+    {:dets, "DETS insert"}
+  ]
+  def insert_rows, do: @insert_rows
 
   def insert do
     IO.puts("\n== insert: µs per single-record insert (small map / 100-tuple) ==")
 
-    rows = [
-      {"Heft sync: :none", fn rec, n -> heft_insert(rec, n, :none) end},
-      {"Heft sync: {:interval, 100}", fn rec, n -> heft_insert(rec, n, {:interval, 100}) end},
-      {"Heft sync: :commit", fn rec, n -> heft_insert(rec, div(n, 20), :commit) end},
-      {"Mnesia disc_copies dirty_write", fn rec, n -> mnesia_insert(rec, n) end},
-      {"DETS insert", fn rec, n -> dets_insert(rec, n) end}
-    ]
+    runs = %{
+      none: fn rec, n -> heft_insert(rec, n, :none) end,
+      interval: fn rec, n -> heft_insert(rec, n, {:interval, 100}) end,
+      commit: fn rec, n -> heft_insert(rec, div(n, 20), :commit) end,
+      mnesia: fn rec, n -> mnesia_insert(rec, n) end,
+      dets: fn rec, n -> dets_insert(rec, n) end
+    }
 
-    for {label, run} <- rows do
-      s = run.(&small/1, 40_000)
-      b = run.(&big/1, 10_000)
+    for {key, label} <- @insert_rows do
+      s = runs[key].(&small/1, 40_000)
+      b = runs[key].(&big/1, 10_000)
+      put_result({:insert, key}, {s, b})
       IO.puts(String.pad_trailing(label, 34) <> "#{fmt(s)} µs   #{fmt(b)} µs")
     end
   end
@@ -119,6 +135,7 @@ defmodule PersistBench do
       end)
 
     info = Heft.info(t)
+    put_result(:group, {info[:log_fsyncs], us / 1000})
     IO.puts("commits #{info[:commits]}, fsyncs #{info[:log_fsyncs]}, #{fmt(us / 1000)} ms")
     Heft.delete(t)
   end
@@ -127,11 +144,11 @@ defmodule PersistBench do
 
   def restart do
     IO.puts("\n== restart: time to reopen ==")
-    restart_case("1,000,000 small maps", 1_000_000, &small/1)
-    restart_case("200,000 100-tuples", 200_000, &big/1)
+    restart_case(:small, "1,000,000 small maps", 1_000_000, &small/1)
+    restart_case(:big, "200,000 100-tuples", 200_000, &big/1)
   end
 
-  defp restart_case(label, n, rec) do
+  defp restart_case(key, label, n, rec) do
     d = dir("restart-heft")
     t = Heft.new(:bench_restart, persist: d, dump_log_write_threshold: 10_000_000)
 
@@ -140,10 +157,16 @@ defmodule PersistBench do
     {heft_log_us, {:ok, t}} = :timer.tc(fn -> Heft.open(d) end)
     :ok = Heft.dump(t)
     :ok = Heft.close(t)
-    {heft_snap_us, {:ok, t}} = :timer.tc(fn -> Heft.open(d) end)
-    ^n = Heft.info(t, :size)
-    Heft.delete(t)
 
+    heft_snap_us =
+      for _ <- 1..3 do
+        {us, {:ok, t}} = :timer.tc(fn -> Heft.open(d) end)
+        ^n = Heft.info(t, :size)
+        :ok = Heft.close(t)
+        us
+      end
+
+    File.rm_rf!(d)
     start_mnesia(dir("restart-mnesia"))
     {:atomic, :ok} = :mnesia.create_table(:bench, disc_copies: [node()], attributes: [:k, :v])
 
@@ -167,10 +190,13 @@ defmodule PersistBench do
     ^n = :mnesia.table_info(:bench, :size)
     stop_mnesia()
 
+    ms = Enum.map(heft_snap_us, &(&1 / 1000))
+    put_result({:restart, key}, {heft_log_us / 1000, ms, mnesia_us / 1000})
+
     IO.puts(
       "#{String.pad_trailing(label, 22)} Heft (log) #{fmt(heft_log_us / 1000)} ms, " <>
-        "Heft (snapshot) #{fmt(heft_snap_us / 1000)} ms, Mnesia #{fmt(mnesia_us / 1000)} ms " <>
-        "(#{fmt(mnesia_us / heft_snap_us)}x)"
+        "Heft (snapshot) #{Enum.map_join(ms, " / ", &fmt/1)} ms, " <>
+        "Mnesia #{fmt(mnesia_us / 1000)} ms (#{fmt(mnesia_us / 1000 / Enum.max(ms))}x)"
     )
   end
 
@@ -186,27 +212,39 @@ defmodule PersistBench do
 
     # The same inserts without a dump, for comparison on this machine.
     idle =
-      for i <- 3_000_000..3_001_999 do
+      for i <- 3_000_000..3_019_999 do
         {us, true} = :timer.tc(fn -> Heft.insert(t, small(i)) end)
         us
       end
 
-    task = Task.async(fn -> :timer.tc(fn -> Heft.dump(t) end) end)
-    lat = measure_until(t, task, 2_000_000, [])
-    {dump_us, :ok} = Task.await(task, :infinity)
+    IO.puts("without a dump: #{percentiles(idle)}")
 
-    IO.puts(
-      "without a dump: #{percentiles(idle)}\n" <>
-        "during a dump (#{fmt(dump_us / 1000)} ms, #{length(lat)} inserts): #{percentiles(lat)}"
-    )
+    during =
+      for {round, first} <- [{1, 4_000_000}, {2, 5_000_000}] do
+        task = Task.async(fn -> :timer.tc(fn -> Heft.dump(t) end) end)
+        lat = measure_until(t, task, first, [])
+        {dump_us, :ok} = Task.await(task, :infinity)
 
+        IO.puts(
+          "during dump #{round} (#{fmt(dump_us / 1000)} ms, #{length(lat)} inserts): " <>
+            percentiles(lat)
+        )
+
+        lat
+      end
+
+    put_result(:dump, {pct(idle, 0.99), Enum.map(during, &{pct(&1, 0.99), pct(&1, 0.999)})})
     Heft.delete(t)
   end
 
-  defp percentiles(lat) do
+  defp pct(lat, q) do
     sorted = Enum.sort(lat)
-    p = fn q -> Enum.at(sorted, min(length(sorted) - 1, trunc(q * length(sorted)))) end
-    "p50 #{p.(0.5)} µs, p99 #{p.(0.99)} µs, p99.9 #{p.(0.999)} µs, max #{List.last(sorted)} µs"
+    Enum.at(sorted, min(length(sorted) - 1, trunc(q * length(sorted))))
+  end
+
+  defp percentiles(lat) do
+    "p50 #{pct(lat, 0.5)} µs, p99 #{pct(lat, 0.99)} µs, p99.9 #{pct(lat, 0.999)} µs, " <>
+      "max #{Enum.max(lat)} µs"
   end
 
   defp measure_until(t, task, i, acc) do
@@ -219,7 +257,62 @@ defmodule PersistBench do
       measure_until(t, task, i + 1, [us | acc])
     end
   end
+
+  # ---- summary ---------------------------------------------------------
+
+  def load, do: File.read!("/proc/loadavg") |> String.split() |> Enum.take(3) |> Enum.join(" ")
+
+  def summary(load_before) do
+    rows =
+      for({key, label} <- @insert_rows, r = result({:insert, key}), do: insert_row(label, r)) ++
+        group_rows(result(:group)) ++
+        restart_rows(result({:restart, :small}), "1,000,000 small maps") ++
+        restart_rows(result({:restart, :big}), "200,000 100-tuples") ++
+        dump_rows(result(:dump))
+
+    IO.puts(
+      "\n== summary (#{System.schedulers_online()} schedulers; load average " <>
+        "#{load_before} before, #{load()} after) ==\n"
+    )
+
+    width = rows |> Enum.map(&String.length(elem(&1, 0))) |> Enum.max(fn -> 10 end)
+    IO.puts("| " <> String.pad_trailing("measure", width) <> " | figure")
+    IO.puts("|-" <> String.duplicate("-", width) <> "-|-------")
+    for {k, v} <- rows, do: IO.puts("| " <> String.pad_trailing(k, width) <> " | " <> v)
+  end
+
+  defp insert_row(label, {s, b}),
+    do: {"insert µs/op, #{label}", "#{fmt(s)} (small map), #{fmt(b)} (100-tuple)"}
+
+  defp group_rows(nil), do: []
+
+  defp group_rows({fsyncs, ms}),
+    do: [{"fsyncs per 1,000 :commit inserts (100 processes)", "#{fsyncs} (#{fmt(ms)} ms)"}]
+
+  defp restart_rows(nil, _), do: []
+
+  defp restart_rows({log_ms, snap_ms, mnesia_ms}, label) do
+    [
+      {"reopen ms, #{label}: Heft (snapshot, 3 runs)",
+       Enum.map_join(snap_ms, " / ", &fmt/1) <>
+         " (Mnesia #{fmt(mnesia_ms)}: #{fmt(mnesia_ms / Enum.max(snap_ms))}x or more)"},
+      {"reopen ms, #{label}: Heft (log only)", fmt(log_ms)}
+    ]
+  end
+
+  defp dump_rows(nil), do: []
+
+  defp dump_rows({idle_p99, during}) do
+    [
+      {"insert p99 µs without a dump", "#{idle_p99}"},
+      {"insert p99 / p99.9 µs during a dump of 1M records",
+       Enum.map_join(during, ", ", fn {p99, p999} -> "#{p99} / #{p999}" end)}
+    ]
+  end
 end
+
+# Mnesia warns on every dump_log overload while the bench floods it.
+Logger.configure(level: :error)
 
 sections =
   case System.argv() do
@@ -227,4 +320,6 @@ sections =
     args -> args
   end
 
+before = PersistBench.load()
 for s <- sections, do: apply(PersistBench, String.to_atom(s), [])
+PersistBench.summary(before)
