@@ -124,8 +124,24 @@ fn write<T>(o: &Open, f: impl Fn(&Table) -> Result<T, TableError>) -> Result<T, 
     }
 }
 
+/// Runs `work(o, w)` for writers `w` in `0..writers`, each on its own
+/// thread, all at once.
+fn concurrently(o: &Open, writers: i64, work: impl Fn(&Open, i64) + Sync) {
+    std::thread::scope(|s| {
+        for w in 0..writers {
+            let work = &work;
+            s.spawn(move || work(o, w));
+        }
+    });
+}
+
 fn put(o: &Open, i: i64, v: i64) {
     write(o, |t| t.insert(&[t.prepare(&key(i), &body(i, v))])).unwrap();
+}
+
+fn del(o: &Open, i: i64) {
+    let k = key(i);
+    write(o, |t| t.remove(t.hash(&k), &k, None)).unwrap();
 }
 
 fn put_batch(o: &Open, keys: std::ops::Range<i64>, v: i64) {
@@ -491,16 +507,10 @@ fn concurrent_writers_during_dumps_lose_nothing() {
         ..config()
     };
     let (o, _) = create(&d.0, c);
-    std::thread::scope(|s| {
-        for w in 0..3i64 {
-            let o = &o;
-            s.spawn(move || {
-                for round in 0..40 {
-                    put_batch(o, w * 1000..w * 1000 + 500, round);
-                    let k = key(w * 1000 + round);
-                    write(o, |t| t.remove(t.hash(&k), &k, None)).unwrap();
-                }
-            });
+    concurrently(&o, 3, |o, w| {
+        for round in 0..40 {
+            put_batch(o, w * 1000..w * 1000 + 500, round);
+            del(o, w * 1000 + round);
         }
     });
     let want = contents(&o.table);
@@ -523,18 +533,12 @@ fn rotation_under_concurrent_writers_loses_nothing() {
         ..config()
     };
     let (o, _) = create(&d.0, c);
-    std::thread::scope(|s| {
-        for w in 0..4i64 {
-            let o = &o;
-            s.spawn(move || {
-                for i in 0..1500 {
-                    put(o, w * 10_000 + i, i);
-                    if i % 7 == 0 {
-                        let k = key(w * 10_000 + i / 2);
-                        write(o, |t| t.remove(t.hash(&k), &k, None)).unwrap();
-                    }
-                }
-            });
+    concurrently(&o, 4, |o, w| {
+        for i in 0..1500 {
+            put(o, w * 10_000 + i, i);
+            if i % 7 == 0 {
+                del(o, w * 10_000 + i / 2);
+            }
         }
     });
     let want = contents(&o.table);
