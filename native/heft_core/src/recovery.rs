@@ -707,15 +707,22 @@ fn seal_tail(dir: &Path, t: &Tail) -> io::Result<()> {
         .write(true)
         .open(dir.join(segment_name(t.seq)))?;
     let mut len = t.end;
+    let mut changed = false;
     if !t.sealed {
         let end = wal::end_frame(t.records, t.atoms);
         std::os::unix::fs::FileExt::write_all_at(&f, &end, t.end)?;
         len += end.len() as u64;
+        changed = true;
     }
     if f.metadata()?.len() != len {
         f.set_len(len)?;
+        changed = true;
     }
-    f.sync_all()
+    // A table closed cleanly left it sealed and cut: no sync needed.
+    if changed {
+        f.sync_all()?;
+    }
+    Ok(())
 }
 
 /// What one frame held.
