@@ -206,6 +206,12 @@ impl Writer {
         Writer::default()
     }
 
+    /// A writer appending to `buf`, emptied first (its allocation reused).
+    pub fn from_vec(mut buf: Vec<u8>) -> Self {
+        buf.clear();
+        Writer { buf, next_id: 0 }
+    }
+
     /// Empties the writer for reuse, keeping its allocation.
     pub fn clear(&mut self) {
         self.buf.clear();

@@ -34,7 +34,7 @@ use heft_core::codec::{decode_with, Builder, DecodeError, Scratch, Writer};
 use rustler::sys::{self, ErlNifTerm};
 use rustler::{Atom, Binary, Encoder, Env, MapIterator, NewBinary, Term, TermType};
 
-use crate::resource::AtomCache;
+use crate::resource::{AtomCache, AtomMemo};
 
 /// A term as the VM passes it around: one machine word.
 type Word = ErlNifTerm;
@@ -107,18 +107,33 @@ type IdentityMap = HashMap<Word, u32, BuildHasherDefault<WordHasher>>;
 /// decoded inside a record) simply get a fresh, empty buffer.
 #[derive(Default)]
 struct Pool {
+    walk: WalkBufs,
+    build: BuildBufs,
+}
+
+/// What an encoder's walk uses.
+#[derive(Default)]
+struct WalkBufs {
     stack: Vec<Word>,
     items: Vec<Word>,
     seen: IdentityMap,
+}
+
+/// What a decode uses.
+#[derive(Default)]
+struct BuildBufs {
     scratch: Scratch<Word>,
     keys: Vec<Word>,
     values: Vec<Word>,
+    memo: AtomMemo,
 }
 
 thread_local! {
     static POOL: RefCell<Pool> = RefCell::new(Pool::default());
 }
 
+// One thread-local access to take a group of buffers, one to give it back:
+// in a NIF library each access is a call into the dynamic loader.
 fn take<T: Default>(field: fn(&mut Pool) -> &mut T) -> T {
     POOL.with(|p| std::mem::take(field(&mut p.borrow_mut())))
 }
@@ -163,9 +178,7 @@ pub struct TermEncoder<'c> {
     atoms: &'c AtomCache,
     /// Work units left; `usize::MAX` on a dirty scheduler.
     pub budget: usize,
-    seen: IdentityMap,
-    stack: Vec<Word>,
-    items: Vec<Word>,
+    walk: WalkBufs,
     /// The last atoms met (word, id): a record names the same few atoms
     /// over and over, and this saves a lock per occurrence.
     recent_atoms: [(Word, u32); 8],
@@ -187,13 +200,11 @@ pub struct EncodedRecord {
 impl Drop for TermEncoder<'_> {
     fn drop(&mut self) {
         // Give back only what was borrowed (a scalar key borrows nothing).
-        if self.stack.capacity() > 0 {
-            self.seen.clear();
-            self.stack.clear();
-            self.items.clear();
-            give(|p| &mut p.seen, std::mem::take(&mut self.seen));
-            give(|p| &mut p.stack, std::mem::take(&mut self.stack));
-            give(|p| &mut p.items, std::mem::take(&mut self.items));
+        if self.walk.stack.capacity() > 0 {
+            self.walk.seen.clear();
+            self.walk.stack.clear();
+            self.walk.items.clear();
+            give(|p| &mut p.walk, std::mem::take(&mut self.walk));
         }
     }
 }
@@ -203,9 +214,7 @@ impl<'c> TermEncoder<'c> {
         TermEncoder {
             atoms,
             budget,
-            seen: IdentityMap::default(),
-            stack: Vec::new(),
-            items: Vec::new(),
+            walk: WalkBufs::default(),
             recent_atoms: [(Word::default(), u32::MAX); 8],
             recent_next: 0,
             exact_zero: false,
@@ -216,11 +225,9 @@ impl<'c> TermEncoder<'c> {
 
     /// Borrows the walk's buffers from the pool on first use.
     fn buffers(&mut self) {
-        if self.stack.capacity() == 0 {
-            self.seen = take(|p| &mut p.seen);
-            self.stack = take(|p| &mut p.stack);
-            self.items = take(|p| &mut p.items);
-            self.stack.reserve(16);
+        if self.walk.stack.capacity() == 0 {
+            self.walk = take(|p| &mut p.walk);
+            self.walk.stack.reserve(16);
         }
     }
 
@@ -274,6 +281,20 @@ impl<'c> TermEncoder<'c> {
         Ok(w.buf)
     }
 
+    /// Encodes a key canonically into `out` (replacing its contents), so a
+    /// hot path can reuse one buffer instead of allocating.
+    pub fn key_into<'a>(
+        &mut self,
+        env: Env<'a>,
+        key: Term<'a>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), EncodeError> {
+        let mut w = Writer::from_vec(std::mem::take(out));
+        let result = self.term(env, key, &mut w, true);
+        *out = w.buf;
+        result
+    }
+
     /// Encodes a record whose element `keypos` (1-based) is its key. The
     /// caller has checked that `elems` has at least `keypos` elements.
     /// With `canonical_body` (bag tables) the body has no back-references
@@ -292,7 +313,7 @@ impl<'c> TermEncoder<'c> {
         // changed it (-0.0): then the body keeps the exact term.
         let exact = !contains_neg_zero(key_term);
         self.buffers();
-        self.seen.clear();
+        self.walk.seen.clear();
         self.exact_zero = true;
         let mut w = Writer::new();
         w.tuple(elems.len());
@@ -324,10 +345,12 @@ impl<'c> TermEncoder<'c> {
             return Ok(());
         }
         self.buffers();
-        let base = self.stack.len();
-        self.stack.push(root.as_c_arg());
-        while self.stack.len() > base {
-            let Some(word) = self.stack.pop() else { break };
+        let base = self.walk.stack.len();
+        self.walk.stack.push(root.as_c_arg());
+        while self.walk.stack.len() > base {
+            let Some(word) = self.walk.stack.pop() else {
+                break;
+            };
             // SAFETY: the stack holds `root` and words read out of terms
             // reached from it, all of which live in `env` for this call.
             let t = unsafe { term_of(env, word) };
@@ -364,7 +387,7 @@ impl<'c> TermEncoder<'c> {
                     let elems = tuple_words(t).ok_or(EncodeError::Unsupported)?;
                     let id = w.tuple(elems.len());
                     self.remember(word, id, canonical);
-                    self.stack.extend(elems.iter().rev());
+                    self.walk.stack.extend(elems.iter().rev());
                 }
                 TermType::List => {
                     if t.is_empty_list() {
@@ -374,20 +397,22 @@ impl<'c> TermEncoder<'c> {
                     if self.backref(word, w, canonical) {
                         continue;
                     }
-                    let first = self.items.len();
+                    let first = self.walk.items.len();
                     let mut rest = t;
                     while let Ok((head, tail)) = rest.list_get_cell() {
-                        self.items.push(head.as_c_arg());
+                        self.walk.items.push(head.as_c_arg());
                         rest = tail;
                     }
-                    let n = self.items.len() - first;
+                    let n = self.walk.items.len() - first;
                     self.spend(n / 4)?;
                     let id = w.list(n);
                     self.remember(word, id, canonical);
                     // The tail ([] for a proper list) comes after the elements.
-                    self.stack.push(rest.as_c_arg());
-                    self.stack.extend(self.items[first..].iter().rev());
-                    self.items.truncate(first);
+                    self.walk.stack.push(rest.as_c_arg());
+                    self.walk
+                        .stack
+                        .extend(self.walk.items[first..].iter().rev());
+                    self.walk.items.truncate(first);
                 }
                 TermType::Map => {
                     if self.backref(word, w, canonical) {
@@ -397,18 +422,20 @@ impl<'c> TermEncoder<'c> {
                         self.canonical_map(env, t, w)?;
                         continue;
                     }
-                    let first = self.items.len();
+                    let first = self.walk.items.len();
                     for (k, v) in MapIterator::new(t).ok_or(EncodeError::Unsupported)? {
-                        self.items.push(k.as_c_arg());
-                        self.items.push(v.as_c_arg());
+                        self.walk.items.push(k.as_c_arg());
+                        self.walk.items.push(v.as_c_arg());
                     }
-                    let pairs = (self.items.len() - first) / 2;
+                    let pairs = (self.walk.items.len() - first) / 2;
                     self.spend(pairs)?;
                     let id = w.map(pairs);
                     self.remember(word, id, canonical);
                     // Pushed as v, k from the last pair, so k pops first.
-                    self.stack.extend(self.items[first..].iter().rev());
-                    self.items.truncate(first);
+                    self.walk
+                        .stack
+                        .extend(self.walk.items[first..].iter().rev());
+                    self.walk.items.truncate(first);
                 }
                 TermType::Pid | TermType::Port | TermType::Ref | TermType::Fun => {
                     if self.backref(word, w, canonical) {
@@ -479,7 +506,7 @@ impl<'c> TermEncoder<'c> {
         if canonical {
             return false;
         }
-        match self.seen.get(&word) {
+        match self.walk.seen.get(&word) {
             Some(&id) => {
                 w.backref(id);
                 true
@@ -490,7 +517,7 @@ impl<'c> TermEncoder<'c> {
 
     fn remember(&mut self, word: Word, id: u32, canonical: bool) {
         if !canonical {
-            self.seen.insert(word, id);
+            self.walk.seen.insert(word, id);
         }
     }
 
@@ -570,19 +597,18 @@ pub fn decode<'a>(
     bytes: &[u8],
     key: Option<&[u8]>,
 ) -> Result<Term<'a>, DecodeError> {
+    let mut bufs = take(|p| &mut p.build);
+    let mut scratch = std::mem::take(&mut bufs.scratch);
     let mut b = TermBuilder {
         env,
         atoms,
-        keys: take(|p| &mut p.keys),
-        values: take(|p| &mut p.values),
+        bufs,
         recent_atoms: [(u32::MAX, Word::default()); 8],
         recent_next: 0,
     };
-    let mut scratch = take(|p| &mut p.scratch);
     let result = decode_with(bytes, key, &mut b, &mut scratch);
-    give(|p| &mut p.scratch, scratch);
-    give(|p| &mut p.keys, std::mem::take(&mut b.keys));
-    give(|p| &mut p.values, std::mem::take(&mut b.values));
+    b.bufs.scratch = scratch;
+    give(|p| &mut p.build, b.bufs);
     // SAFETY: every word the decoder returns was made by the builder's own
     // enif calls on `env` during this call (decode_with empties the scratch
     // space first, so no word from an earlier call can come back).
@@ -593,8 +619,7 @@ pub fn decode<'a>(
 struct TermBuilder<'a, 'c> {
     env: Env<'a>,
     atoms: &'c AtomCache,
-    keys: Vec<Word>,
-    values: Vec<Word>,
+    bufs: BuildBufs,
     /// The last atoms built (id, word), as in TermEncoder.
     recent_atoms: [(u32, Word); 8],
     recent_next: usize,
@@ -620,13 +645,13 @@ impl Builder for TermBuilder<'_, '_> {
             return Ok(*w);
         }
         // Atoms are global to the VM: their words hold in any env.
-        let word =
-            self.atoms
-                .atom(self.env, id)
-                .map(|a| a.as_c_arg())
-                .ok_or(DecodeError::Builder(
-                    "atom id not in the table's dictionary",
-                ))?;
+        let word = self
+            .atoms
+            .atom_memo(self.env, id, &mut self.bufs.memo)
+            .map(|a| a.as_c_arg())
+            .ok_or(DecodeError::Builder(
+                "atom id not in the table's dictionary",
+            ))?;
         self.recent_atoms[self.recent_next] = (id, word);
         self.recent_next = (self.recent_next + 1) % self.recent_atoms.len();
         Ok(word)
@@ -669,11 +694,12 @@ impl Builder for TermBuilder<'_, '_> {
     }
 
     fn map(&mut self, kvs: &[Word]) -> Result<Word, DecodeError> {
-        self.keys.clear();
-        self.values.clear();
+        let (keys, values) = (&mut self.bufs.keys, &mut self.bufs.values);
+        keys.clear();
+        values.clear();
         for pair in kvs.chunks_exact(2) {
-            self.keys.push(pair[0]);
-            self.values.push(pair[1]);
+            keys.push(pair[0]);
+            values.push(pair[1]);
         }
         let mut out = Word::default();
         // SAFETY: two live slices of equal length of words built in this
@@ -681,9 +707,9 @@ impl Builder for TermBuilder<'_, '_> {
         let ok = unsafe {
             sys::enif_make_map_from_arrays(
                 self.env.as_c_arg(),
-                self.keys.as_ptr(),
-                self.values.as_ptr(),
-                self.keys.len(),
+                keys.as_ptr(),
+                values.as_ptr(),
+                keys.len(),
                 &mut out,
             )
         };

@@ -228,16 +228,22 @@ fn too_many_objects<'k>(
 }
 
 thread_local! {
-    static BUF: RefCell<(RecordBuf, Vec<u8>)> = RefCell::new((RecordBuf::new(), Vec::new()));
+    static BUF: RefCell<(RecordBuf, Vec<u8>, Vec<u8>)> =
+        RefCell::new((RecordBuf::new(), Vec::new(), Vec::new()));
 }
 
 /// Runs `f` with this thread's record buffer (emptied) and scratch space.
 fn with_buf<R>(f: impl FnOnce(&mut RecordBuf, &mut Vec<u8>) -> R) -> R {
+    with_bufs(|buf, scratch, _| f(buf, scratch))
+}
+
+/// `with_buf` plus a buffer for an encoded key.
+fn with_bufs<R>(f: impl FnOnce(&mut RecordBuf, &mut Vec<u8>, &mut Vec<u8>) -> R) -> R {
     BUF.with(|cell| {
         let mut guard = cell.borrow_mut();
-        let (buf, scratch) = &mut *guard;
+        let (buf, scratch, key) = &mut *guard;
         buf.clear();
-        f(buf, scratch)
+        f(buf, scratch, key)
     })
 }
 
@@ -418,9 +424,9 @@ fn lookup_impl<'a>(
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
-    let k = encoded!(env, enc.key(env, key));
-    with_buf(|buf, scratch| {
-        t.core.get(t.core.hash(&k), &k, buf).map_err(errors::core)?;
+    with_bufs(|buf, scratch, k| {
+        encoded!(env, enc.key_into(env, key, k));
+        t.core.get(t.core.hash(k), k, buf).map_err(errors::core)?;
         decode_all(env, sched, &t, buf, scratch)
     })
 }
@@ -469,9 +475,11 @@ fn member_impl<'a>(
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
-    let k = encoded!(env, enc.key(env, key));
-    let found = t.core.contains(t.core.hash(&k), &k).map_err(errors::core)?;
-    Ok(found.encode(env))
+    with_bufs(|_, _, k| {
+        encoded!(env, enc.key_into(env, key, k));
+        let found = t.core.contains(t.core.hash(k), k).map_err(errors::core)?;
+        Ok(found.encode(env))
+    })
 }
 
 fn take_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, key: Term<'a>) -> NifResult<Term<'a>> {

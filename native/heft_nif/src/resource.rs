@@ -85,16 +85,15 @@ pub struct AtomCache {
 
 static NEXT_CACHE_ID: AtomicU64 = AtomicU64::new(1);
 
-/// Per-thread, direct-mapped memo of (cache id, atom id) -> atom, in front
-/// of the caches' locks: decoding a record names the same few atoms in call
-/// after call. Entries never go stale: a table's ids never change meaning,
-/// cache ids are never reused, and atoms live as long as the VM.
-const MEMO_SLOTS: usize = 256;
+/// A direct-mapped memo of (cache id, atom id) -> atom, kept per thread by
+/// the decoder (codec.rs) in front of the caches' locks: decoding a record
+/// names the same few atoms in call after call. Entries never go stale: a
+/// table's ids never change meaning, cache ids are never reused, and atoms
+/// live as long as the VM.
+pub type AtomMemo = Vec<(u64, u32, Option<Atom>)>;
 
-thread_local! {
-    static ATOM_MEMO: std::cell::RefCell<Vec<(u64, u32, Option<Atom>)>> =
-        std::cell::RefCell::new(vec![(0, 0, None); MEMO_SLOTS]);
-}
+/// Slots of an [`AtomMemo`].
+pub const MEMO_SLOTS: usize = 256;
 
 #[derive(Default)]
 struct AtomInner {
@@ -124,21 +123,26 @@ impl AtomCache {
     }
 
     /// The atom with this id.
-    pub fn atom(&self, env: Env, id: u32) -> Option<Atom> {
+    /// The atom with this id, through `memo` (an empty memo is filled to
+    /// [`MEMO_SLOTS`] on first use).
+    pub fn atom_memo(&self, env: Env, id: u32, memo: &mut AtomMemo) -> Option<Atom> {
+        if memo.is_empty() {
+            memo.resize(MEMO_SLOTS, (0, 0, None));
+        }
         let slot =
             (self.id.wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize ^ id as usize) % MEMO_SLOTS;
-        let memo = ATOM_MEMO.with(|m| m.borrow()[slot]);
-        if let (cache, memo_id, Some(atom)) = memo {
+        if let (cache, memo_id, Some(atom)) = memo[slot] {
             if cache == self.id && memo_id == id {
                 return Some(atom);
             }
         }
-        let atom = self.atom_slow(env, id)?;
-        ATOM_MEMO.with(|m| m.borrow_mut()[slot] = (self.id, id, Some(atom)));
+        let atom = self.atom(env, id)?;
+        memo[slot] = (self.id, id, Some(atom));
         Some(atom)
     }
 
-    fn atom_slow(&self, env: Env, id: u32) -> Option<Atom> {
+    /// The atom with this id.
+    pub fn atom(&self, env: Env, id: u32) -> Option<Atom> {
         if let Some(Some(a)) = self.inner.read().by_id.get(id as usize) {
             return Some(*a);
         }
