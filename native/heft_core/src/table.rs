@@ -114,6 +114,11 @@ impl std::fmt::Display for Error {
     }
 }
 
+thread_local! {
+    /// Compressed bodies on their way into a Prepared, reused per thread.
+    static PACKED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Tables whose storage (index and arena) is still allocated.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 
@@ -787,11 +792,17 @@ impl Table {
     /// duplicate_bag, `body` must be written canonically (no
     /// back-references, maps sorted; see [`codec::canonical`]).
     pub fn prepare(&self, key: &[u8], body: &[u8]) -> Prepared {
-        let mut packed = Vec::new();
-        let codec = compress::compress(body, self.compression, &mut packed);
+        PACKED.with(|cell| {
+            let mut packed = cell.borrow_mut();
+            self.prepare_with(key, body, &mut packed)
+        })
+    }
+
+    fn prepare_with(&self, key: &[u8], body: &[u8], packed: &mut Vec<u8>) -> Prepared {
+        let codec = compress::compress(body, self.compression, packed);
         let stored: &[u8] = match codec {
             Codec::Raw => body,
-            Codec::Deflate => &packed,
+            Codec::Deflate => packed,
         };
         let mut bytes = Vec::new();
         record::write(&mut bytes, codec, key, stored, body.len());

@@ -116,7 +116,44 @@ struct Pool {
 struct WalkBufs {
     stack: Vec<Word>,
     items: Vec<Word>,
-    seen: IdentityMap,
+    seen: Seen,
+    /// The last record's encoded key and body, reused from record to record.
+    key: Vec<u8>,
+    body: Vec<u8>,
+}
+
+/// The compound terms met so far in one record (identity -> id): the
+/// first few in an array, the rest in a hash map. Most records hold a
+/// handful of compound terms, and a short scan beats hashing each one.
+#[derive(Default)]
+struct Seen {
+    small: Vec<(Word, u32)>,
+    map: IdentityMap,
+}
+
+const SEEN_SMALL: usize = 16;
+
+impl Seen {
+    fn clear(&mut self) {
+        self.small.clear();
+        self.map.clear();
+    }
+
+    fn get(&self, word: Word) -> Option<u32> {
+        match self.small.iter().find(|(w, _)| *w == word) {
+            Some((_, id)) => Some(*id),
+            None if self.small.len() == SEEN_SMALL => self.map.get(&word).copied(),
+            None => None,
+        }
+    }
+
+    fn insert(&mut self, word: Word, id: u32) {
+        if self.small.len() < SEEN_SMALL {
+            self.small.push((word, id));
+        } else {
+            self.map.insert(word, id);
+        }
+    }
 }
 
 /// What a decode uses.
@@ -151,6 +188,11 @@ fn give<T>(field: fn(&mut Pool) -> &mut T, value: T) {
 unsafe fn term_of<'a>(env: Env<'a>, word: Word) -> Term<'a> {
     // SAFETY: the caller's promise is exactly Term::new's requirement.
     unsafe { Term::new(env, word) }
+}
+
+/// The arity of a tuple, or `None` for anything else.
+pub fn tuple_arity(t: Term) -> Option<usize> {
+    tuple_words(t).map(<[Word]>::len)
 }
 
 /// The elements of a tuple, without copying them.
@@ -191,11 +233,6 @@ pub struct TermEncoder<'c> {
     map_depth: u32,
 }
 
-/// What `record` produces: the key's canonical encoding and the record's.
-pub struct EncodedRecord {
-    pub key: Vec<u8>,
-    pub body: Vec<u8>,
-}
 
 impl Drop for TermEncoder<'_> {
     fn drop(&mut self) {
@@ -295,42 +332,83 @@ impl<'c> TermEncoder<'c> {
         result
     }
 
-    /// Encodes a record whose element `keypos` (1-based) is its key. The
-    /// caller has checked that `elems` has at least `keypos` elements.
-    /// With `canonical_body` (bag tables) the body has no back-references
-    /// and sorted maps, and keeps the sign of zero.
+    /// Encodes a record whose element `keypos` (1-based) is its key, into
+    /// [`Self::encoded_key`] and [`Self::encoded_body`] (valid until the next
+    /// record). The caller has checked that `elems` has at least `keypos`
+    /// elements. With `canonical_body` (bag tables) the body has no
+    /// back-references and sorted maps, and keeps the sign of zero.
     pub fn record<'a>(
         &mut self,
         env: Env<'a>,
         elems: &[Term<'a>],
         keypos: usize,
         canonical_body: bool,
-    ) -> Result<EncodedRecord, EncodeError> {
+    ) -> Result<(), EncodeError> {
+        self.record_from(env, elems.len(), elems.iter().copied(), keypos, canonical_body)
+    }
+
+    /// [`Self::record`] of a tuple, read in place (no copy of its elements).
+    /// The caller has checked that it is a tuple of at least `keypos`
+    /// elements.
+    pub fn record_tuple<'a>(
+        &mut self,
+        env: Env<'a>,
+        tuple: Term<'a>,
+        keypos: usize,
+        canonical_body: bool,
+    ) -> Result<(), EncodeError> {
+        let words = tuple_words(tuple).ok_or(EncodeError::Unsupported)?;
+        // SAFETY: elements of a tuple alive in `env` for this call.
+        let elems = words.iter().map(|w| unsafe { term_of(env, *w) });
+        self.record_from(env, words.len(), elems, keypos, canonical_body)
+    }
+
+    fn record_from<'a>(
+        &mut self,
+        env: Env<'a>,
+        arity: usize,
+        elems: impl Iterator<Item = Term<'a>> + Clone,
+        keypos: usize,
+        canonical_body: bool,
+    ) -> Result<(), EncodeError> {
         self.saw_zero = false;
-        let key_term = elems[keypos - 1];
-        let key = self.key(env, key_term)?;
+        let key_term = elems.clone().nth(keypos - 1).ok_or(EncodeError::Unsupported)?;
+        self.buffers();
+        let mut kw = Writer::from_vec(std::mem::take(&mut self.walk.key));
+        let key = self.term(env, key_term, &mut kw, true);
+        self.walk.key = kw.buf;
+        key?;
         // The key is stored once, outside the body, unless canonical form
         // changed it (-0.0): then the body keeps the exact term.
         let exact = !contains_neg_zero(key_term);
-        self.buffers();
         self.walk.seen.clear();
         self.exact_zero = true;
-        let mut w = Writer::new();
-        w.tuple(elems.len());
+        let mut w = Writer::from_vec(std::mem::take(&mut self.walk.body));
+        w.tuple(arity);
         let mut body = Ok(());
-        for (i, e) in elems.iter().enumerate() {
+        for (i, e) in elems.enumerate() {
             if i == keypos - 1 && exact {
                 w.key();
             } else {
-                body = self.term(env, *e, &mut w, canonical_body);
+                body = self.term(env, e, &mut w, canonical_body);
                 if body.is_err() {
                     break;
                 }
             }
         }
+        self.walk.body = w.buf;
         self.exact_zero = false;
-        body?;
-        Ok(EncodedRecord { key, body: w.buf })
+        body
+    }
+
+    /// The key of the last record encoded.
+    pub fn encoded_key(&self) -> &[u8] {
+        &self.walk.key
+    }
+
+    /// The body of the last record encoded.
+    pub fn encoded_body(&self) -> &[u8] {
+        &self.walk.body
     }
 
     /// Encodes any term (canonically, or with sharing).
@@ -506,8 +584,8 @@ impl<'c> TermEncoder<'c> {
         if canonical {
             return false;
         }
-        match self.walk.seen.get(&word) {
-            Some(&id) => {
+        match self.walk.seen.get(word) {
+            Some(id) => {
                 w.backref(id);
                 true
             }

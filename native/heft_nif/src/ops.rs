@@ -292,14 +292,20 @@ fn decode_key<'a>(env: Env<'a>, t: &TableRes, key: &[u8]) -> NifResult<Term<'a>>
 
 /// The elements of a record, checked against the table's keypos.
 pub(crate) fn record_elems<'a>(obj: Term<'a>, keypos: usize) -> NifResult<Vec<Term<'a>>> {
-    let elems = get_tuple(obj).map_err(|_| badarg("not a tuple"))?;
-    if elems.len() < keypos {
+    check_record(obj, keypos)?;
+    get_tuple(obj).map_err(|_| badarg("not a tuple"))
+}
+
+/// Checks that `obj` is a tuple with at least `keypos` elements, without
+/// copying them.
+fn check_record(obj: Term, keypos: usize) -> NifResult<()> {
+    let arity = codec::tuple_arity(obj).ok_or_else(|| badarg("not a tuple"))?;
+    if arity < keypos {
         return Err(badarg(format!(
-            "a tuple of {} elements is shorter than the table's keypos {keypos}",
-            elems.len()
+            "a tuple of {arity} elements is shorter than the table's keypos {keypos}"
         )));
     }
-    Ok(elems)
+    Ok(())
 }
 
 /// One tuple, or a proper list of them.
@@ -331,14 +337,33 @@ pub(crate) fn prepare_object<'a>(
     enc: &mut TermEncoder,
 ) -> Result<Prepared, EncodeError> {
     let bag = t.core.kind().is_bag();
-    let rec = enc.record(env, elems, t.keypos, bag)?;
+    enc.record(env, elems, t.keypos, bag)?;
+    prepare_encoded(t, enc, bag)
+}
+
+/// [`prepare_object`] of a tuple already checked by `record_elems`, read in
+/// place.
+fn prepare_tuple<'a>(
+    env: Env<'a>,
+    t: &TableRes,
+    obj: Term<'a>,
+    enc: &mut TermEncoder,
+) -> Result<Prepared, EncodeError> {
+    let bag = t.core.kind().is_bag();
+    enc.record_tuple(env, obj, t.keypos, bag)?;
+    prepare_encoded(t, enc, bag)
+}
+
+/// Compresses and frames the record `enc` last encoded.
+fn prepare_encoded(t: &TableRes, enc: &mut TermEncoder, bag: bool) -> Result<Prepared, EncodeError> {
     // Compressing costs about as much as encoding 2 bytes per unit.
-    enc.spend(rec.body.len() / 2)?;
+    enc.spend(enc.encoded_body().len() / 2)?;
+    let (key, body) = (enc.encoded_key(), enc.encoded_body());
     Ok(
         if bag && enc.saw_zero && NEG_ZERO_IS_ZERO.load(Ordering::Relaxed) {
-            t.core.prepare_ignoring_zero_sign(&rec.key, &rec.body)
+            t.core.prepare_ignoring_zero_sign(key, body)
         } else {
-            t.core.prepare(&rec.key, &rec.body)
+            t.core.prepare(key, body)
         },
     )
 }
@@ -351,13 +376,12 @@ fn prepare_all<'a>(
 ) -> NifResult<Result<Vec<Prepared>, Term<'a>>> {
     // Check every object before encoding any, so a bad one raises no
     // matter how large the list.
-    let all: Vec<Vec<Term<'a>>> = objs
-        .iter()
-        .map(|o| record_elems(*o, t.keypos))
-        .collect::<NifResult<_>>()?;
-    let mut prepared = Vec::with_capacity(all.len());
-    for elems in &all {
-        match retry_or(env, prepare_object(env, t, elems, enc))? {
+    for o in objs {
+        check_record(*o, t.keypos)?;
+    }
+    let mut prepared = Vec::with_capacity(objs.len());
+    for obj in objs {
+        match retry_or(env, prepare_tuple(env, t, *obj, enc))? {
             Ok(p) => prepared.push(p),
             Err(retry) => return Ok(Err(retry)),
         }
@@ -396,7 +420,7 @@ fn write_objects<'a>(
         // Check the objects here (a bad one raises on the caller's
         // scheduler), then do the work on a dirty one.
         for o in &list {
-            record_elems(*o, t.keypos)?;
+            check_record(*o, t.keypos)?;
         }
         return Ok(retry_cpu(env));
     }
@@ -625,11 +649,10 @@ fn rewrite<'a, R>(
         };
         let result = edit(&mut elems)?;
         enc.budget = sched.budget();
-        let rec = match retry_or(env, enc.record(env, &elems, t.keypos, false))? {
-            Ok(r) => r,
-            Err(retry) => return Ok(Err(retry)),
-        };
-        let new = t.core.prepare(&rec.key, &rec.body);
+        if let Err(retry) = retry_or(env, enc.record(env, &elems, t.keypos, false))? {
+            return Ok(Err(retry));
+        }
+        let new = t.core.prepare(enc.encoded_key(), enc.encoded_body());
         let expected = found.then(|| (&buf, &buf.items()[0]));
         if t.core
             .replace_if(h, &k, expected, Some(&new))
