@@ -12,6 +12,10 @@ defmodule Heft.Memory.RemoteTest do
       if Node.alive?() do
         false
       else
+        # A fresh machine (CI) has no epmd running until some node starts
+        # one; Node.start/2 does not, so start it here (a no-op if it runs).
+        {_, 0} = System.cmd(epmd(), ["-daemon"])
+
         {:ok, _} =
           Node.start(:"heft_remote_test_#{System.unique_integer([:positive])}", :shortnames)
 
@@ -20,6 +24,11 @@ defmodule Heft.Memory.RemoteTest do
 
     on_exit(fn -> if started, do: Node.stop() end)
     :ok
+  end
+
+  defp epmd do
+    erts_bin = Path.join([:code.root_dir(), "erts-#{:erlang.system_info(:version)}", "bin"])
+    System.find_executable("epmd") || Path.join(erts_bin, "epmd")
   end
 
   defp peer(args) do
