@@ -10,7 +10,9 @@
 #      Heft answers from the table's size;
 #   3. the memory a full select needs: the peak growth of the selecting
 #      process's memory and of the VM's total while it walks the table,
-#      against tab2list (which holds every object) for scale.
+#      against tab2list (which holds every object) for scale;
+#   4. key ranges of an ordered_set: a partly bound key and a guard range
+#      on the key, each selecting 1,000 records, against lookup.
 # Times are medians of a few runs (wall clock, this machine, whatever else
 # is running on it); memory is sampled every millisecond by another
 # process.
@@ -73,6 +75,60 @@ defmodule Heft.Bench.Select do
       {results, proc, total} = peak_memory(fun)
       IO.puts("| #{label} | #{fmt(results)} | #{fmt(proc)} | #{fmt(total)} |")
     end
+
+    :ets.delete(e)
+    Heft.delete(h)
+    ordered_ranges(n)
+  end
+
+  # 4. An ordered_set keyed {g, i} with 1,000 keys a group g: a partly
+  # bound key `{g, _}` and a guard range on the key variable select one
+  # group, walked as a key range (ETS walks the prefix as well; it scans
+  # the table for the guard range, so it gets fewer calls).
+  defp ordered_ranges(n) do
+    groups = max(div(n, 1000), 1)
+    IO.puts("\n## 4. ordered_set key ranges (µs per call, #{fmt(min(n, 1000))} results each)\n")
+    IO.puts("| call | ETS | Heft |\n| --- | ---: | ---: |")
+    e = :ets.new(:bench_ordered, [:ordered_set, :public])
+    h = Heft.new(:bench_ordered, [:ordered_set, :public])
+
+    1..n
+    |> Stream.chunk_every(10_000)
+    |> Enum.each(fn is ->
+      batch = for i <- is, do: {{rem(i, groups), i}, {:user, i}, rem(i, 100), "name #{i}"}
+      :ets.insert(e, batch)
+      Heft.insert(h, batch)
+    end)
+
+    gs = for _ <- 1..200, do: :rand.uniform(groups) - 1
+    keys = for _ <- 1..20_000, i = :rand.uniform(n), do: {rem(i, groups), i}
+
+    row(
+      "lookup({g, i})",
+      per_call(keys, &:ets.lookup(e, &1)),
+      per_call(keys, &Heft.lookup(h, &1))
+    )
+
+    prefix = fn mod, tab -> &mod.select(tab, [{{{&1, :_}, :_, :_, :_}, [], [:"$_"]}]) end
+
+    row(
+      "select `{{g, _}, _, _, _}`",
+      per_call(gs, prefix.(:ets, e)),
+      per_call(gs, prefix.(Heft, h))
+    )
+
+    guarded = fn mod, tab ->
+      fn g ->
+        guard = [{:>=, :"$1", {:const, {g, 0}}}, {:<, :"$1", {:const, {g + 1, 0}}}]
+        mod.select(tab, [{{:"$1", :_, :_, :_}, guard, [:"$_"]}])
+      end
+    end
+
+    row(
+      "select `{K, ...}` when {g, 0} =< K < {g + 1, 0}",
+      per_call(Enum.take(gs, 5), guarded.(:ets, e)),
+      per_call(gs, guarded.(Heft, h))
+    )
   end
 
   defp load(n) do

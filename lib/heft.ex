@@ -684,8 +684,13 @@ defmodule Heft do
   so results are ETS's and memory grows with the results, not the table.
   When every clause's head binds the key (a literal such as `{42, :_}`, or
   a variable pinned by a guard such as `{:"=:=", :"$1", 42}`), the objects
-  are looked up by key instead of scanned. The order of results is
-  unspecified (as in an ETS set).
+  are looked up by key instead of scanned. In an `:ordered_set`, a key
+  bound only in part (`{{:user, :_}, :_}`: the keys that are 2-tuples
+  beginning with `:user`) or bounded by guards on the key variable
+  (`[{{:"$1", :_}, [{:>=, :"$1", 100}, {:<, :"$1", 200}], [:"$_"]}]`) is
+  walked as a key range: the walk starts at the range's first key, found
+  by binary search, and stops after its last. Results come in key order in
+  an `:ordered_set`; elsewhere their order is unspecified (as in ETS).
 
   Raises `ArgumentError` for an invalid spec, as ETS raises `badarg`.
 
@@ -710,7 +715,7 @@ defmodule Heft do
   not a positive integer.
   """
   @spec select(tab, match_spec, pos_integer) :: {[term], continuation} | :"$end_of_table"
-  def select(tab, spec, limit), do: Heft.Select.select(ref(tab), spec, limit)
+  def select(tab, spec, limit), do: Heft.Select.select_limit(ref(tab), spec, limit)
 
   @doc """
   Continues a `select/3` (or `match/3`, `match_object/3`,
@@ -723,16 +728,18 @@ defmodule Heft do
   def select(continuation), do: Heft.Select.continue(continuation)
 
   @doc """
-  As `select/2`, in reverse order where the table has an order. A `:set`
-  has none, so this is `select/2`, as in ETS.
+  As `select/2`, in descending key order in an `:ordered_set` (walking key
+  ranges backward too). Other table types have no key order, so this is
+  `select/2` there, as in ETS.
   """
   @spec select_reverse(tab, match_spec) :: [term]
-  def select_reverse(tab, spec), do: select(tab, spec)
+  def select_reverse(tab, spec), do: Heft.Select.select(ref(tab), spec, :backward)
 
   @doc "As `select/3`, in reverse order where the table has one (see `select_reverse/2`)."
   @spec select_reverse(tab, match_spec, pos_integer) ::
           {[term], continuation} | :"$end_of_table"
-  def select_reverse(tab, spec, limit), do: select(tab, spec, limit)
+  def select_reverse(tab, spec, limit),
+    do: Heft.Select.select_limit(ref(tab), spec, limit, :backward)
 
   @doc "Continues a `select_reverse/3`; see `select/1`."
   @spec select_reverse(continuation) :: {[term], continuation} | :"$end_of_table"

@@ -89,8 +89,13 @@ defmodule Heft.MatchSpec do
   # constants). `==` pins a number to each number equal to it (1 and 1.0).
   # A map anywhere in the key pattern means a scan: a map pattern matches
   # larger maps.
-  @spec plan(t, pos_integer) :: :scan | {:lookup, [term]}
-  def plan(spec, keypos) do
+  #
+  # In an ordered_set (`ordered` true) the keys come in term order, without
+  # two that are `==` (the table's same key), and a spec that binds no
+  # single key may still bind a key range: `{:range, lo, hi}` (see
+  # range/2), else `:scan`.
+  @spec plan(t, pos_integer, boolean) :: :scan | {:lookup, [term]} | {:range, bound, bound}
+  def plan(spec, keypos, ordered \\ false) do
     Enum.reduce_while(spec, [], fn {head, guards, _body}, acc ->
       case clause_keys(head, guards, keypos) do
         :any -> {:halt, :scan}
@@ -98,10 +103,142 @@ defmodule Heft.MatchSpec do
       end
     end)
     |> case do
+      :scan when ordered -> range(spec, keypos)
       :scan -> :scan
+      keys when ordered -> {:lookup, keys |> Enum.concat() |> Enum.sort() |> dedup_equal()}
       keys -> {:lookup, keys |> Enum.reverse() |> Enum.concat() |> Enum.uniq()}
     end
   end
+
+  defp dedup_equal([a, b | rest]) when a == b, do: dedup_equal([a | rest])
+  defp dedup_equal([a | rest]), do: [a | dedup_equal(rest)]
+  defp dedup_equal([]), do: []
+
+  ## Key ranges (ordered_set)
+
+  @typedoc """
+  One end of a key range: `nil` (unbounded) or `{bound, inclusive?}`,
+  where `bound` is a key in which the atom `:"$heft_wildcard"` stands for
+  any term from there on (heft_core's order::compare_bound).
+  """
+  @type bound :: nil | {term, boolean}
+
+  @wild :"$heft_wildcard"
+
+  # The key range every clause's objects lie in, when all clauses agree on
+  # one, else :scan. A clause's range comes from its head's key element:
+  #
+  # - a partly bound key, `{:user, :_}` or `[:a | :"$1"]`: the keys that
+  #   begin as it does, `{:user, wildcard}` at both ends (ETS walks such a
+  #   key's range too). The key up to its first unbound part (a variable,
+  #   `:_`, or a map, since map patterns match larger maps) must be bound;
+  # - a variable: the bounds its top-level guard conjuncts put on it,
+  #   `{:>, :"$1", c}`, `{:"=<", c, :"$1"}` and so on with constant `c`
+  #   (the tightest of each end). Term order is what both guards and the
+  #   table use, so the range holds exactly the keys the guards let by.
+  #
+  # A range is only where to look: the spec still runs on every object
+  # in it.
+  defp range(spec, keypos) do
+    case spec |> Enum.map(&clause_range(&1, keypos)) |> Enum.uniq() do
+      [{lo, hi}] when lo != nil or hi != nil -> {:range, lo, hi}
+      _ -> :scan
+    end
+  end
+
+  defp clause_range({head, guards, _body}, keypos)
+       when is_tuple(head) and tuple_size(head) >= keypos do
+    key = elem(head, keypos - 1)
+
+    if variable?(key) do
+      guards
+      |> Enum.flat_map(&conjuncts/1)
+      |> Enum.reduce({nil, nil}, &narrow(&1, key, &2))
+    else
+      case prefix(key) do
+        {:bound, bound} -> {{bound, true}, {bound, true}}
+        :any -> {nil, nil}
+      end
+    end
+  end
+
+  defp clause_range(_clause, _keypos), do: {nil, nil}
+
+  # `{:bound, b}` with everything from the first unbound part replaced by
+  # the wildcard, or :any when the key is unbound from its start.
+  defp prefix(key) do
+    case prefix_of(key) do
+      {:done, @wild} -> :any
+      {_, bound} -> {:bound, bound}
+    end
+  end
+
+  # {:done | :more, term}: :done once a wildcard was put in (what follows
+  # does not count).
+  defp prefix_of(%{}), do: {:done, @wild}
+
+  defp prefix_of(a) when is_atom(a) do
+    if a == :_ or dollar?(a), do: {:done, @wild}, else: {:more, a}
+  end
+
+  defp prefix_of(t) when is_tuple(t) do
+    {state, list} = prefix_of_list(Tuple.to_list(t))
+    {state, List.to_tuple(list)}
+  end
+
+  defp prefix_of([_ | _] = l), do: prefix_of_list(l)
+  defp prefix_of(literal), do: {:more, literal}
+
+  # Elements (and an improper tail) up to the first wildcard; the rest is
+  # kept as it is (a tuple's arity counts), never compared.
+  defp prefix_of_list([h | t]) do
+    case prefix_of(h) do
+      {:done, b} -> {:done, [b | t]}
+      {:more, b} -> t |> prefix_of_tail() |> then(fn {s, rest} -> {s, [b | rest]} end)
+    end
+  end
+
+  defp prefix_of_list([]), do: {:more, []}
+
+  defp prefix_of_tail(t) when is_list(t), do: prefix_of_list(t)
+  defp prefix_of_tail(t), do: prefix_of(t)
+
+  # The range {lo, hi} narrowed by one guard conjunct on `var`.
+  defp narrow({op, a, b}, var, range) when op in [:<, :>, :"=<", :>=, :==, :"=:="] do
+    cond do
+      a == var and not mentions_dollar?(b) -> narrow_by(op, constant(b), range)
+      b == var and not mentions_dollar?(a) -> narrow_by(flip(op), constant(a), range)
+      true -> range
+    end
+  end
+
+  defp narrow(_guard, _var, range), do: range
+
+  defp flip(:<), do: :>
+  defp flip(:>), do: :<
+  defp flip(:"=<"), do: :>=
+  defp flip(:>=), do: :"=<"
+  defp flip(op), do: op
+
+  defp narrow_by(_op, :error, range), do: range
+  defp narrow_by(:<, {:ok, c}, {lo, hi}), do: {lo, lower_hi(hi, {c, false})}
+  defp narrow_by(:"=<", {:ok, c}, {lo, hi}), do: {lo, lower_hi(hi, {c, true})}
+  defp narrow_by(:>, {:ok, c}, {lo, hi}), do: {raise_lo(lo, {c, false}), hi}
+  defp narrow_by(:>=, {:ok, c}, {lo, hi}), do: {raise_lo(lo, {c, true}), hi}
+
+  defp narrow_by(_eq, {:ok, c}, {lo, hi}),
+    do: {raise_lo(lo, {c, true}), lower_hi(hi, {c, true})}
+
+  # The tighter of two ends (an exclusive one where the terms are equal).
+  defp raise_lo(nil, new), do: new
+  defp raise_lo({x, xi}, {y, yi}) when x == y, do: {x, xi and yi}
+  defp raise_lo({x, _}, {y, _} = new) when y > x, do: new
+  defp raise_lo(old, _new), do: old
+
+  defp lower_hi(nil, new), do: new
+  defp lower_hi({x, _}, {y, _} = new) when y < x, do: new
+  defp lower_hi({x, xi}, {y, yi}) when x == y, do: {x, xi and yi}
+  defp lower_hi(old, _new), do: old
 
   defp clause_keys(head, guards, keypos) do
     cond do

@@ -39,6 +39,8 @@ defmodule Heft.Native do
     prev: 2,
     chunk: 3,
     chunk_back: 3,
+    range_chunk: 4,
+    range_chunk_back: 4,
     # Match specifications (native/heft_nif/src/select.rs)
     delete_objects: 2,
     replace_objects: 2

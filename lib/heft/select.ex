@@ -4,10 +4,17 @@ defmodule Heft.Select do
   # decoded objects, so results are what ETS computes for the same objects.
   #
   # Where batches come from (a "source"):
-  #   {:scan, cursor}  - chunks of about @chunk objects from the chunk NIF,
-  #                      resumable from the cursor it returns (:start first);
-  #   {:keys, keys}    - lookups, when Heft.MatchSpec.plan/2 found that the
-  #                      spec can only match these keys;
+  #   {:scan, dir, range, cursor}
+  #                    - chunks of about @chunk objects from the chunk NIFs,
+  #                      resumable from the cursor they return (:start
+  #                      first), walking :forward or (select_reverse on an
+  #                      ordered_set) :backward, over the whole table
+  #                      (range nil) or an ordered_set's key range
+  #                      `{lo, hi}` (Heft.MatchSpec.plan/3), which the NIF
+  #                      finds by binary search and leaves at its end;
+  #   {:keys, keys}    - lookups, when Heft.MatchSpec.plan/3 found that the
+  #                      spec can only match these keys (in an ordered_set,
+  #                      in walk order);
   #   :done.
   # Only one batch is decoded at a time: memory grows by the results, not
   # by the table. Each NIF call stays within its scheduler budget (a big
@@ -35,10 +42,10 @@ defmodule Heft.Select do
 
   ## select/2 and friends
 
-  @spec select(ref, MatchSpec.t()) :: [term]
-  def select(ref, spec) do
+  @spec select(ref, MatchSpec.t(), :forward | :backward) :: [term]
+  def select(ref, spec, dir \\ :forward) when is_atom(dir) do
     ms = MatchSpec.compile!(spec)
-    source = source(ref, spec, :read)
+    source = source(ref, spec, :read, dir)
 
     ref
     |> fold(source, [], fn objects, acc -> [MatchSpec.run(objects, ms) | acc] end)
@@ -46,11 +53,12 @@ defmodule Heft.Select do
     |> Enum.concat()
   end
 
-  @spec select(ref, MatchSpec.t(), pos_integer) :: {[term], term} | :"$end_of_table"
-  def select(ref, spec, limit) do
+  @spec select_limit(ref, MatchSpec.t(), pos_integer, :forward | :backward) ::
+          {[term], term} | :"$end_of_table"
+  def select_limit(ref, spec, limit, dir \\ :forward) do
     check_limit!(limit)
     ms = MatchSpec.compile!(spec)
-    source = source(ref, spec, :read)
+    source = source(ref, spec, :read, dir)
     next({:heft_select, ref, spec, ms, limit, source, []})
   end
 
@@ -190,19 +198,23 @@ defmodule Heft.Select do
   ## Sources
 
   # Checks access (raising as ETS does even when nothing would match) and
-  # plans the walk.
-  defp source(ref, spec, access) do
-    {_size, keypos} = Native.select_access(ref, access == :write)
+  # plans the walk. Only an ordered_set walks :backward: select_reverse of
+  # any other table is select (as in ETS).
+  defp source(ref, spec, access, dir \\ :forward) do
+    {_size, keypos, ordered} = Native.select_access(ref, access == :write)
     Process.put(@stats, %{chunks: 0, lookups: 0, objects: 0})
+    dir = if ordered, do: dir, else: :forward
 
     case spec do
       [] ->
         :done
 
       _ ->
-        case MatchSpec.plan(spec, keypos) do
+        case MatchSpec.plan(spec, keypos, ordered) do
+          {:lookup, keys} when dir == :backward -> {:keys, Enum.reverse(keys)}
           {:lookup, keys} -> {:keys, keys}
-          :scan -> {:scan, :start}
+          {:range, lo, hi} -> {:scan, dir, {lo, hi}, :start}
+          :scan -> {:scan, dir, nil, :start}
         end
     end
   end
@@ -210,7 +222,7 @@ defmodule Heft.Select do
   # The next batch of objects and what is left, counted in `stats/0`.
   defp batch(ref, source) do
     {objects, rest} = fetch(ref, source)
-    kind = if match?({:scan, _}, source), do: :chunks, else: :lookups
+    kind = if match?({:scan, _, _, _}, source), do: :chunks, else: :lookups
 
     case Process.get(@stats) do
       %{^kind => calls, objects: n} = stats ->
@@ -223,14 +235,10 @@ defmodule Heft.Select do
     {objects, rest}
   end
 
-  defp fetch(_ref, {:scan, :"$end_of_table"}), do: {[], :done}
-
-  defp fetch(ref, {:scan, cursor}) do
-    size = @chunk
-
-    case call(chunk(ref, cursor, size)) do
+  defp fetch(ref, {:scan, dir, range, cursor}) do
+    case walk(ref, dir, range, cursor, @chunk) do
       {objects, :"$end_of_table"} -> {objects, :done}
-      {objects, cursor} -> {objects, {:scan, cursor}}
+      {objects, cursor} -> {objects, {:scan, dir, range, cursor}}
     end
   end
 
@@ -239,6 +247,13 @@ defmodule Heft.Select do
     objects = Enum.flat_map(now, fn key -> call(lookup(ref, key)) end)
     {objects, if(later == [], do: :done, else: {:keys, later})}
   end
+
+  defp walk(ref, :forward, nil, cursor, size), do: call(chunk(ref, cursor, size))
+  defp walk(ref, :backward, nil, cursor, size), do: call(chunk_back(ref, cursor, size))
+  defp walk(ref, :forward, range, cursor, size), do: call(range_chunk(ref, range, cursor, size))
+
+  defp walk(ref, :backward, range, cursor, size),
+    do: call(range_chunk_back(ref, range, cursor, size))
 
   defp fold(_ref, :done, acc, _fun), do: acc
 
@@ -256,11 +271,12 @@ defmodule Heft.Select do
 
   @doc false
   # How select would find the objects `spec` can match (for tests and
-  # benchmarks): `{:lookup, keys}` or `:scan`.
-  @spec plan(ref, MatchSpec.t()) :: :scan | {:lookup, [term]}
+  # benchmarks): `{:lookup, keys}`, `{:range, lo, hi}` or `:scan`.
+  @spec plan(ref, MatchSpec.t()) ::
+          :scan | {:lookup, [term]} | {:range, MatchSpec.bound(), MatchSpec.bound()}
   def plan(ref, spec) do
     _ = MatchSpec.compile!(spec)
-    {_size, keypos} = Native.select_access(ref, false)
-    MatchSpec.plan(spec, keypos)
+    {_size, keypos, ordered} = Native.select_access(ref, false)
+    MatchSpec.plan(spec, keypos, ordered)
   end
 end

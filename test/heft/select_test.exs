@@ -459,6 +459,142 @@ defmodule Heft.SelectTest do
     end
   end
 
+  describe "ordered_set: key order, select_reverse, key ranges" do
+    # Keys of many shapes, so that a range has neighbours on both sides:
+    # numbers (integers and floats), {:user, n}, {:group, g, n}, improper
+    # and proper lists, binaries.
+    setup do
+      objects =
+        for i <- 1..3_000 do
+          key =
+            case rem(i, 7) do
+              0 -> i
+              1 -> i * 1.0 + 0.5
+              2 -> {:user, i}
+              3 -> {:group, rem(i, 5), i}
+              4 -> [:a | i]
+              5 -> [:b, i]
+              6 -> "bin#{i}"
+            end
+
+          {key, rem(i, 10), i}
+        end
+
+      %{pair: pair(objects, [:ordered_set]), size: length(objects)}
+    end
+
+    @range_specs [
+      [{{{:user, :_}, :_, :_}, [], [:"$_"]}],
+      [{{{:group, 3, :_}, :"$1", :_}, [{:>, :"$1", 4}], [:"$1"]}],
+      [{{[:a | :_], :_, :"$2"}, [], [:"$2"]}],
+      [{{:"$1", :_, :_}, [{:>=, :"$1", 100}, {:<, :"$1", 200}], [:"$_"]}],
+      [{{:"$1", :_, :_}, [{:andalso, {:>, :"$1", 100.5}, {:"=<", :"$1", 300}}], [:"$1"]}],
+      [{{:"$1", :_, :_}, [{:>, 1500, :"$1"}], [:"$1"]}],
+      [{{:"$1", :_, :_}, [{:>, :"$1", {:const, [:b, 2000]}}], [:"$1"]}],
+      [{{:"$1", :_, :_}, [{:>=, :"$1", 10}, {:>, :"$1", 10}, {:<, :"$1", 5.0e3}], [:"$1"]}],
+      [{{{:user, :"$2"}, :_, :_}, [{:<, :"$2", 50}], [:"$_"]}],
+      [{{{:user, :"$1"}, :_, :_}, [], [:"$1"]}, {{{:user, :"$1"}, :_, :_}, [], [:"$1"]}],
+      [{{{:nobody, :_}, :_, :_}, [], [:"$_"]}],
+      [{{:"$1", :_, :_}, [{:>, :"$1", 10}, {:<, :"$1", 5}], [:"$_"]}]
+    ]
+
+    test "select, select_reverse and their limits give ETS's results in ETS's order",
+         %{pair: pair} do
+      for spec <- @range_specs ++ [[{:_, [], [:"$_"]}], [{{:"$1", :_, 7}, [], [:"$1"]}]] do
+        ordered(pair, &select_all(&1, &2, spec, :select))
+        ordered(pair, &select_all(&1, &2, spec, :select_reverse))
+        ordered(pair, & &1.select(&2, spec))
+        ordered(pair, & &1.select_reverse(&2, spec))
+        ordered(pair, & &1.select_count(&2, Heft.MatchSpec.with_object(spec)))
+      end
+    end
+
+    test "a key range is walked, not the table", %{pair: {e, h}, size: size} do
+      for spec <- @range_specs do
+        assert {:range, _, _} = Select.plan(h.ref, spec), inspect(spec)
+        in_range = :ets.select_count(e, Heft.MatchSpec.with_object(spec))
+
+        for fun <- [:select, :select_reverse] do
+          apply(Heft, fun, [h, spec])
+          %{objects: decoded} = Select.stats()
+          # What is decoded holds every match, and not the whole table.
+          assert decoded >= in_range and decoded < size / 2, inspect({fun, spec, decoded})
+        end
+      end
+
+      # Exactly the range is decoded: {:user, _}, and 100 =< k < 200.
+      for spec <- [
+            [{{{:user, :_}, :_, :_}, [], [true]}],
+            [{{:"$1", :_, :_}, [{:>=, :"$1", 100}, {:<, :"$1", 200}], [true]}]
+          ] do
+        Heft.select_reverse(h, spec)
+        assert Select.stats().objects == :ets.select_count(e, spec)
+      end
+    end
+
+    test "select_count, select_delete and select_replace over a range", %{pair: pair} do
+      spec = [{{{:group, :"$1", :_}, :_, :_}, [{:<, :"$1", 2}], [true]}]
+      same(pair, & &1.select_count(&2, spec))
+      same(pair, & &1.select_delete(&2, spec))
+      same(pair, & &1.tab2list(&2))
+
+      replace = [
+        {{{:user, :"$1"}, :"$2", :_}, [{:<, :"$1", 500}], [{{{{:user, :"$1"}}, :"$2", :new}}]}
+      ]
+
+      same(pair, & &1.select_replace(&2, replace))
+      same(pair, & &1.tab2list(&2))
+    end
+
+    test "planned ranges" do
+      h = Heft.new(:plans, [:ordered_set])
+      w = :"$heft_wildcard"
+
+      for {spec, plan} <- [
+            {[{{{:user, :_}, :_}, [], [1]}], {:range, {{:user, w}, true}, {{:user, w}, true}}},
+            {[{{{:a, :"$1", :c}, :_}, [], [1]}],
+             {:range, {{:a, w, :c}, true}, {{:a, w, :c}, true}}},
+            {[{{[1, 2 | :_], :_}, [], [1]}], {:range, {[1, 2 | w], true}, {[1, 2 | w], true}}},
+            {[{{{:m, %{a: 1}}, :_}, [], [1]}], {:range, {{:m, w}, true}, {{:m, w}, true}}},
+            {[{{:"$1", :_}, [{:>, :"$1", 1}, {:>=, :"$1", 1.0}], [1]}],
+             {:range, {1, false}, nil}},
+            {[{{:"$1", :_}, [{:"=<", 9, :"$1"}, {:<, :"$1", :z}], [1]}],
+             {:range, {9, true}, {:z, false}}},
+            {[{{:"$1", :_}, [{:andalso, {:<, :"$1", 5}, {:is_integer, :"$1"}}], [1]}],
+             {:range, nil, {5, false}}}
+          ] do
+        assert Select.plan(h.ref, spec) == plan, inspect(spec)
+      end
+
+      for spec <- [
+            [{{:"$1", :_}, [{:orelse, {:<, :"$1", 5}, {:>, :"$1", 9}}], [1]}],
+            [{{:"$1", :"$2"}, [{:<, :"$1", :"$2"}], [1]}],
+            [{{:_, :_}, [], [1]}],
+            [{{{:a, :_}, :_}, [], [1]}, {{{:b, :_}, :_}, [], [1]}]
+          ] do
+        assert Select.plan(h.ref, spec) == :scan, inspect(spec)
+      end
+
+      # Bound keys: in key order, one of each `==` pair (the same key here).
+      spec = [{{:"$1", :_}, [{:==, :"$1", 2}], [1]}, {{1, :_}, [], [1]}]
+      assert Select.plan(h.ref, spec) == {:lookup, [1, 2]}
+      Heft.insert(h, [{1.0, :one}, {2, :two}])
+      assert Heft.select(h, [{{:"$1", :_}, [{:==, :"$1", 1}], [:"$_"]}]) == [{1.0, :one}]
+    end
+  end
+
+  # Asserts equal results, order included.
+  defp ordered({e, h}, fun), do: assert(fun.(Heft, h) == fun.(:ets, e))
+
+  # Every result of a select/3 (or select_reverse/3) walk in small batches.
+  defp select_all(m, t, spec, fun) do
+    Stream.unfold(apply(m, fun, [t, spec, 7]), fn
+      :"$end_of_table" -> nil
+      {results, cont} -> {results, apply(m, fun, [cont])}
+    end)
+    |> Enum.concat()
+  end
+
   describe "file arenas and persistent tables" do
     @describetag :tmp_dir
 

@@ -52,6 +52,38 @@ pub fn compare_exact<'n>(a: &[u8], b: &[u8], atom_name: impl Fn(u32) -> &'n str)
     try_compare(a, b, &atom_name, true).unwrap_or_else(|_| a.cmp(b))
 }
 
+/// The atom that stands for "any term" in a bound of [`compare_bound`].
+pub const WILDCARD: &str = "$heft_wildcard";
+
+/// Compares a key against a bound: a key encoding in which the atom
+/// [`WILDCARD`] may stand for an unknown part. The comparison runs as
+/// [`compare`] until it reaches a wildcard in `bound`, and is `Equal` from
+/// there: every earlier part was equal, so the key agrees with the bound as
+/// far as the bound is known. The keys `Equal` to a bound are therefore
+/// contiguous in term order: `{user, '$heft_wildcard'}` is `Equal` to every
+/// 2-tuple whose first element is `== user`, `Less` than those below them
+/// and `Greater` than those above.
+pub fn compare_bound<'n>(key: &[u8], bound: &[u8], atom_name: impl Fn(u32) -> &'n str) -> Ordering {
+    let wild = |h: &Head| match h {
+        Head::AtomId(id) => atom_name(*id) == WILDCARD,
+        Head::Atom(Text::Utf8(t) | Text::Latin1(t)) => *t == WILDCARD.as_bytes(),
+        _ => false,
+    };
+    if head(bound).is_ok_and(|(h, _)| wild(&h)) {
+        return Equal;
+    }
+    let mut c = Cmp {
+        a: key,
+        b: bound,
+        owned: Vec::new(),
+        names: &atom_name,
+        depth: 0,
+        wild: Some(&wild),
+    };
+    c.run(Cur { buf: 0, pos: 0 }, Cur { buf: 1, pos: 0 }, false)
+        .unwrap_or_else(|_| key.cmp(bound))
+}
+
 /// [`compare`] (or, with `exact`, [`compare_exact`]) that reports
 /// malformed input instead of falling back to byte order.
 pub fn try_compare<'n>(
@@ -80,6 +112,7 @@ pub fn try_compare<'n>(
         owned: Vec::new(),
         names: atom_name,
         depth: 0,
+        wild: None,
     };
     let ord = c.run(Cur { buf: 0, pos: 0 }, Cur { buf: 1, pos: 0 }, exact)?;
     Ok(ord)
@@ -300,6 +333,8 @@ struct Cmp<'s, 'n> {
     owned: Vec<Vec<u8>>,
     names: &'s dyn Fn(u32) -> &'n str,
     depth: u32,
+    /// Whether a head of `b` is a wildcard ([`compare_bound`] only).
+    wild: Option<&'s dyn Fn(&Head) -> bool>,
 }
 
 impl Cmp<'_, '_> {
@@ -556,6 +591,9 @@ impl Cmp<'_, '_> {
         let (sa, sb) = (self.slice(a), self.slice(b));
         let (ha, la) = head(sa)?;
         let (hb, lb) = head(sb)?;
+        if self.depth == 0 && self.wild.is_some_and(|wild| wild(&hb)) {
+            return Ok(Act::Decided(Equal));
+        }
         if matches!(ha, Head::Foreign) || matches!(hb, Head::Foreign) {
             // A foreign term is rewritten from the ETF after the version
             // byte, the last `n - 1` bytes of its `etf` tag; the other side

@@ -335,6 +335,45 @@ pub struct Cursor {
     pub key: Vec<u8>,
 }
 
+/// One end of a key range: a bound for [`crate::order::compare_bound`] (a key
+/// encoding in which the atom [`crate::order::WILDCARD`] stands for any term) and
+/// whether keys equal to it lie in the range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bound {
+    /// The bound's encoding, made as a key's.
+    pub key: Vec<u8>,
+    /// Whether keys `Equal` to the bound are in the range.
+    pub inclusive: bool,
+}
+
+/// The keys of an ordered_set walk that [`Table::chunk_range`] visits:
+/// those not below `lo` and not above `hi` in term order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyRange {
+    /// The lower end, if any.
+    pub lo: Option<Bound>,
+    /// The upper end, if any.
+    pub hi: Option<Bound>,
+}
+
+impl KeyRange {
+    /// True if `key` lies before the range.
+    fn below(&self, key: &[u8], names: &AtomTable) -> bool {
+        self.lo.as_ref().is_some_and(|b| {
+            let o = crate::order::compare_bound(key, &b.key, |id| names.name(id).unwrap_or(""));
+            o == Ordering::Less || (o == Ordering::Equal && !b.inclusive)
+        })
+    }
+
+    /// True if `key` lies after the range.
+    fn above(&self, key: &[u8], names: &AtomTable) -> bool {
+        self.hi.as_ref().is_some_and(|b| {
+            let o = crate::order::compare_bound(key, &b.key, |id| names.name(id).unwrap_or(""));
+            o == Ordering::Greater || (o == Ordering::Equal && !b.inclusive)
+        })
+    }
+}
+
 /// Figures about a table, all in bytes except `size`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -1048,16 +1087,44 @@ impl Table {
         max_raw: usize,
         out: &mut RecordBuf,
     ) -> Result<Option<Cursor>, Error> {
+        self.chunk_range(dir, &KeyRange::default(), after, max_records, max_raw, out)
+    }
+
+    /// [`Table::chunk_in`] over the keys of `range` only. In an
+    /// ordered_set the walk starts at the range's first key in `dir` (found
+    /// by binary search, not by walking) and ends after its last; other
+    /// tables have no key order and ignore `range`.
+    pub fn chunk_range(
+        &self,
+        dir: Direction,
+        range: &KeyRange,
+        after: Option<&Cursor>,
+        max_records: usize,
+        max_raw: usize,
+        out: &mut RecordBuf,
+    ) -> Result<Option<Cursor>, Error> {
         let st = self.read()?;
         let names = self.names();
         let ord = order(&names);
         let back = dir == Direction::Backward;
         let (e, a) = (&st.entries, &st.arena);
-        let mut p = match (after, back) {
-            (None, false) => e.first(),
-            (None, true) => e.last(),
-            (Some(c), _) => e.seek(a, ord, dir, c.hash, &c.key),
+        let range = names.as_deref().filter(|_| *range != KeyRange::default()).map(|n| (range, n));
+        let mut p = match (after, back, range) {
+            (None, false, Some((r, n))) => e.partition_point(|l| r.below(key_in(a, l), n)),
+            (None, true, Some((r, n))) => match e.partition_point(|l| !r.above(key_in(a, l), n)) {
+                Some(p) => e.prev(p),
+                None => e.last(),
+            },
+            (None, false, None) => e.first(),
+            (None, true, None) => e.last(),
+            (Some(c), _, _) => e.seek(a, ord, dir, c.hash, &c.key),
         };
+        if let (Some(pos), Some((r, n))) = (p, range) {
+            let key = key_in(a, e.loc(pos));
+            if if back { r.below(key, n) } else { r.above(key, n) } {
+                p = None;
+            }
+        }
         let first = out.len();
         let mut raw = 0usize;
         while let Some(pos) = p {
@@ -1070,6 +1137,12 @@ impl Table {
                 raw += it.header.key_len + it.header.raw_len;
             }
             p = if back { e.prev(pos) } else { e.next(pos) };
+            if let (Some(next), Some((r, n))) = (p, range) {
+                let key = key_in(a, e.loc(next));
+                if if back { r.below(key, n) } else { r.above(key, n) } {
+                    p = None;
+                }
+            }
         }
         if back && self.kind.is_bag() {
             out.reverse_runs(first);
@@ -1680,6 +1753,98 @@ mod tests {
             .map(|&id| Value::Atom(id).to_bytes())
             .collect();
         assert_eq!(order, want);
+    }
+
+    #[test]
+    fn a_range_walk_visits_exactly_the_keys_of_its_range_both_ways() {
+        let t = table_of(Kind::OrderedSet, Compression::None);
+        let wild = t.atoms().write().intern(crate::order::WILDCARD);
+        let user = t.atoms().write().intern("user");
+        let tag = |id| Value::Atom(id);
+        // {group, i} for groups 0..10 (integers) and {user, i}, plus plain
+        // integers: {user, _} is a run in the middle of the order.
+        let mut keys: Vec<Value> = Vec::new();
+        for i in 0..300i64 {
+            keys.push(Value::Tuple(vec![Value::Int(i % 10), Value::Int(i)]));
+            keys.push(Value::Tuple(vec![tag(user), Value::Float(i as f64 / 3.0)]));
+            keys.push(Value::Int(i * 3 - 400));
+        }
+        let recs: Vec<Prepared> = keys
+            .iter()
+            .map(|k| t.prepare(&k.to_bytes(), &body(0, 3)))
+            .collect();
+        t.insert(&recs).unwrap();
+        let all: Vec<Vec<u8>> = walk(&t, Direction::Forward, 1000)
+            .into_iter()
+            .map(|r| r.0)
+            .collect();
+        let bound = |v: Value, inclusive| Some(Bound { key: v.to_bytes(), inclusive });
+        let ranges = [
+            // {user, _}
+            KeyRange {
+                lo: bound(Value::Tuple(vec![tag(user), tag(wild)]), true),
+                hi: bound(Value::Tuple(vec![tag(user), tag(wild)]), true),
+            },
+            // {3, _}, and everything from it on
+            KeyRange {
+                lo: bound(Value::Tuple(vec![Value::Int(3), tag(wild)]), true),
+                hi: bound(Value::Tuple(vec![Value::Int(3), tag(wild)]), true),
+            },
+            KeyRange {
+                lo: bound(Value::Tuple(vec![Value::Int(3), tag(wild)]), true),
+                hi: None,
+            },
+            // -100 < k =< 50.0, and k < -390
+            KeyRange {
+                lo: bound(Value::Int(-100), false),
+                hi: bound(Value::Float(50.0), true),
+            },
+            KeyRange {
+                lo: None,
+                hi: bound(Value::Int(-390), false),
+            },
+            // Nothing: {user, _} with nothing at or above 7 but below 2.
+            KeyRange {
+                lo: bound(Value::Int(7), true),
+                hi: bound(Value::Int(2), true),
+            },
+        ];
+        let in_range = |r: &KeyRange| -> Vec<Vec<u8>> {
+            let names = t.atoms().read();
+            all.iter()
+                .filter(|k| !r.below(k, &names) && !r.above(k, &names))
+                .cloned()
+                .collect()
+        };
+        for range in &ranges {
+            let want = in_range(range);
+            for n in [1, 7, 1000] {
+                for dir in [Direction::Forward, Direction::Backward] {
+                    let mut got = Vec::new();
+                    let mut cursor = None;
+                    loop {
+                        let mut buf = RecordBuf::new();
+                        let next = t
+                            .chunk_range(dir, range, cursor.as_ref(), n, usize::MAX, &mut buf)
+                            .unwrap();
+                        got.extend(buf.items().iter().map(|it| buf.key(it).to_vec()));
+                        match next {
+                            Some(c) => cursor = Some(c),
+                            None => break,
+                        }
+                    }
+                    if dir == Direction::Backward {
+                        got.reverse();
+                    }
+                    assert_eq!(got, want, "{range:?} {dir:?} in chunks of {n}");
+                }
+            }
+        }
+        // The runs are what they should be: 300 {user, _} keys, 30 {3, _}.
+        assert_eq!(in_range(&ranges[0]).len(), 300);
+        assert_eq!(in_range(&ranges[1]).len(), 30);
+        assert_eq!(in_range(&ranges[2]).len(), 30 * 7 + 300);
+        assert!(in_range(&ranges[5]).is_empty());
     }
 
     #[test]

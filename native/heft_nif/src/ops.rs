@@ -8,7 +8,7 @@
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 
-use heft_core::table::{Direction, Item, RecordBuf};
+use heft_core::table::{Bound, Direction, Item, KeyRange, RecordBuf};
 use heft_core::{Backing, Cursor, Prepared};
 use rustler::types::tuple::get_tuple;
 use rustler::{Atom, Binary, Encoder, Env, NewBinary, NifResult, ResourceArc, Term};
@@ -114,6 +114,9 @@ variants!(walk_chunk[Direction::Forward] => chunk, chunk_cpu, chunk_io (tab, cur
 // Last to first: descending keys in an ordered_set; in other tables the
 // key order of `chunk`, each bag key's objects last to first.
 variants!(walk_chunk[Direction::Backward] => chunk_back, chunk_back_cpu, chunk_back_io (tab, cursor, max));
+// The same over a key range of an ordered_set (Heft.Select).
+variants!(range_walk_chunk[Direction::Forward] => range_chunk, range_chunk_cpu, range_chunk_io (tab, range, cursor, max));
+variants!(range_walk_chunk[Direction::Backward] => range_chunk_back, range_chunk_back_cpu, range_chunk_back_io (tab, range, cursor, max));
 
 /// The table a handle names: a name atom or a resource.
 pub fn resolve(tab: Term) -> NifResult<ResourceArc<TableRes>> {
@@ -842,6 +845,50 @@ fn walk_chunk<'a>(
     dir: Direction,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
+    chunk_of(env, sched, &t, &KeyRange::default(), cursor, max, dir)
+}
+
+/// `walk_chunk` within `range`, `{lo, hi}`: each `nil` or `{bound,
+/// inclusive}`, a bound being a key in which `:"$heft_wildcard"` stands for
+/// any term (heft_core's `order::compare_bound`).
+fn range_walk_chunk<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    tab: Term<'a>,
+    range: Term<'a>,
+    cursor: Term<'a>,
+    max: Term<'a>,
+    dir: Direction,
+) -> NifResult<Term<'a>> {
+    let t = open!(env, tab, sched, false);
+    let mut enc = TermEncoder::new(&t.atoms, sched.budget());
+    // Each end: `Ok(bound)`, or `Err(retry marker)` for a bound too big to
+    // encode here.
+    let mut bound = |end: Term<'a>| -> NifResult<Result<Option<Bound>, Term<'a>>> {
+        if Atom::from_term(end).is_ok_and(|a| a == rustler::types::atom::nil()) {
+            return Ok(Ok(None));
+        }
+        let (key, inclusive): (Term, bool) =
+            end.decode().map_err(|_| badarg("not a range bound"))?;
+        Ok(retry_or(env, enc.key(env, key))?.map(|key| Some(Bound { key, inclusive })))
+    };
+    let (lo, hi): (Term, Term) = range.decode().map_err(|_| badarg("not a key range"))?;
+    let range = match (bound(lo)?, bound(hi)?) {
+        (Ok(lo), Ok(hi)) => KeyRange { lo, hi },
+        (Err(retry), _) | (_, Err(retry)) => return Ok(retry),
+    };
+    chunk_of(env, sched, &t, &range, cursor, max, dir)
+}
+
+fn chunk_of<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    t: &TableRes,
+    range: &KeyRange,
+    cursor: Term<'a>,
+    max: Term<'a>,
+    dir: Direction,
+) -> NifResult<Term<'a>> {
     let max: usize = max
         .decode()
         .ok()
@@ -860,7 +907,7 @@ fn walk_chunk<'a>(
         let budget = sched.decode_budget();
         let next = t
             .core
-            .chunk_in(dir, after.as_ref(), max, budget, buf)
+            .chunk_range(dir, range, after.as_ref(), max, budget, buf)
             .map_err(errors::core)?;
         let raw: usize = buf
             .items()

@@ -7,7 +7,7 @@
 //!
 //! [`Table::replace_if`]: heft_core::Table::replace_if
 
-use heft_core::table::{Error as CoreError, Item, RecordBuf};
+use heft_core::table::{Error as CoreError, Item, Kind, RecordBuf};
 use rustler::{Encoder, Env, NifResult, Term};
 
 use crate::codec::{EncodeError, TermEncoder};
@@ -18,12 +18,12 @@ use crate::resource::TableRes;
 write_variants!(delete_objects_impl => delete_objects, delete_objects_cpu, delete_objects_io (tab, objs));
 write_variants!(replace_objects_impl => replace_objects, replace_objects_cpu, replace_objects_io (tab, pairs));
 
-/// `{size, keypos}`, after checking that the caller may read the table (or
+/// `{size, keypos, ordered?}`, after checking that the caller may read the table (or
 /// write it, with `write`): select functions raise as ETS does even when
 /// nothing would match. Reads no record, so it never needs a dirty
 /// scheduler.
 #[rustler::nif]
-fn select_access(env: Env, tab: Term, write: bool) -> NifResult<(usize, usize)> {
+fn select_access(env: Env, tab: Term, write: bool) -> NifResult<(usize, usize, bool)> {
     let t = resolve(tab)?;
     let allowed = if write {
         t.may_write(env)
@@ -37,7 +37,8 @@ fn select_access(env: Env, tab: Term, write: bool) -> NifResult<(usize, usize)> 
             "the table is private to its owner"
         }));
     }
-    Ok((t.core.len().map_err(errors::core)?, t.keypos))
+    let ordered = t.core.kind() == Kind::OrderedSet;
+    Ok((t.core.len().map_err(errors::core)?, t.keypos, ordered))
 }
 
 /// Opens the table for writing on a dirty scheduler: batches go there at

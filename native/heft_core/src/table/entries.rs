@@ -260,6 +260,20 @@ impl Entries {
         }
     }
 
+    /// In an ordered index, the first entry for whose key `before` is
+    /// false, where `before` holds for a prefix of the keys in order (a
+    /// binary search); `None` if it holds for all. A hash index has no
+    /// order: its first entry.
+    pub(super) fn partition_point(&self, before: impl Fn(u64) -> bool) -> Option<Pos> {
+        match self {
+            Entries::Hash(_) => self.first(),
+            Entries::Ordered(ix) => {
+                let (pos, _) = ix.seek(|l| if before(l) { Ordering::Less } else { Ordering::Greater });
+                ix.get(pos).map(|_| Pos::Ordered(pos))
+            }
+        }
+    }
+
     /// The first entry after every entry of `key` in walk order
     /// (`Forward`), or in an ordered index the last entry before `key`
     /// (`Backward`), whether or not `key` is present. A hash index walks
