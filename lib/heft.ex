@@ -1136,7 +1136,9 @@ defmodule Heft do
   Returns `{:ok, tab}` or `{:error, reason}`:
 
     * `:enoent` - `dir` holds no Heft table.
-    * `:locked` - the table is open, in this VM or another OS process.
+    * `:locked` - the table is open, in this VM or another OS process (an open
+      waits up to 250 ms for a table of this VM to start closing, as it does
+      when its owner has just died, and then for the close).
     * `{:corrupt, file, offset}` - `file` (a name in `dir`) is damaged at
       byte `offset`, before the end of the log; `repair: true` opens it.
     * `{:unsupported_version, file, version}` - written by a newer Heft.

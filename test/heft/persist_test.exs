@@ -287,7 +287,8 @@ defmodule Heft.PersistTest do
 
     assert Heft.info(t, :overloaded) == false
     first = Task.async(fn -> Heft.dump(t) end)
-    wait_until(fn -> Heft.info(t, :dumping) end)
+    # The dump has begun once it cut the log: what was pending is its.
+    wait_until(fn -> Heft.info(t, :dumping) and Heft.info(t, :log_pending_records) == 0 end)
     true = Heft.insert(t, {:late, 1})
     second = Task.async(fn -> Heft.dump(t) end)
     assert_receive {:heft_overloaded, ^t, %{behind_records: behind, reason: :requested}}, 5000

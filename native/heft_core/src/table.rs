@@ -1108,7 +1108,10 @@ impl Table {
         let ord = order(&names);
         let back = dir == Direction::Backward;
         let (e, a) = (&st.entries, &st.arena);
-        let range = names.as_deref().filter(|_| *range != KeyRange::default()).map(|n| (range, n));
+        let range = names
+            .as_deref()
+            .filter(|_| *range != KeyRange::default())
+            .map(|n| (range, n));
         let mut p = match (after, back, range) {
             (None, false, Some((r, n))) => e.partition_point(|l| r.below(key_in(a, l), n)),
             (None, true, Some((r, n))) => match e.partition_point(|l| !r.above(key_in(a, l), n)) {
@@ -1121,7 +1124,11 @@ impl Table {
         };
         if let (Some(pos), Some((r, n))) = (p, range) {
             let key = key_in(a, e.loc(pos));
-            if if back { r.below(key, n) } else { r.above(key, n) } {
+            if if back {
+                r.below(key, n)
+            } else {
+                r.above(key, n)
+            } {
                 p = None;
             }
         }
@@ -1139,7 +1146,11 @@ impl Table {
             p = if back { e.prev(pos) } else { e.next(pos) };
             if let (Some(next), Some((r, n))) = (p, range) {
                 let key = key_in(a, e.loc(next));
-                if if back { r.below(key, n) } else { r.above(key, n) } {
+                if if back {
+                    r.below(key, n)
+                } else {
+                    r.above(key, n)
+                } {
                     p = None;
                 }
             }
@@ -1778,7 +1789,12 @@ mod tests {
             .into_iter()
             .map(|r| r.0)
             .collect();
-        let bound = |v: Value, inclusive| Some(Bound { key: v.to_bytes(), inclusive });
+        let bound = |v: Value, inclusive| {
+            Some(Bound {
+                key: v.to_bytes(),
+                inclusive,
+            })
+        };
         let ranges = [
             // {user, _}
             KeyRange {

@@ -233,7 +233,6 @@ pub struct TermEncoder<'c> {
     map_depth: u32,
 }
 
-
 impl Drop for TermEncoder<'_> {
     fn drop(&mut self) {
         // Give back only what was borrowed (a scalar key borrows nothing).
@@ -344,7 +343,13 @@ impl<'c> TermEncoder<'c> {
         keypos: usize,
         canonical_body: bool,
     ) -> Result<(), EncodeError> {
-        self.record_from(env, elems.len(), elems.iter().copied(), keypos, canonical_body)
+        self.record_from(
+            env,
+            elems.len(),
+            elems.iter().copied(),
+            keypos,
+            canonical_body,
+        )
     }
 
     /// [`Self::record`] of a tuple, read in place (no copy of its elements).
@@ -372,7 +377,10 @@ impl<'c> TermEncoder<'c> {
         canonical_body: bool,
     ) -> Result<(), EncodeError> {
         self.saw_zero = false;
-        let key_term = elems.clone().nth(keypos - 1).ok_or(EncodeError::Unsupported)?;
+        let key_term = elems
+            .clone()
+            .nth(keypos - 1)
+            .ok_or(EncodeError::Unsupported)?;
         self.buffers();
         let mut kw = Writer::from_vec(std::mem::take(&mut self.walk.key));
         let key = self.term(env, key_term, &mut kw, true);

@@ -358,7 +358,11 @@ fn prepare_tuple<'a>(
 }
 
 /// Compresses and frames the record `enc` last encoded.
-fn prepare_encoded(t: &TableRes, enc: &mut TermEncoder, bag: bool) -> Result<Prepared, EncodeError> {
+fn prepare_encoded(
+    t: &TableRes,
+    enc: &mut TermEncoder,
+    bag: bool,
+) -> Result<Prepared, EncodeError> {
     // Compressing costs about as much as encoding 2 bytes per unit.
     enc.spend(enc.encoded_body().len() / 2)?;
     let (key, body) = (enc.encoded_key(), enc.encoded_body());

@@ -268,7 +268,13 @@ impl Entries {
         match self {
             Entries::Hash(_) => self.first(),
             Entries::Ordered(ix) => {
-                let (pos, _) = ix.seek(|l| if before(l) { Ordering::Less } else { Ordering::Greater });
+                let (pos, _) = ix.seek(|l| {
+                    if before(l) {
+                        Ordering::Less
+                    } else {
+                        Ordering::Greater
+                    }
+                });
                 ix.get(pos).map(|_| Pos::Ordered(pos))
             }
         }
