@@ -95,7 +95,10 @@ defmodule Heft do
   > - `select/2` and its family also look objects up by key when a guard
   >   pins the key (`[{{:"$1", :_}, [{:==, :"$1", 42}], [:"$_"]}]`, as
   >   `:ets.fun2ms/1` writes `fn {k, _} when k == 42`); ETS scans the table
-  >   for that and only looks up keys written literally in the head.
+  >   for that and only looks up keys written literally in the head. In an
+  >   `:ordered_set`, guards that bound the key variable (`k >= 100 and
+  >   k < 200`) make it walk only that key range, as ETS does for a key
+  >   bound in part (`{{:user, :_}, :_}`), which Heft walks as a range too.
   > - `tab2file/3` writes Heft's own checksummed format (docs/tab-file.md),
   >   and `file2tab/2` reads only that, not ETS's files.
   > - `:read_concurrency`, `:write_concurrency` and `:decentralized_counters`

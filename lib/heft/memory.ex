@@ -129,6 +129,10 @@ defmodule Heft.Memory do
     * `:erlang_carriers`: bytes the ERTS allocators hold from the OS
       (carriers; `:erlang.memory(:total)` plus allocator free space). Mapped,
       not necessarily resident.
+    * `:erlang_mapped`: bytes the VM has mapped from the OS for its
+      allocators (`erts_mmap`): the carriers and the segments `mseg_alloc`
+      keeps cached after freeing them, which a node that built and dropped
+      large terms may hold for long. nil where the VM does not say.
     * `:rss`: resident set of the OS process (smaps_rollup Rss, or
       `/proc/self/status` VmRSS on kernels before 4.14). Counts shared pages
       (libraries, memfd arenas) in full. `:pss`: proportional share (shared
@@ -150,12 +154,15 @@ defmodule Heft.Memory do
       each as `Heft.info/1` defines it; a figure Heft could not read counts
       as 0), or nil when Heft is not loaded.
     * `:parts`: the RSS split so it adds up exactly:
-      `%{erlang: e, heft_index: i, heft_arenas: a, unexplained: u}` with
-      `e + i + a + u == rss`. `e` is `:erlang.memory(:total)`, `i` the Heft
-      indexes' resident bytes, `a` the arenas' resident bytes, `u` the rest: allocator free
-      space, code and library pages, thread stacks, other NIFs. `u` may be
-      negative when the VM has allocated memory it never touched (allocated
-      is not resident). nil when RSS cannot be read.
+      `%{erlang: e, erlang_free: f, files: l, heft_index: i, heft_arenas:
+      a, unexplained: u}` with `e + f + l + i + a + u == rss`. `e` is
+      `:erlang.memory(:total)`; `f` what the VM has mapped for its
+      allocators beyond that (`:erlang_mapped - e`: free blocks and cached
+      segments); `l` the resident pages of file mappings (beam.smp, shared
+      libraries, NIFs, the JIT's code); `i` the Heft indexes' resident
+      bytes; `a` the arenas' resident bytes; `u` the rest (thread stacks,
+      malloc heaps of the VM and of NIFs). `u` may be negative, since
+      mapped is not always resident. nil when RSS cannot be read.
   """
   @spec node() :: map
   def node, do: node([])

@@ -270,7 +270,8 @@ defmodule Heft.Report do
   defp rss(%{parts: nil} = n), do: "RSS n/a; erlang #{b(n.erlang.total)}"
 
   defp rss(%{parts: p} = n) do
-    "RSS #{b(n.rss)} = erlang #{b(p.erlang)} + heft index #{b(p.heft_index)} + " <>
+    "RSS #{b(n.rss)} = erlang #{b(p.erlang)} + allocator free #{b(p.erlang_free)} + " <>
+      "files #{b(p.files)} + heft index #{b(p.heft_index)} + " <>
       "heft arenas #{b(p.heft_arenas)} + unexplained #{b(p.unexplained)}"
   end
 

@@ -11,10 +11,17 @@ defmodule Heft.MemoryTest do
     test "the parts add up to the RSS" do
       n = Memory.node()
       p = n.parts
-      assert p.erlang + p.heft_index + p.heft_arenas + p.unexplained == n.rss
+
+      assert p.erlang + p.erlang_free + p.files + p.heft_index + p.heft_arenas + p.unexplained ==
+               n.rss
+
       assert n.word_size == :erlang.system_info(:wordsize)
       assert n.erlang.total == p.erlang
       assert n.erlang_carriers >= n.erlang.ets
+      # What the VM mapped holds its carriers; what is left is small.
+      assert n.erlang_mapped >= n.erlang_carriers
+      assert p.files == n.mappings.file.rss
+      assert abs(p.unexplained) <= 0.1 * n.rss, inspect(p)
     end
 
     test "RSS agrees with ps(1) for this OS process" do

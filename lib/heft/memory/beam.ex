@@ -22,18 +22,20 @@ defmodule Heft.Memory.Beam do
     process = process(source)
     heft = heft(heft_tables)
     rss = process.rss
+    mapped = erts_mapped(source)
 
     %{
       os_pid: Source.call(source, :os, :getpid, []) |> List.to_integer(),
       word_size: word_size,
       erlang: erlang,
       erlang_carriers: carriers(source),
+      erlang_mapped: mapped,
       rss: rss,
       pss: process.pss,
       swap: process.swap,
       mappings: process.mappings,
       heft: heft,
-      parts: parts(rss, erlang.total, heft)
+      parts: parts(rss, erlang.total, mapped, process.mappings, heft)
     }
   end
 
@@ -109,18 +111,35 @@ defmodule Heft.Memory.Beam do
     }
   end
 
-  defp parts(nil, _erlang, _heft), do: nil
+  defp parts(nil, _erlang, _mapped, _mappings, _heft), do: nil
 
-  defp parts(rss, erlang_total, heft) do
+  defp parts(rss, erlang_total, mapped, mappings, heft) do
     index = (heft && heft.index_resident_bytes) || 0
     arenas = (heft && heft.arena_resident_bytes) || 0
+    free = max((mapped || erlang_total) - erlang_total, 0)
+    files = (mappings && mappings.file.rss) || 0
 
     %{
       erlang: erlang_total,
+      erlang_free: free,
+      files: files,
       heft_index: index,
       heft_arenas: arenas,
-      unexplained: rss - erlang_total - index - arenas
+      unexplained: rss - erlang_total - free - files - index - arenas
     }
+  end
+
+  # Bytes the VM has mapped from the OS for its allocators (erts_mmap: the
+  # default mapper's OS mappings and the literal super carrier in use):
+  # carriers, and the segments mseg_alloc keeps cached after their carriers
+  # are freed. nil where the VM does not say (then the free part is 0).
+  defp erts_mapped(source) do
+    info = Source.call(source, :erlang, :system_info, [{:allocator, :erts_mmap}])
+    os = get_in(info, [:default_mmap, :os, :sizes, :used])
+    literal = get_in(info, [:literal_mmap, :supercarrier, :sizes, :used]) || 0
+    if is_integer(os), do: os + literal
+  rescue
+    _ -> nil
   end
 
   # Bytes the ERTS alloc_util allocators hold from the OS in carriers (multi-

@@ -1122,16 +1122,18 @@ impl Table {
             (None, true, None) => e.last(),
             (Some(c), _, _) => e.seek(a, ord, dir, c.hash, &c.key),
         };
-        if let (Some(pos), Some((r, n))) = (p, range) {
-            let key = key_in(a, e.loc(pos));
-            if if back {
-                r.below(key, n)
-            } else {
-                r.above(key, n)
-            } {
-                p = None;
-            }
-        }
+        // Whether the walk has left the range (the end it walks towards).
+        let beyond = |pos: Pos| {
+            range.is_some_and(|(r, n)| {
+                let key = key_in(a, e.loc(pos));
+                if back {
+                    r.below(key, n)
+                } else {
+                    r.above(key, n)
+                }
+            })
+        };
+        p = p.filter(|&pos| !beyond(pos));
         let first = out.len();
         let mut raw = 0usize;
         while let Some(pos) = p {
@@ -1144,16 +1146,7 @@ impl Table {
                 raw += it.header.key_len + it.header.raw_len;
             }
             p = if back { e.prev(pos) } else { e.next(pos) };
-            if let (Some(next), Some((r, n))) = (p, range) {
-                let key = key_in(a, e.loc(next));
-                if if back {
-                    r.below(key, n)
-                } else {
-                    r.above(key, n)
-                } {
-                    p = None;
-                }
-            }
+            p = p.filter(|&next| !beyond(next));
         }
         if back && self.kind.is_bag() {
             out.reverse_runs(first);

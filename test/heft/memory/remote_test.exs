@@ -62,7 +62,9 @@ defmodule Heft.Memory.RemoteTest do
     assert big.size == 100_000
     assert big.bytes == :erpc.call(node, :ets, :info, [:remote_big, :memory]) * 8
     assert s.host.mem_total == Heft.Memory.host().mem_total
-    assert s.node.parts.erlang + s.node.parts.unexplained == s.node.rss
+    p = s.node.parts
+    assert p.erlang + p.erlang_free + p.files + p.unexplained == s.node.rss
+    assert p.heft_index == 0 and p.heft_arenas == 0
   end
 
   test "a node with Heft.Memory loaded answers with its own snapshot" do
