@@ -18,10 +18,11 @@ defmodule Heft.MemoryTest do
       assert n.word_size == :erlang.system_info(:wordsize)
       assert n.erlang.total == p.erlang
       assert n.erlang_carriers >= n.erlang.ets
-      # What the VM mapped holds its carriers; what is left is small.
+      # What the VM mapped holds its carriers. (How small the unexplained
+      # rest is depends on what the VM ran before: memory_accounting_test
+      # measures it in a VM of its own.)
       assert n.erlang_mapped >= n.erlang_carriers
       assert p.files == n.mappings.file.rss
-      assert abs(p.unexplained) <= 0.1 * n.rss, inspect(p)
     end
 
     test "RSS agrees with ps(1) for this OS process" do

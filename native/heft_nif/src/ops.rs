@@ -923,7 +923,7 @@ fn chunk_of<'a>(
         }
         let mut records = Vec::with_capacity(buf.len());
         for it in buf.items() {
-            records.push(decode_item(env, &t, buf, it, scratch)?);
+            records.push(decode_item(env, t, buf, it, scratch)?);
         }
         let cursor = match next {
             Some(c) => {
