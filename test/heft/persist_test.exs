@@ -187,6 +187,44 @@ defmodule Heft.PersistTest do
     :ok = Heft.close(t)
   end
 
+  test "opening and closing without writes leaves no trail of empty log segments", ctx do
+    d = dir(ctx)
+    segments = fn -> d |> File.ls!() |> Enum.filter(&String.starts_with?(&1, "wal-")) end
+    t = Heft.new(:quiet, persist: d)
+    true = Heft.insert(t, for(i <- 1..100, do: {i, i}))
+    :ok = Heft.close(t)
+    after_write = segments.()
+
+    for _ <- 1..5 do
+      {:ok, t} = Heft.open(d)
+      :ok = Heft.close(t)
+      assert segments.() == after_write
+    end
+
+    # A write in between is kept, in a segment of its own.
+    {:ok, t} = Heft.open(d)
+    true = Heft.insert(t, {:late, 1})
+    :ok = Heft.close(t)
+    assert length(segments.()) == length(after_write) + 1
+
+    # After a dump the log starts at the dump's segment, which stays even
+    # when nothing follows it.
+    {:ok, t} = Heft.open(d)
+    :ok = Heft.dump(t)
+    :ok = Heft.close(t)
+    after_dump = segments.()
+    assert length(after_dump) == 1
+
+    for _ <- 1..3 do
+      {:ok, t} = Heft.open(d)
+      assert Heft.info(t, :size) == 101
+      assert Heft.lookup(t, :late) == [{:late, 1}]
+      :ok = Heft.close(t)
+    end
+
+    assert segments.() == after_dump
+  end
+
   test "a table whose owner dies is closed, not deleted, and reopens", ctx do
     d = dir(ctx)
     parent = self()

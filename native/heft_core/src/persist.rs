@@ -214,6 +214,9 @@ struct LogInner {
     segment: Option<Segment>,
     /// The number of the segment to make when there is none.
     first_seq: u64,
+    /// The first segment a reopen replays (the snapshot's start): every
+    /// segment from it on is on disk.
+    log_start: u64,
     /// Set when the table closes: writes are refused.
     closed: bool,
     /// The next segment, made ahead of time.
@@ -390,6 +393,7 @@ impl<E: Events> Persisted<E> {
             log: Mutex::new(LogInner {
                 segment,
                 first_seq: rec.next_seq,
+                log_start: rec.segments.first().copied().unwrap_or(rec.next_seq),
                 closed: false,
                 spare: None,
                 retired: Vec::new(),
@@ -1044,6 +1048,7 @@ impl<E: Events> Shared<E> {
                 .into_iter()
                 .partition(|s| s.seq < next);
             log.retired = kept;
+            log.log_start = next;
             covered
         };
         drop(covered);
@@ -1081,19 +1086,26 @@ impl<E: Events> Shared<E> {
             // back) and drop the unused spare, then unlock the directory.
             let mut log = self.log.lock();
             // The last one is sealed too, so that reopening needs no disk
-            // space for that, only for its new segment.
+            // space for that, only for its new segment; or, if nothing was
+            // written to it and the segment before it is kept, dropped
+            // (that one ends the log), so that opening and closing a table
+            // again and again leaves no trail of empty segments.
             let mut segments = std::mem::take(&mut log.retired);
+            let mut unused: Vec<Segment> = log.spare.take().into_iter().collect();
             if let Some(mut last) = log.segment.take() {
-                last.seal();
-                segments.push(last);
+                if last.is_empty() && last.seq > log.log_start {
+                    unused.push(last);
+                } else {
+                    last.seal();
+                    segments.push(last);
+                }
             }
-            let spare = log.spare.take();
             log.closed = true;
             for seg in segments {
                 let _ = seg.finish(&self.faults);
             }
-            if let Some(spare) = spare {
-                discard(&self.dir, spare);
+            for seg in unused {
+                discard(&self.dir, seg);
             }
             let _ = sync_dir(&self.dir);
             log.lock_file = None;
