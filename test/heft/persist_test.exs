@@ -140,7 +140,7 @@ defmodule Heft.PersistTest do
     assert mode(d) == 0o700
     files = File.ls!(d)
 
-    assert (Enum.sort(files) -- ["LOCK", "META", "snapshot"])
+    assert (Enum.sort(files) -- ["HASHKEY", "LOCK", "META", "snapshot"])
            |> Enum.all?(&(&1 =~ ~r/^wal-\d{20}$/))
 
     for f <- files, do: assert(mode(Path.join(d, f)) == 0o600, f)
@@ -185,6 +185,38 @@ defmodule Heft.PersistTest do
     assert info[:log_bytes] > 0
     assert_raise ArgumentError, fn -> Heft.insert(t, {4, :e}, sync: :sometimes) end
     :ok = Heft.close(t)
+  end
+
+  test "a table keeps its hash key: reopened, its walk order is the same; a bad key file is replaced",
+       ctx do
+    d = dir(ctx)
+    t = Heft.new(:keyed, persist: d)
+    true = Heft.insert(t, for(i <- 1..2000, do: {i, i}))
+    order = Heft.tab2list(t)
+    :ok = Heft.dump(t)
+    :ok = Heft.close(t)
+    key_file = Path.join(d, "HASHKEY")
+    key = File.read!(key_file)
+    assert byte_size(key) == 28 and mode(key_file) == 0o600
+
+    {:ok, t} = Heft.open(d)
+    assert Heft.tab2list(t) == order
+    :ok = Heft.close(t)
+
+    # A damaged key is ignored: the table loads (in another order) and
+    # stores a new key.
+    File.write!(key_file, "not a key")
+    {:ok, t} = Heft.open(d)
+    assert Enum.sort(Heft.tab2list(t)) == Enum.sort(order)
+    assert Heft.tab2list(t) != order
+    :ok = Heft.close(t)
+    new_key = File.read!(key_file)
+    assert byte_size(new_key) == 28 and new_key != key
+
+    # delete/1 removes it with the rest.
+    {:ok, t} = Heft.open(d)
+    true = Heft.delete(t)
+    refute File.exists?(key_file)
   end
 
   test "opening and closing without writes leaves no trail of empty log segments", ctx do

@@ -33,6 +33,17 @@ impl KeyedHash {
         }
     }
 
+    /// The key, to be stored (a persistent table keeps its key so that a
+    /// reopened table orders its index as its snapshot is ordered).
+    pub fn key(&self) -> [u64; 2] {
+        self.seed
+    }
+
+    /// The hash with a key from [`KeyedHash::key`].
+    pub fn from_key(key: [u64; 2]) -> KeyedHash {
+        KeyedHash::with_seed(key[0], key[1])
+    }
+
     /// The hash of `data`.
     #[inline]
     pub fn hash(&self, data: &[u8]) -> u64 {

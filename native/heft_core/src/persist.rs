@@ -369,7 +369,19 @@ impl<E: Events> Persisted<E> {
             Err(e) => return Err(e),
         };
         let meta = new.to_vec();
-        let table = Arc::new(Table::new(opts)?);
+        // The table hashes keys with the key it stored, so that its index
+        // is ordered as its snapshot was written and loading need not
+        // sort (recovery::HASH_KEY); a table without one stores its own.
+        let mut table = Table::new(opts)?;
+        match recovery::read_hash_key(dir) {
+            Some(hash) => {
+                table.set_hasher(hash);
+            }
+            None => {
+                let _ = recovery::write_hash_key(dir, &table.hasher());
+            }
+        }
+        let table = Arc::new(table);
         let rec = recovery::recover(dir, &table, config.repair, fresh)?;
         let first = FIRST_SEGMENT.min(config.segment_bytes);
         // On a full disk the table opens without a segment (readable; a

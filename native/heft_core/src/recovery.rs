@@ -13,6 +13,7 @@ use std::io::{self, BufReader, Read};
 use std::path::Path;
 use std::sync::mpsc;
 
+use crate::hash::KeyedHash;
 use crate::record::Header;
 use crate::snapshot::{create_private, sync_dir, SNAPSHOT, SNAPSHOT_TMP};
 use crate::table::{Bulk, Error as TableError, Table};
@@ -130,6 +131,41 @@ pub fn write_meta(dir: &Path, blob: &[u8]) -> io::Result<()> {
     sync_dir(dir)
 }
 
+/// The table's hash key: `"HEFTHKEY"`, two little-endian u64 halves, the
+/// CRC-32C of those 24 bytes (little-endian u32). See
+/// docs/persistence-format.md.
+pub const HASH_KEY: &str = "HASHKEY";
+const HASH_KEY_TMP: &str = "HASHKEY.tmp";
+const HASH_KEY_MAGIC: &[u8; 8] = b"HEFTHKEY";
+
+/// The hash key stored in `dir`, if there is a sound one.
+pub fn read_hash_key(dir: &Path) -> Option<KeyedHash> {
+    let bytes = fs::read(dir.join(HASH_KEY)).ok()?;
+    let (body, crc) = bytes.split_at_checked(24)?;
+    let crc = u32::from_le_bytes(crc.try_into().ok()?);
+    if !body.starts_with(HASH_KEY_MAGIC) || crate::crc::crc32c(body) != crc {
+        return None;
+    }
+    let half = |at: usize| u64::from_le_bytes(body[at..at + 8].try_into().unwrap_or_default());
+    Some(KeyedHash::from_key([half(8), half(16)]))
+}
+
+/// Stores `hash`'s key in `dir` (temporary file, rename). Not synced: the
+/// key only saves work when reopening, and a file that a crash damaged is
+/// ignored (and replaced) by the next open.
+pub fn write_hash_key(dir: &Path, hash: &KeyedHash) -> io::Result<()> {
+    let [a, b] = hash.key();
+    let mut bytes = HASH_KEY_MAGIC.to_vec();
+    bytes.extend_from_slice(&a.to_le_bytes());
+    bytes.extend_from_slice(&b.to_le_bytes());
+    let crc = crate::crc::crc32c(&bytes);
+    bytes.extend_from_slice(&crc.to_le_bytes());
+    let tmp = dir.join(HASH_KEY_TMP);
+    let f = create_private(&tmp)?;
+    io::Write::write_all(&mut &f, &bytes)?;
+    fs::rename(&tmp, dir.join(HASH_KEY))
+}
+
 /// What was dropped by a repair.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Dropped {
@@ -179,7 +215,7 @@ pub fn recover(
             segments.insert(seq, ());
         } else if name == SNAPSHOT {
             has_snapshot = true;
-        } else if name == SNAPSHOT_TMP || name == META_TMP {
+        } else if name == SNAPSHOT_TMP || name == META_TMP || name == HASH_KEY_TMP {
             fs::remove_file(entry.path())?;
         }
     }
@@ -896,7 +932,16 @@ pub fn remove_table_files(dir: &Path) -> io::Result<()> {
         let Some(name) = name.to_str() else { continue };
         let ours = segment_seq(name).is_some()
             || name.starts_with(LOST_PREFIX)
-            || [SNAPSHOT, SNAPSHOT_TMP, META, META_TMP, LOCK].contains(&name);
+            || [
+                SNAPSHOT,
+                SNAPSHOT_TMP,
+                META,
+                META_TMP,
+                LOCK,
+                HASH_KEY,
+                HASH_KEY_TMP,
+            ]
+            .contains(&name);
         if ours {
             fs::remove_file(entry.path())?;
         }
