@@ -1672,6 +1672,11 @@ mod tests {
         out
     }
 
+    /// The keys of all records in walk order, in chunks of `n`.
+    fn walk_keys(t: &Table, dir: Direction, n: usize) -> Vec<Vec<u8>> {
+        walk(t, dir, n).into_iter().map(|r| r.0).collect()
+    }
+
     fn all_bodies(t: &Table, k: &[u8]) -> Vec<Vec<u8>> {
         let mut buf = RecordBuf::new();
         t.get(t.hash(k), k, &mut buf).unwrap();
@@ -1699,15 +1704,9 @@ mod tests {
         t.insert(&recs).unwrap();
         let names = |_| "";
         keys.sort_by(|a, b| crate::order::compare(a, b, names));
-        let fwd: Vec<Vec<u8>> = walk(&t, Direction::Forward, 77)
-            .into_iter()
-            .map(|r| r.0)
-            .collect();
+        let fwd: Vec<Vec<u8>> = walk_keys(&t, Direction::Forward, 77);
         assert_eq!(fwd, keys);
-        let mut back: Vec<Vec<u8>> = walk(&t, Direction::Backward, 50)
-            .into_iter()
-            .map(|r| r.0)
-            .collect();
+        let mut back: Vec<Vec<u8>> = walk_keys(&t, Direction::Backward, 50);
         back.reverse();
         assert_eq!(back, keys);
         // first/last/next/prev, including from keys that are not there.
@@ -1774,10 +1773,7 @@ mod tests {
             .map(|id| t.prepare(&Value::Atom(id).to_bytes(), &body(0, 0)))
             .collect();
         t.insert(&recs).unwrap();
-        let order: Vec<Vec<u8>> = walk(&t, Direction::Forward, 10)
-            .into_iter()
-            .map(|r| r.0)
-            .collect();
+        let order: Vec<Vec<u8>> = walk_keys(&t, Direction::Forward, 10);
         let want: Vec<Vec<u8>> = [1u32, 2, 0]
             .iter()
             .map(|&id| Value::Atom(id).to_bytes())
@@ -1804,10 +1800,7 @@ mod tests {
             .map(|k| t.prepare(&k.to_bytes(), &body(0, 3)))
             .collect();
         t.insert(&recs).unwrap();
-        let all: Vec<Vec<u8>> = walk(&t, Direction::Forward, 1000)
-            .into_iter()
-            .map(|r| r.0)
-            .collect();
+        let all: Vec<Vec<u8>> = walk_keys(&t, Direction::Forward, 1000);
         let bound = |v: Value, inclusive| {
             Some(Bound {
                 key: v.to_bytes(),
