@@ -17,6 +17,8 @@ const HASH_BITS: u32 = 13;
 const MIN_MATCH: usize = 3;
 const MAX_MATCH: usize = 258;
 const WINDOW: usize = 32 * 1024;
+/// Matches longer than this do not index the positions they cover.
+const MAX_INSERT: usize = 16;
 /// Input after which an encoding that saves too little is abandoned.
 const PROBE: usize = 512;
 
@@ -61,14 +63,16 @@ struct Bits<'a> {
 }
 
 impl Bits<'_> {
+    /// Appends the low `bits` bits of `value` (at most 32 at a time);
+    /// whole 32-bit words go out at once.
     #[inline]
     fn put(&mut self, value: u32, bits: u32) {
         self.acc |= u64::from(value) << self.n;
         self.n += bits;
-        while self.n >= 8 {
-            self.out.push(self.acc as u8);
-            self.acc >>= 8;
-            self.n -= 8;
+        if self.n >= 32 {
+            self.out.extend_from_slice(&(self.acc as u32).to_le_bytes());
+            self.acc >>= 32;
+            self.n -= 32;
         }
     }
 
@@ -79,22 +83,37 @@ impl Bits<'_> {
     }
 
     fn finish(mut self) {
-        if self.n > 0 {
+        while self.n > 0 {
             self.out.push(self.acc as u8);
-            self.n = 0;
+            self.acc >>= 8;
+            self.n = self.n.saturating_sub(8);
         }
     }
 }
 
+/// The fixed literal/length codes (RFC 1951, 3.2.6), bit-reversed as they
+/// are written: (code, length) of each symbol 0..=287.
+const LIT_LEN: [(u16, u8); 288] = {
+    let mut t = [(0u16, 0u8); 288];
+    let mut sym: u32 = 0;
+    while sym < 288 {
+        let (code, len): (u32, u32) = match sym {
+            0..=143 => (0x30 + sym, 8),
+            144..=255 => (0x190 + sym - 144, 9),
+            256..=279 => (sym - 256, 7),
+            _ => (0xC0 + sym - 280, 8),
+        };
+        t[sym as usize] = ((code.reverse_bits() >> (32 - len)) as u16, len as u8);
+        sym += 1;
+    }
+    t
+};
+
 /// The fixed literal/length code of symbol `sym` (0..=287).
 #[inline]
 fn lit_len(bits: &mut Bits, sym: u32) {
-    match sym {
-        0..=143 => bits.code(0x30 + sym, 8),
-        144..=255 => bits.code(0x190 + sym - 144, 9),
-        256..=279 => bits.code(sym - 256, 7),
-        _ => bits.code(0xC0 + sym - 280, 8),
-    }
+    let (code, len) = LIT_LEN[sym as usize];
+    bits.put(u32::from(code), u32::from(len));
 }
 
 fn emit_match(bits: &mut Bits, len: usize, dist: usize) {
@@ -110,6 +129,23 @@ fn emit_match(bits: &mut Bits, len: usize, dist: usize) {
         (dist - usize::from(DIST_BASE[di])) as u32,
         u32::from(DIST_EXTRA[di]),
     );
+}
+
+/// How many leading bytes `a` and `b` (of equal length) share, compared
+/// eight at a time.
+#[inline]
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let mut n = 0;
+    for (x, y) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+        let x = u64::from_le_bytes(x.try_into().unwrap_or_default());
+        let y = u64::from_le_bytes(y.try_into().unwrap_or_default());
+        let diff = x ^ y;
+        if diff != 0 {
+            return n + (diff.trailing_zeros() / 8) as usize;
+        }
+        n += 8;
+    }
+    n + a[n..].iter().zip(&b[n..]).take_while(|(x, y)| x == y).count()
 }
 
 #[inline]
@@ -166,11 +202,7 @@ fn encode(m: &mut Matcher, input: &[u8], out: &mut Vec<u8>, budget: usize) -> bo
                 let cand = (entry & 0xFFFF_FFFF) as usize;
                 if cand < i && i - cand <= WINDOW {
                     let max = MAX_MATCH.min(input.len() - i);
-                    let len = input[cand..]
-                        .iter()
-                        .zip(&input[i..i + max])
-                        .take_while(|(a, b)| a == b)
-                        .count();
+                    let len = common_prefix(&input[cand..cand + max], &input[i..i + max]);
                     if len >= MIN_MATCH {
                         best = len;
                         dist = i - cand;
@@ -180,10 +212,14 @@ fn encode(m: &mut Matcher, input: &[u8], out: &mut Vec<u8>, budget: usize) -> bo
         }
         if best > 0 {
             emit_match(&mut bits, best, dist);
-            // Index the positions the match covers, so later matches can
-            // start inside it.
-            for j in i + 1..(i + best).min(input.len().saturating_sub(MIN_MATCH - 1)) {
-                m.table[hash3(input, j)] = stamp | j as u64;
+            // Index the positions a short match covers, so later matches
+            // can start inside it; a long one is skipped (as zlib's
+            // fastest levels do): its positions mostly repeat what the
+            // table holds, and indexing them costs a hash per byte.
+            if best <= MAX_INSERT {
+                for j in i + 1..(i + best).min(input.len().saturating_sub(MIN_MATCH - 1)) {
+                    m.table[hash3(input, j)] = stamp | j as u64;
+                }
             }
             i += best;
         } else {
