@@ -17,6 +17,10 @@ const HASH_BITS: u32 = 13;
 const MIN_MATCH: usize = 3;
 const MAX_MATCH: usize = 258;
 const WINDOW: usize = 32 * 1024;
+/// Bytes sampled by `looks_random`, and how many distinct values in them
+/// make input look random.
+const SAMPLE: usize = 256;
+const RANDOM_DISTINCT: usize = 144;
 /// Matches longer than this do not index the positions they cover.
 const MAX_INSERT: usize = 16;
 /// Input after which an encoding that saves too little is abandoned.
@@ -131,6 +135,18 @@ fn emit_match(bits: &mut Bits, len: usize, dist: usize) {
     );
 }
 
+/// True if `sample` holds at least [`RANDOM_DISTINCT`] distinct byte
+/// values: 256 random bytes hold about 162 (a standard deviation of about
+/// 4), text and encoded terms far fewer. Such input (random, encrypted or
+/// already compressed data) would not shrink with fixed codes anyway.
+fn looks_random(sample: &[u8]) -> bool {
+    let mut seen = [0u64; 4];
+    for &b in sample {
+        seen[usize::from(b >> 6)] |= 1 << (b & 63);
+    }
+    seen.iter().map(|w| w.count_ones() as usize).sum::<usize>() >= RANDOM_DISTINCT
+}
+
 /// How many leading bytes `a` and `b` (of equal length) share, compared
 /// eight at a time.
 #[inline]
@@ -145,7 +161,11 @@ fn common_prefix(a: &[u8], b: &[u8]) -> usize {
         }
         n += 8;
     }
-    n + a[n..].iter().zip(&b[n..]).take_while(|(x, y)| x == y).count()
+    n + a[n..]
+        .iter()
+        .zip(&b[n..])
+        .take_while(|(x, y)| x == y)
+        .count()
 }
 
 #[inline]
@@ -171,6 +191,11 @@ pub fn compress(input: &[u8], out: &mut Vec<u8>, budget: usize) -> bool {
 }
 
 fn encode(m: &mut Matcher, input: &[u8], out: &mut Vec<u8>, budget: usize) -> bool {
+    // Input that must shrink and looks random from its first bytes is not
+    // tried at all (see `looks_random`).
+    if budget < input.len() && input.len() >= PROBE && looks_random(&input[..SAMPLE]) {
+        return false;
+    }
     let start = out.len();
     let stamp = u64::from(m.call) << 32;
     let mut bits = Bits { out, acc: 0, n: 0 };
@@ -316,12 +341,33 @@ mod tests {
         let noise = crate::testutil::noise(99, 4000);
         let mut out = Vec::new();
         assert!(!compress(&noise, &mut out, 3500));
-        // Given up after the probe, not at the budget.
+        // Not even tried: it looks random.
+        assert!(out.is_empty(), "{}", out.len());
+        assert!(looks_random(&noise[..SAMPLE]));
+        // Input that does not look random but does not shrink is given up
+        // after the probe, not at the budget: bytes 0..128 in a scrambled
+        // order, each followed by a byte of noise (few repeats).
+        let spread: Vec<u8> = crate::testutil::noise(5, 4000)
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                if i % 2 == 0 {
+                    b & 0x7f
+                } else {
+                    (i / 2 * 37 % 128) as u8
+                }
+            })
+            .collect();
+        assert!(!looks_random(&spread[..SAMPLE]));
+        let mut out = Vec::new();
+        assert!(!compress(&spread, &mut out, 3500));
         assert!(out.len() <= PROBE + PROBE / 8 + 8, "{}", out.len());
-        // Input that shrinks only after the probe is still compressed
-        // when it saves enough overall; noise all through is not tried
-        // beyond the probe.
-        let mut late = crate::testutil::noise(7, 400);
+        // Text does not look random.
+        let text = "lorem ipsum dolor sit amet, {\"id\": 42, \"name\": \"user-42\"} ".repeat(8);
+        assert!(!looks_random(&text.as_bytes()[..SAMPLE]));
+        // Input that shrinks only after its first 400 bytes is still
+        // compressed when it saves enough overall.
+        let mut late = spread[..400].to_vec();
         late.extend(std::iter::repeat_n(b'z', 3600));
         let mut out = Vec::new();
         assert!(compress(&late, &mut out, late.len() - late.len() / 8));
