@@ -129,9 +129,11 @@ defmodule Heft do
   | `:commit`         | nothing lost      | nothing acknowledged is lost       |
 
   A write batch (one `insert/2` of a list) is recovered entirely or not at
-  all. Concurrent `:commit` writers share one fsync (group commit), and a
-  waiting writer blocks only its own process: no scheduler waits for the
-  disk. `insert(tab, objects, sync: :commit)` asks for a commit on one
+  all. Concurrent `:commit` writers share one fsync (group commit): while
+  committers arrive several at a time, the table's flusher waits up to
+  half an fsync's duration (at most 0.5 ms) for more of them before it
+  syncs; a lone committer never waits. A waiting writer blocks only its
+  own process: no scheduler waits for the disk. `insert(tab, objects, sync: :commit)` asks for a commit on one
   call of a table in another mode.
 
   Opening a directory loads the snapshot and replays the log. A torn tail

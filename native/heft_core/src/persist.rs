@@ -290,6 +290,9 @@ struct CloseSignal {
 /// Directories with a table open in this OS process, by canonical path.
 static OPEN: LazyLock<Mutex<HashMap<PathBuf, Arc<CloseSignal>>>> = LazyLock::new(Default::default);
 
+/// The longest a sync waits for more committers to join it.
+const COMMIT_DELAY: Duration = Duration::from_micros(500);
+
 /// How long an open waits for this process's own close of the directory.
 const CLOSE_WAIT: Duration = Duration::from_secs(60);
 
@@ -860,6 +863,9 @@ impl<E: Events> Shared<E> {
     /// segments and makes the spare; a last sync when the table closes.
     fn flusher(&self) {
         let mut last_sync = Instant::now();
+        // Commit waiters the last sync released, and how long it took.
+        let mut last_batch = 0usize;
+        let mut last_took = Duration::ZERO;
         loop {
             let mut ctl = self.ctl.lock();
             let (stopping, due) = loop {
@@ -896,10 +902,21 @@ impl<E: Events> Shared<E> {
                 }
             };
             let segment_work = std::mem::take(&mut ctl.segment_work);
+            let committing = !ctl.waiters.is_empty();
             drop(ctl);
+            // Group commit: while committers come several at a time (the
+            // last sync released more than one), wait a little for more to
+            // join this sync, at most half a sync's time and 500 µs (as
+            // PostgreSQL's commit_delay with commit_siblings). A lone
+            // committer never waits.
+            if committing && last_batch > 1 && !stopping {
+                std::thread::sleep((last_took / 2).min(COMMIT_DELAY));
+            }
+            let started = Instant::now();
             let result = self.sync_round(due);
             if due {
                 last_sync = Instant::now();
+                last_took = last_sync - started;
             }
             let synced = self.synced.load(Ordering::Acquire);
             let (ready, outbox): (Vec<E::Waiter>, Vec<Event>) = {
@@ -917,6 +934,7 @@ impl<E: Events> Shared<E> {
             for event in outbox {
                 self.events.notify(event);
             }
+            last_batch = ready.len();
             if !ready.is_empty() {
                 if result.is_ok() {
                     self.c
