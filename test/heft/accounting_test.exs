@@ -11,6 +11,8 @@ defmodule Heft.AccountingTest do
   use ExUnit.Case, async: false
 
   @count 200_000
+  # The table's memfds are named after it: heft:NAME and heft-index:NAME.
+  @name :heft_accounting_200k
 
   test "the 100-tuple record: <= 200 bytes each, within 10% of RSS growth" do
     # Load from a fresh process holding one shared list, so the loader's
@@ -20,7 +22,7 @@ defmodule Heft.AccountingTest do
     spawn_link(fn ->
       list = List.duplicate(:a, 10)
       :erlang.garbage_collect()
-      t = Heft.new(:accounting, [:public])
+      t = Heft.new(@name, [:public])
       {heft0, rss0} = {heft_rss(), rss()}
 
       for i <- 1..@count do
@@ -50,7 +52,9 @@ defmodule Heft.AccountingTest do
     Heft.delete(t)
   end
 
-  # Resident bytes of every Heft memfd mapping, from /proc/self/smaps.
+  # Resident bytes of this test's table's two memfd mappings, from
+  # /proc/self/smaps (only its own: other tests' tables may be released
+  # meanwhile).
   defp heft_rss do
     "/proc/self/smaps"
     |> File.read!()
@@ -58,7 +62,8 @@ defmodule Heft.AccountingTest do
     |> Enum.reduce({false, 0}, fn line, {in_heft, sum} ->
       cond do
         Regex.match?(~r/^[0-9a-f]+-[0-9a-f]+ /, line) ->
-          {String.contains?(line, "/memfd:heft"), sum}
+          {String.contains?(line, ["/memfd:heft:#{@name} ", "/memfd:heft-index:#{@name} "]) or
+             String.ends_with?(line, ["/memfd:heft:#{@name}", "/memfd:heft-index:#{@name}"]), sum}
 
         in_heft and String.starts_with?(line, "Rss:") ->
           {true, sum + kb(line)}
