@@ -221,24 +221,21 @@ defmodule Heft.MatchSpec do
   defp flip(op), do: op
 
   defp narrow_by(_op, :error, range), do: range
-  defp narrow_by(:<, {:ok, c}, {lo, hi}), do: {lo, lower_hi(hi, {c, false})}
-  defp narrow_by(:"=<", {:ok, c}, {lo, hi}), do: {lo, lower_hi(hi, {c, true})}
-  defp narrow_by(:>, {:ok, c}, {lo, hi}), do: {raise_lo(lo, {c, false}), hi}
-  defp narrow_by(:>=, {:ok, c}, {lo, hi}), do: {raise_lo(lo, {c, true}), hi}
+  defp narrow_by(:<, {:ok, c}, {lo, hi}), do: {lo, tighter(hi, {c, false}, :hi)}
+  defp narrow_by(:"=<", {:ok, c}, {lo, hi}), do: {lo, tighter(hi, {c, true}, :hi)}
+  defp narrow_by(:>, {:ok, c}, {lo, hi}), do: {tighter(lo, {c, false}, :lo), hi}
+  defp narrow_by(:>=, {:ok, c}, {lo, hi}), do: {tighter(lo, {c, true}, :lo), hi}
 
   defp narrow_by(_eq, {:ok, c}, {lo, hi}),
-    do: {raise_lo(lo, {c, true}), lower_hi(hi, {c, true})}
+    do: {tighter(lo, {c, true}, :lo), tighter(hi, {c, true}, :hi)}
 
-  # The tighter of two ends (an exclusive one where the terms are equal).
-  defp raise_lo(nil, new), do: new
-  defp raise_lo({x, xi}, {y, yi}) when x == y, do: {x, xi and yi}
-  defp raise_lo({x, _}, {y, _} = new) when y > x, do: new
-  defp raise_lo(old, _new), do: old
-
-  defp lower_hi(nil, new), do: new
-  defp lower_hi({x, _}, {y, _} = new) when y < x, do: new
-  defp lower_hi({x, xi}, {y, yi}) when x == y, do: {x, xi and yi}
-  defp lower_hi(old, _new), do: old
+  # The tighter of two lower (`:lo`: the greater) or upper (`:hi`: the
+  # smaller) ends; an exclusive one where the terms are equal.
+  defp tighter(nil, new, _end), do: new
+  defp tighter({x, xi}, {y, yi}, _end) when x == y, do: {x, xi and yi}
+  defp tighter({x, _}, {y, _} = new, :lo) when y > x, do: new
+  defp tighter({x, _}, {y, _} = new, :hi) when y < x, do: new
+  defp tighter(old, _new, _end), do: old
 
   defp clause_keys(head, guards, keypos) do
     cond do

@@ -359,19 +359,22 @@ pub struct KeyRange {
 impl KeyRange {
     /// True if `key` lies before the range.
     fn below(&self, key: &[u8], names: &AtomTable) -> bool {
-        self.lo.as_ref().is_some_and(|b| {
-            let o = crate::order::compare_bound(key, &b.key, |id| names.name(id).unwrap_or(""));
-            o == Ordering::Less || (o == Ordering::Equal && !b.inclusive)
-        })
+        past(self.lo.as_ref(), key, names, Ordering::Less)
     }
 
     /// True if `key` lies after the range.
     fn above(&self, key: &[u8], names: &AtomTable) -> bool {
-        self.hi.as_ref().is_some_and(|b| {
-            let o = crate::order::compare_bound(key, &b.key, |id| names.name(id).unwrap_or(""));
-            o == Ordering::Greater || (o == Ordering::Equal && !b.inclusive)
-        })
+        past(self.hi.as_ref(), key, names, Ordering::Greater)
     }
+}
+
+/// True if `key` lies beyond `end` on the `side` of it (`Less`: below a
+/// lower end, `Greater`: above an upper one); never for no end.
+fn past(end: Option<&Bound>, key: &[u8], names: &AtomTable, side: Ordering) -> bool {
+    end.is_some_and(|b| {
+        let o = crate::order::compare_bound(key, &b.key, |id| names.name(id).unwrap_or(""));
+        o == side || (o == Ordering::Equal && !b.inclusive)
+    })
 }
 
 /// Figures about a table, all in bytes except `size`.
@@ -1263,9 +1266,14 @@ impl Table {
 fn sort_by_hash(v: &mut [Slot]) -> bool {
     let n = v.len();
     // A snapshot is written in index order, and a persistent table keeps
-    // its hash key (persist.rs): loaded, its slots come sorted.
-    if v.windows(2).all(|w| w[0].hash <= w[1].hash) {
-        return v.windows(2).any(|w| w[0].hash == w[1].hash);
+    // its hash key (persist.rs): loaded, its slots come sorted. One pass
+    // checks that and notes equal hashes.
+    let mut equal = false;
+    if v.windows(2).all(|w| {
+        equal |= w[0].hash == w[1].hash;
+        w[0].hash <= w[1].hash
+    }) {
+        return equal;
     }
     if n < 4096 {
         v.sort_by_key(|s| s.hash);
@@ -1646,12 +1654,23 @@ mod tests {
     }
 
     /// Calls `f` on every record, in walk order, read in chunks of `n`.
-    fn each_record(t: &Table, dir: Direction, n: usize, mut f: impl FnMut(&RecordBuf, &Item)) {
+    fn each_record(t: &Table, dir: Direction, n: usize, f: impl FnMut(&RecordBuf, &Item)) {
+        each_record_in(t, dir, &KeyRange::default(), n, f)
+    }
+
+    /// [`each_record`] over the keys of `range`.
+    fn each_record_in(
+        t: &Table,
+        dir: Direction,
+        range: &KeyRange,
+        n: usize,
+        mut f: impl FnMut(&RecordBuf, &Item),
+    ) {
         let mut cursor = None;
         loop {
             let mut buf = RecordBuf::new();
             let next = t
-                .chunk_in(dir, cursor.as_ref(), n, usize::MAX, &mut buf)
+                .chunk_range(dir, range, cursor.as_ref(), n, usize::MAX, &mut buf)
                 .unwrap();
             buf.items().iter().for_each(|it| f(&buf, it));
             match next {
@@ -1849,18 +1868,7 @@ mod tests {
             for n in [1, 7, 1000] {
                 for dir in [Direction::Forward, Direction::Backward] {
                     let mut got = Vec::new();
-                    let mut cursor = None;
-                    loop {
-                        let mut buf = RecordBuf::new();
-                        let next = t
-                            .chunk_range(dir, range, cursor.as_ref(), n, usize::MAX, &mut buf)
-                            .unwrap();
-                        got.extend(buf.items().iter().map(|it| buf.key(it).to_vec()));
-                        match next {
-                            Some(c) => cursor = Some(c),
-                            None => break,
-                        }
-                    }
+                    each_record_in(&t, dir, range, n, |buf, it| got.push(buf.key(it).to_vec()));
                     if dir == Direction::Backward {
                         got.reverse();
                     }
