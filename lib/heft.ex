@@ -909,7 +909,300 @@ defmodule Heft do
 
   # --- end of table files ---------------------------------------------------
 
+  # --- ETS's remaining calls: fixation, slots, bulk loading, dets, i/0 ------
+
+  @doc """
+  Fixes (`true`) or releases (`false`) the table for the calling process,
+  as `:ets.safe_fixtable/2`. A process may fix a table several times; it
+  stays fixed until each fixation is released, or the process exits.
+  Releasing a table the caller has not fixed does nothing. Returns `true`.
+
+  ETS's guarantee holds: on a fixed table, a `first/1`-`next/2` walk
+  visits every object present for the whole walk exactly once, however
+  other processes insert and delete meanwhile, and `next/2` of a key
+  deleted since still works. In Heft this holds on any table, fixed or
+  not (see "Differences from ETS"), so fixing changes only what `info/2`
+  reports: `:fixed`, `:safe_fixed` and `:safe_fixed_monotonic_time`.
+
+  Raises `ArgumentError` if `fix` is not a boolean, the table does not
+  exist, or it is private and the caller is not its owner.
+  """
+  @spec safe_fixtable(tab, boolean) :: true
+  def safe_fixtable(tab, fix) when is_boolean(fix),
+    do: Native.safe_fixtable(ref(tab), fix, :erlang.monotonic_time())
+
+  def safe_fixtable(_tab, fix),
+    do: raise(ArgumentError, "safe_fixtable/2 needs a boolean, got: #{inspect(fix)}")
+
+  @doc """
+  The objects in slot `i` of the table (a list, maybe empty), or
+  `:"$end_of_table"` when `i` is the number of slots, as `:ets.slot/2`:
+  reading slots 0, 1, 2... until `:"$end_of_table"` returns every object
+  exactly once if the table does not change meanwhile.
+
+  What a slot is:
+
+    * set, bag, duplicate_bag: slot `i` is bucket `i` of the hash index
+      (there are 2^k buckets, at least 1.25 per object, fewer after many
+      deletes): the objects whose key hashes to it, all of a bag key's
+      objects together in their order. The number of buckets changes as
+      the table grows or shrinks, so a slot walk while others write may
+      miss or repeat objects (as in ETS, where only a fixed table's slots
+      stay put).
+    * ordered_set: slot `i` is the `i`-th object in key order (from 0), as
+      in ETS.
+
+  Raises `ArgumentError` if `i` is not a non-negative integer or is
+  greater than the number of slots, or if the table does not exist or the
+  caller may not read it.
+  """
+  @spec slot(tab, non_neg_integer) :: [object] | :"$end_of_table"
+  def slot(tab, i) when is_integer(i) and i >= 0 do
+    ref = ref(tab)
+    call(slot(ref, i))
+  end
+
+  def slot(_tab, i),
+    do: raise(ArgumentError, "slot/2 needs a non-negative integer, got: #{inspect(i)}")
+
+  @doc """
+  Replaces the table's objects with those `init_fun` supplies, as
+  `:ets.init_table/2`: deletes every object, then calls `init_fun.(:read)`,
+  which returns `{objects, next_fun}` (inserted, and then
+  `next_fun.(:read)` is called) or `:end_of_input`. If inserting fails, the
+  last fun returned is called with `:close` and the error raised again.
+  Returns `true`.
+
+  The objects of each list go in as one `insert/2` (in a bag, in the list's
+  order, as if inserted one by one). The whole is not atomic, as in ETS:
+  other processes may see the table emptied and filling up, and an error
+  leaves the objects inserted before it.
+
+  Raises `ArgumentError`, before deleting anything, if `init_fun` is not a
+  function of one argument or the caller may not write the table; and
+  after, if a fun returns anything else or an object does not fit the
+  table. Returns `{:error, reason}` as `insert/2` does (a persistent
+  table's log), after calling `:close`.
+  """
+  @spec init_table(tab, (:read | :close -> term)) :: true | {:error, atom}
+  def init_table(tab, init_fun) when is_function(init_fun, 1) do
+    ref = ref(tab)
+    _ = Native.select_access(ref, true)
+
+    case delete_all_objects(tab) do
+      {:error, _} = error -> error
+      true -> init_from(tab, init_fun.(:read))
+    end
+  end
+
+  def init_table(_tab, init_fun),
+    do:
+      raise(ArgumentError, "init_table/2 needs a function of arity 1, got: #{inspect(init_fun)}")
+
+  defp init_from(_tab, :end_of_input), do: true
+
+  defp init_from(tab, {objects, next_fun}) when is_list(objects) and is_function(next_fun, 1) do
+    inserted =
+      try do
+        insert_in_order(tab, objects)
+      rescue
+        e in ArgumentError ->
+          close_init(next_fun)
+          reraise e, __STACKTRACE__
+      end
+
+    case inserted do
+      {:error, _} = error ->
+        close_init(next_fun)
+        error
+
+      true ->
+        init_from(tab, next_fun.(:read))
+    end
+  end
+
+  defp init_from(_tab, other) do
+    raise ArgumentError,
+          "init_table/2: the fun must return {objects, fun} or :end_of_input, got: " <>
+            inspect(other, limit: 8)
+  end
+
+  defp close_init(fun) do
+    fun.(:close)
+  catch
+    _, _ -> :ok
+  end
+
+  # Inserts `objects` as if one at a time: a bag takes one insert/2 list
+  # last to first (see "Table semantics"), so it gets the list reversed.
+  defp insert_in_order(tab, objects) do
+    case info(tab, :type) do
+      :bag -> insert(tab, Enum.reverse(objects))
+      _ -> insert(tab, objects)
+    end
+  end
+
+  @doc """
+  Restores a continuation of `select/3` (or `select/1`, `match/3`...) whose
+  compiled match specification did not survive a trip through the external
+  term format (another node, a file), as `:ets.repair_continuation/2`:
+  compiles `match_spec` (the spec of the original call) into it again. A
+  continuation that needs no repair, and `:"$end_of_table"`, come back
+  unchanged. (`select/1` repairs a continuation itself too, from the spec
+  it carries.)
+
+  Raises `ArgumentError` if `continuation` is not a Heft continuation or
+  `match_spec` is not a valid match specification.
+  """
+  @spec repair_continuation(continuation | :"$end_of_table", match_spec) ::
+          continuation | :"$end_of_table"
+  def repair_continuation(continuation, match_spec),
+    do: Heft.Select.repair(continuation, match_spec)
+
+  @doc """
+  Fills the open `:dets` table `dets_tab` with the table's objects, as
+  `:ets.to_dets/2`: the dets table is emptied first. Returns `dets_tab`.
+
+  Objects are read in chunks while other processes may write: the dets
+  table gets every object present for the whole call.
+
+  Raises `ArgumentError` if the table does not exist or the caller may not
+  read it, or `dets_tab` is not an open dets table or refuses an object
+  (a keypos beyond an object, say); raises `Heft.Error` with dets's reason
+  if dets fails otherwise (disk full...).
+  """
+  @spec to_dets(tab, :dets.tab_name()) :: :dets.tab_name()
+  def to_dets(tab, dets_tab) do
+    ref = ref(tab)
+    _ = Native.select_access(ref, false)
+    open_dets!(dets_tab, "to_dets/2")
+    dets_result!(:dets.delete_all_objects(dets_tab), dets_tab, "empty")
+    to_dets(ref, dets_tab, :start)
+  end
+
+  defp to_dets(_ref, dets_tab, :"$end_of_table"), do: dets_tab
+
+  defp to_dets(ref, dets_tab, cursor) do
+    size = @chunk
+    {objects, next} = call(chunk(ref, cursor, size))
+    dets_result!(:dets.insert(dets_tab, objects), dets_tab, "write")
+    to_dets(ref, dets_tab, next)
+  end
+
+  @doc """
+  Inserts the objects of the open `:dets` table `dets_tab` into the table,
+  as `:ets.from_dets/2`: objects already in the table stay unless
+  replaced. Returns `true`.
+
+  Raises `ArgumentError` if the table does not exist or the caller may not
+  write it, if an object does not fit it, or if `dets_tab` is not an open
+  dets table; raises `Heft.Error` with dets's reason if reading the dets
+  table fails. Returns `{:error, reason}` as `insert/2` does.
+  """
+  @spec from_dets(tab, :dets.tab_name()) :: true | {:error, atom}
+  def from_dets(tab, dets_tab) do
+    ref = ref(tab)
+    _ = Native.select_access(ref, true)
+    open_dets!(dets_tab, "from_dets/2")
+    from_dets_chunks(tab, dets_tab, :dets.select(dets_tab, [{:_, [], [:"$_"]}], @chunk))
+  end
+
+  defp from_dets_chunks(_tab, _dets_tab, :"$end_of_table"), do: true
+
+  defp from_dets_chunks(tab, dets_tab, {objects, cont}) do
+    case insert_in_order(tab, objects) do
+      {:error, _} = error -> error
+      true -> from_dets_chunks(tab, dets_tab, :dets.select(cont))
+    end
+  end
+
+  defp from_dets_chunks(_tab, dets_tab, other), do: dets_result!(other, dets_tab, "read")
+
+  defp open_dets!(dets_tab, fun) do
+    if :dets.info(dets_tab, :type) == :undefined do
+      raise ArgumentError, "#{fun}: #{inspect(dets_tab)} is not an open dets table"
+    end
+  end
+
+  defp dets_result!({:error, reason}, dets_tab, action) do
+    if match?({:badarg, _}, reason) or reason == :badarg or match?({:bad_object, _}, reason) do
+      raise ArgumentError, "dets table #{inspect(dets_tab)} refused: #{inspect(reason)}"
+    end
+
+    raise Heft.Error, reason: reason, action: "#{action} the dets table #{inspect(dets_tab)}"
+  end
+
+  defp dets_result!(_ok, _dets_tab, _action), do: :ok
+
+  @doc """
+  What a file written by `tab2file/3` holds, without loading it, as
+  `:ets.tabfile_info/1`: `{:ok, info}` with the keys `:name`, `:type`,
+  `:protection`, `:named_table`, `:keypos`, `:size` (the object count, from
+  the file's end frame), `:extended_info` (`[:object_count]`: every Heft
+  file carries its count and CRC-32 checksums, never ETS's md5sum) and
+  `:version` (`{format_version, 0}`, docs/tab-file.md).
+
+  Reads the head, the meta frame and the end frame only (each checked);
+  `file2tab/2` verifies the rest. Returns `{:error, reason}` with the
+  reasons of `file2tab/2`: a POSIX atom, `:badfile`,
+  `{:unsupported_version, v}`, `{:truncated, offset}`, `{:corrupt, offset}`.
+  """
+  @spec tabfile_info(Path.t()) :: {:ok, keyword} | {:error, Heft.TabFile.reason()}
+  def tabfile_info(filename) do
+    unless is_binary(filename) or is_list(filename) or is_atom(filename) do
+      raise ArgumentError, "tabfile_info/1 needs a file name, got: #{inspect(filename)}"
+    end
+
+    Heft.TabFile.info(filename)
+  end
+
+  @doc """
+  Prints one line about every Heft table of the node to standard output,
+  as `:ets.i/0` does for ETS tables: identifier, name, type, size (objects),
+  memory in **bytes** (`info(tab, :memory)`) and owner (its registered
+  name if it has one). Returns `:ok`.
+  """
+  @spec i() :: :ok
+  def i do
+    i_line("id", "name", "type", "size", "bytes", "owner")
+    IO.puts(" " <> String.duplicate("-", 76))
+
+    for tab <- Enum.sort(all()) do
+      case info(tab) do
+        :undefined ->
+          :ok
+
+        info ->
+          owner =
+            case Process.info(info[:owner], :registered_name) do
+              {:registered_name, name} when is_atom(name) -> name
+              _ -> info[:owner]
+            end
+
+          i_line(tab, info[:name], info[:type], info[:size], info[:memory], owner)
+      end
+    end
+
+    :ok
+  end
+
+  defp i_line(id, name, type, size, bytes, owner) do
+    [id, name, type, size, bytes, owner] =
+      Enum.map(
+        [id, name, type, size, bytes, owner],
+        &if(is_binary(&1), do: &1, else: inspect(&1))
+      )
+
+    cols =
+      Enum.zip_with([id, name, type, size, bytes], [15, 17, 5, 6, 10], &String.pad_trailing/2)
+
+    IO.puts(" " <> Enum.join(cols ++ [owner], " "))
+  end
+
+  # --- end of ETS's remaining calls -------------------------------------------
+
   @info_order [
+    :id,
     :name,
     :named_table,
     :type,
@@ -918,6 +1211,10 @@ defmodule Heft do
     :owner,
     :heir,
     :node,
+    :compressed,
+    :read_concurrency,
+    :write_concurrency,
+    :decentralized_counters,
     :size,
     :memory,
     :compression,
@@ -983,8 +1280,18 @@ defmodule Heft do
     * `:compression` - `:none` or `{:zlib, level}`; `:arena` - `:memory`
       or `{:file, path}`.
 
-  And as in ETS: `:name`, `:named_table`, `:type`, `:keypos`,
-  `:protection`, `:owner`, `:heir`, `:node`.
+  And as in ETS: `:id` (the table's `Heft.Table` identifier, also for a
+  named table), `:name`, `:named_table`, `:type`, `:keypos`,
+  `:protection`, `:owner`, `:heir` (`:none` once the heir has exited),
+  `:node`, and what is true of every Heft table for ETS's tuning items:
+
+    * `:compressed` - `true` unless the table was created with
+      `compression: :none` (records are deflated where that pays).
+    * `:read_concurrency` - `true`: readers share the table's lock and
+      never block each other, whatever was asked for.
+    * `:write_concurrency` - `false`: writers take the table's one write
+      lock in turn (they encode and compress before taking it).
+    * `:decentralized_counters` - `false`: the size is one counter.
   """
   @spec info(tab) :: keyword | :undefined
   def info(tab) do
@@ -1005,8 +1312,19 @@ defmodule Heft do
   end
 
   @doc """
-  One item of `info/1`, or `:undefined` if the table does not exist.
-  Raises `ArgumentError` for an unknown item.
+  One item of `info/1`, or `:undefined` if the table does not exist
+  (whatever the item, as in ETS). Raises `ArgumentError` for an unknown
+  item of a table that exists.
+
+  Also, as in ETS, what `safe_fixtable/2` did:
+
+    * `:fixed` - whether any process has the table fixed.
+    * `:safe_fixed` - `false`, or `{fixation_time, [{pid, count}]}`: when
+      the table became fixed (in `:erlang.timestamp/0` form) and each
+      process that has it fixed with the number of its fixations, the
+      first fixer first.
+    * `:safe_fixed_monotonic_time` - the same with the time as
+      `:erlang.monotonic_time/0` (native units).
   """
   @spec info(tab, atom) :: term | :undefined
   def info(tab, item) when item in @info_order do
@@ -1030,7 +1348,39 @@ defmodule Heft do
     ArgumentError -> :undefined
   end
 
-  def info(_tab, item), do: raise(ArgumentError, "unknown info item: #{inspect(item)}")
+  def info(tab, item) when item in [:fixed, :safe_fixed, :safe_fixed_monotonic_time] do
+    with {:ok, ref} <- safe_ref(tab),
+         {:ok, fixed} <- fixations(ref) do
+      case {item, fixed} do
+        {:fixed, fixed} -> fixed != false
+        {_, false} -> false
+        {:safe_fixed_monotonic_time, fixed} -> fixed
+        {:safe_fixed, {since, procs}} -> {timestamp(since), procs}
+      end
+    else
+      _ -> :undefined
+    end
+  end
+
+  def info(tab, item) do
+    with {:ok, ref} <- safe_ref(tab), {:ok, _} <- native_info(ref) do
+      raise ArgumentError, "unknown info item: #{inspect(item)}"
+    else
+      _ -> :undefined
+    end
+  end
+
+  defp fixations(ref) do
+    {:ok, Native.fixations(ref)}
+  rescue
+    ArgumentError -> :error
+  end
+
+  # A monotonic time (native units) in :erlang.timestamp/0 form.
+  defp timestamp(monotonic) do
+    us = :erlang.convert_time_unit(monotonic + :erlang.time_offset(), :native, :microsecond)
+    {div(us, 1_000_000_000_000), rem(div(us, 1_000_000), 1_000_000), rem(us, 1_000_000)}
+  end
 
   # info/1,2 answer :undefined for a table that no longer exists, and raise
   # for what cannot name a table at all, as ETS does.
@@ -1046,7 +1396,11 @@ defmodule Heft do
     {:ok,
      Map.merge(map, %{
        node: node(),
-       memory: map.index_bytes + map.meta_bytes + map.arena_used_bytes
+       memory: map.index_bytes + map.meta_bytes + map.arena_used_bytes,
+       compressed: map.compression != :none,
+       read_concurrency: true,
+       write_concurrency: false,
+       decentralized_counters: false
      })}
   rescue
     ArgumentError -> :error

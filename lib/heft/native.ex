@@ -41,6 +41,7 @@ defmodule Heft.Native do
     chunk_back: 3,
     range_chunk: 4,
     range_chunk_back: 4,
+    slot: 2,
     # Match specifications (native/heft_nif/src/select.rs)
     delete_objects: 2,
     replace_objects: 2
@@ -144,6 +145,8 @@ defmodule Heft.Native do
   def all, do: :erlang.nif_error(:heft_nif_not_loaded)
   def info(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
   def kernel_view(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def safe_fixtable(_tab, _on, _now), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def fixations(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
   def live_tables, do: :erlang.nif_error(:heft_nif_not_loaded)
   def debug_panic, do: :erlang.nif_error(:heft_nif_not_loaded)
 

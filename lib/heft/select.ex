@@ -79,6 +79,25 @@ defmodule Heft.Select do
   def continue(other),
     do: raise(ArgumentError, "not a select continuation: #{inspect(other, limit: 8)}")
 
+  # repair_continuation/2 (lib/heft.ex): a continuation whose compiled spec
+  # did not survive the external term format gets `spec` compiled again
+  # (as ETS does, from the spec the caller gives); any other comes back as
+  # it is.
+  @spec repair(term, MatchSpec.t()) :: term
+  def repair(:"$end_of_table", _spec), do: :"$end_of_table"
+
+  def repair(cont, spec)
+      when is_tuple(cont) and tuple_size(cont) >= 7 and elem(cont, 0) == :heft_select do
+    ms = elem(cont, 3)
+
+    if ms == nil or :ets.is_compiled_ms(ms),
+      do: cont,
+      else: put_elem(cont, 3, MatchSpec.compile!(spec))
+  end
+
+  def repair(other, _spec),
+    do: raise(ArgumentError, "not a select continuation: #{inspect(other, limit: 8)}")
+
   defp next({:heft_select, ref, _spec, ms, limit, source, pending} = cont) do
     {results, source} = gather(ref, ms, source, pending, length(pending), limit)
 

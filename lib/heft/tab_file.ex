@@ -141,6 +141,63 @@ defmodule Heft.TabFile do
     end
   end
 
+  ## tabfile_info/1
+
+  @end_frame @frame_header + 8 + 4
+
+  # The head, the meta frame and the end frame (the file's last bytes),
+  # each checked; the objects frames between are not read.
+  @spec info(Path.t()) :: {:ok, keyword} | {:error, reason}
+  def info(filename) do
+    with {:ok, io} <- :file.open(filename, [:read, :raw, :binary]) do
+      try do
+        with :ok <- read_head(io),
+             {:ok, @tag_meta, 0, payload, offset} <- read_frame(io, @head_bytes, 0),
+             {:ok, meta} <- decode_meta(payload, @head_bytes),
+             {:ok, size} <- read_end(io, offset) do
+          {:ok,
+           [
+             name: meta.name,
+             type: meta.type,
+             protection: Map.get(meta, :protection, :protected),
+             named_table: meta.named_table,
+             keypos: meta.keypos,
+             size: size,
+             extended_info: [:object_count],
+             version: {@version, 0}
+           ]}
+        else
+          {:ok, _tag, _count, _payload, _offset} -> {:error, {:corrupt, @head_bytes}}
+          error -> error
+        end
+      after
+        :file.close(io)
+      end
+    end
+  end
+
+  # The object count of the end frame, which must be the last @end_frame
+  # bytes of the file, after the frames that end at `offset`.
+  defp read_end(io, offset) do
+    with {:ok, length} <- :file.position(io, :eof) do
+      at = length - @end_frame
+
+      with true <- at >= offset,
+           {:ok, <<@tag_end, _::binary>> = frame} <- :file.pread(io, at, @end_frame) do
+        <<head::binary-13, hcrc::little-32, total::little-64, pcrc::little-32>> = frame
+        <<_tag, _seq::little-32, count::little-32, len::little-32>> = head
+
+        if :erlang.crc32(head) == hcrc and count == 0 and len == 8 and
+             :erlang.crc32(<<total::little-64>>) == pcrc,
+           do: {:ok, total},
+           else: {:error, {:corrupt, at}}
+      else
+        {:error, _} = error -> error
+        _ -> {:error, {:truncated, length}}
+      end
+    end
+  end
+
   defp read_head(io) do
     case :file.read(io, @head_bytes) do
       {:ok, <<@magic, @version::little-16>>} -> :ok

@@ -367,6 +367,32 @@ impl HashIndex {
         rest.iter().position(|s| !s.is_empty()).map(|i| pos + i)
     }
 
+    /// Number of buckets (home slots): what `slot/2` numbers, `0..buckets()`.
+    pub fn buckets(&self) -> usize {
+        1usize << self.bits
+    }
+
+    /// The positions of the entries whose home slot is `bucket`: a run, in
+    /// walk order (entries of smaller homes displaced past it come first,
+    /// and there is no empty slot between an entry and its home).
+    pub fn bucket(&self, bucket: usize) -> std::ops::Range<usize> {
+        let occupied_home = |p: usize| {
+            self.slots
+                .get(p)
+                .filter(|s| !s.is_empty())
+                .map(|s| self.home(s.hash))
+        };
+        let mut start = bucket;
+        while occupied_home(start).is_some_and(|h| h < bucket) {
+            start += 1;
+        }
+        let mut end = start;
+        while occupied_home(end) == Some(bucket) {
+            end += 1;
+        }
+        start..end
+    }
+
     /// Drops every entry and shrinks to the initial size.
     pub fn clear(&mut self) {
         self.slots = SlotArray::new(slots_for(MIN_BITS), &self.name);

@@ -260,6 +260,19 @@ impl OrderedIndex {
         self.prev(self.seek(cmp).0)
     }
 
+    /// The position of the `i`-th key (from 0) in key order, if any: a
+    /// walk over the directory's block counts, not over the keys.
+    pub fn nth(&self, mut i: usize) -> Option<Pos> {
+        for (block, b) in self.dir.iter().enumerate() {
+            let len = b.len as usize;
+            if i < len {
+                return Some(Pos { block, slot: i });
+            }
+            i -= len;
+        }
+        None
+    }
+
     /// The first position, if any.
     pub fn first(&self) -> Option<Pos> {
         self.get(Pos { block: 0, slot: 0 })

@@ -568,6 +568,20 @@ fn key_in(arena: &Arena, loc: u64) -> &[u8] {
     &bytes[h.key_start()..h.body_start()]
 }
 
+/// What [`Table::slot`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slotted {
+    /// The slot's records (possibly none) are in the buffer.
+    Records,
+    /// The slot number is the number of slots: past the last one.
+    End,
+    /// The slot number is beyond that; the table has `slots` slots.
+    OutOfRange {
+        /// How many slots the table has.
+        slots: usize,
+    },
+}
+
 /// A table.
 pub struct Table {
     hasher: KeyedHash,
@@ -1210,6 +1224,26 @@ impl Table {
         let ord = order(&names);
         let pos = st.entries.seek(&st.arena, ord, dir, hash, key);
         Ok(pos.map(|pos| st.copy_key_record(pos, out)).is_some())
+    }
+
+    /// Copies into `out` the records of slot `i`, as ETS's `slot/2`
+    /// numbers them: in a set or bag, slot `i` is bucket `i` of the hash
+    /// index (the records whose key hashes there; a bag key's records are
+    /// all in one); in an ordered_set, the `i`-th record in key order.
+    /// Every record is in exactly one slot while the table does not change.
+    pub fn slot(&self, i: usize, out: &mut RecordBuf) -> Result<Slotted, Error> {
+        let st = self.read()?;
+        let n = st.entries.slot_count();
+        if i > n {
+            return Ok(Slotted::OutOfRange { slots: n });
+        }
+        if i == n {
+            return Ok(Slotted::End);
+        }
+        for pos in st.entries.slot_entries(i) {
+            st.copy_out(pos, out);
+        }
+        Ok(Slotted::Records)
     }
 
     /// The first key in walk order.
@@ -2120,6 +2154,76 @@ mod tests {
             let fresh = table_of(kind, Compression::None);
             replay(&fresh, &rec.0.lock());
             assert_eq!(records_by_key(&fresh), now, "{kind:?} from the log alone");
+        }
+    }
+
+    /// Every record of slots 0, 1, ... up to `Slotted::End`, as (key, body).
+    fn all_slots(t: &Table) -> (Vec<(Vec<u8>, Vec<u8>)>, usize) {
+        let mut got = Vec::new();
+        let mut scratch = Vec::new();
+        for i in 0.. {
+            let mut buf = RecordBuf::new();
+            match t.slot(i, &mut buf).unwrap() {
+                Slotted::Records => {
+                    for it in buf.items() {
+                        let body = buf.body(it, &mut scratch).unwrap().to_vec();
+                        got.push((buf.key(it).to_vec(), body));
+                    }
+                }
+                Slotted::End => {
+                    let mut buf = RecordBuf::new();
+                    let past = Slotted::OutOfRange { slots: i };
+                    assert_eq!(t.slot(i + 1, &mut buf).unwrap(), past);
+                    assert_eq!(t.slot(i + 1000, &mut buf).unwrap(), past);
+                    return (got, i);
+                }
+                Slotted::OutOfRange { .. } => panic!("slot {i} out of range before the end"),
+            }
+        }
+        unreachable!()
+    }
+
+    #[test]
+    fn slots_hold_every_record_exactly_once_in_every_kind() {
+        for kind in [Kind::Set, Kind::OrderedSet, Kind::Bag, Kind::DuplicateBag] {
+            let t = table_of(kind, Compression::None);
+            let (empty, slots) = all_slots(&t);
+            assert!(empty.is_empty());
+            if kind == Kind::OrderedSet {
+                assert_eq!(slots, 0);
+            }
+            let mut want = Vec::new();
+            for i in 0..3000i64 {
+                // A bag gets three objects for some keys.
+                let copies = if kind.is_bag() && i % 7 == 0 { 3 } else { 1 };
+                for c in 0..copies {
+                    let (k, b) = (key(i), body(i * 10 + c, 5));
+                    t.insert(&[t.prepare(&k, &b)]).unwrap();
+                    want.push((k, b));
+                }
+            }
+            for i in (0..3000i64).step_by(3) {
+                t.remove(t.hash(&key(i)), &key(i), None).unwrap();
+                want.retain(|(k, _)| *k != key(i));
+            }
+            let (mut got, slots) = all_slots(&t);
+            if kind == Kind::OrderedSet {
+                // The i-th slot is the i-th record in key order.
+                assert_eq!(slots, want.len());
+                let order: Vec<_> = got.iter().map(|(k, _)| k.clone()).collect();
+                let mut walk = Vec::new();
+                let mut k = t.first_key().unwrap();
+                while let Some(key) = k {
+                    k = t.next_key(t.hash(&key), &key).unwrap();
+                    walk.push(key);
+                }
+                assert_eq!(order, walk, "{kind:?}: slots in key order");
+            } else {
+                assert!(slots.is_power_of_two() && slots >= want.len() / 2, "{slots} buckets");
+            }
+            got.sort();
+            want.sort();
+            assert_eq!(got, want, "{kind:?}");
         }
     }
 }

@@ -52,6 +52,7 @@ mod atoms {
         arena_dirty_bytes,
         arena_swap_bytes,
         index_resident_bytes,
+        id,
     }
 }
 
@@ -325,9 +326,10 @@ fn info<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
     let t = resolve(tab)?;
     let s = t.core.stats().map_err(errors::core)?;
     let meta = t.meta.lock();
+    // An heir that has exited will never take the table: none, then.
     let heir = match &meta.heir {
-        Some(h) => h.pid.encode(env),
-        None => atoms::none().encode(env),
+        Some(h) if env.is_process_alive(h.pid) => h.pid.encode(env),
+        _ => atoms::none().encode(env),
     };
     let compression = match t.compression {
         Compression::None => atoms::none().encode(env),
@@ -383,6 +385,7 @@ fn info<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
         ),
         (atoms::compression().encode(env), compression),
         (atoms::arena().encode(env), arena),
+        (atoms::id().encode(env), tab_struct(env, &t)),
     ];
     Term::map_from_pairs(env, &pairs).map_err(|_| badarg("internal error building info"))
 }
@@ -406,6 +409,32 @@ fn kernel_view<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
         (atoms::index_resident_bytes(), index.resident),
     ];
     Term::map_from_pairs(env, &pairs).map_err(|_| badarg("internal error building info"))
+}
+
+/// Fixes (`on` true) or unfixes the table once for the caller, as
+/// `safe_fixtable/2`; `now` is the caller's `erlang:monotonic_time()`.
+/// Needs read access, as in ETS.
+#[rustler::nif]
+fn safe_fixtable<'a>(env: Env<'a>, tab: Term<'a>, on: bool, now: i64) -> NifResult<bool> {
+    let t = resolve(tab)?;
+    if !t.may_read(env) {
+        return Err(badarg(
+            "the table is private: only its owner may fix it",
+        ));
+    }
+    t.fixations.fix(env, on, now);
+    Ok(true)
+}
+
+/// `false`, or `{monotonic_time, [{pid, count}]}`: when the table became
+/// fixed and who has it fixed how many times (fix.rs).
+#[rustler::nif]
+fn fixations<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
+    let t = resolve(tab)?;
+    Ok(match t.fixations.get(env) {
+        Some(fixed) => fixed.encode(env),
+        None => false.encode(env),
+    })
 }
 
 /// Tables whose storage is still allocated (for leak tests).

@@ -6,6 +6,7 @@
 mod admin;
 mod codec;
 mod errors;
+mod fix;
 mod ops;
 mod persist;
 mod resource;

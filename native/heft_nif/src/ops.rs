@@ -8,7 +8,7 @@
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 
-use heft_core::table::{Bound, Direction, Item, KeyRange, RecordBuf};
+use heft_core::table::{Bound, Direction, Item, KeyRange, RecordBuf, Slotted};
 use heft_core::{Backing, Cursor, Prepared};
 use rustler::types::tuple::get_tuple;
 use rustler::{Atom, Binary, Encoder, Env, NewBinary, NifResult, ResourceArc, Term};
@@ -117,6 +117,7 @@ variants!(walk_chunk[Direction::Backward] => chunk_back, chunk_back_cpu, chunk_b
 // The same over a key range of an ordered_set (Heft.Select).
 variants!(range_walk_chunk[Direction::Forward] => range_chunk, range_chunk_cpu, range_chunk_io (tab, range, cursor, max));
 variants!(range_walk_chunk[Direction::Backward] => range_chunk_back, range_chunk_back_cpu, range_chunk_back_io (tab, range, cursor, max));
+variants!(slot_impl => slot, slot_cpu, slot_io (tab, i));
 
 /// The table a handle names: a name atom or a resource.
 pub fn resolve(tab: Term) -> NifResult<ResourceArc<TableRes>> {
@@ -934,5 +935,23 @@ fn chunk_of<'a>(
             None => atoms::end_of_table().encode(env),
         };
         Ok((records, cursor).encode(env))
+    })
+}
+
+/// The objects of slot `i` (heft_core's `Table::slot`), or
+/// `:"$end_of_table"` for the slot after the last; badarg beyond that.
+/// (Heft.slot/2 checks that `i` is a non-negative integer.)
+fn slot_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, i: Term<'a>) -> NifResult<Term<'a>> {
+    let t = open!(env, tab, sched, false);
+    let i: usize = i
+        .decode()
+        .map_err(|_| badarg("slot/2: the slot number is out of range"))?;
+    with_buf(|buf, scratch| match t.core.slot(i, buf).map_err(errors::core)? {
+        Slotted::Records => decode_all(env, sched, &t, buf, scratch),
+        Slotted::End => Ok(atoms::end_of_table().encode(env)),
+        Slotted::OutOfRange { slots } => Err(badarg(format!(
+            "slot/2: slot {i} is out of range (the table has {slots} slots, 0..{})",
+            slots.saturating_sub(1)
+        ))),
     })
 }

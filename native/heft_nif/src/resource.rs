@@ -210,6 +210,8 @@ pub struct TableRes {
     pub meta: Mutex<Meta>,
     /// Set for a persistent table (persist.rs).
     pub persist: Option<crate::persist::PersistRes>,
+    /// Who has the table fixed (safe_fixtable/2, fix.rs).
+    pub fixations: crate::fix::Fixations,
 }
 
 #[rustler::resource_impl]
@@ -270,6 +272,7 @@ impl TableRes {
             deleted: AtomicBool::new(false),
             meta: Mutex::new(meta),
             persist: None,
+            fixations: Default::default(),
         }
     }
 

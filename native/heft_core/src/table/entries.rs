@@ -226,6 +226,25 @@ impl Entries {
         }
     }
 
+    /// How many slots `slot/2` numbers: a hash index's buckets (home
+    /// slots), an ordered index's entries.
+    pub(super) fn slot_count(&self) -> usize {
+        match self {
+            Entries::Hash(ix) => ix.buckets(),
+            Entries::Ordered(ix) => ix.len(),
+        }
+    }
+
+    /// The entries of slot `i` (below [`Entries::slot_count`]) in walk
+    /// order: those of a hash index whose home is bucket `i`, or the `i`-th
+    /// entry of an ordered index.
+    pub(super) fn slot_entries(&self, i: usize) -> Vec<Pos> {
+        match self {
+            Entries::Hash(ix) => ix.bucket(i).map(Pos::Hash).collect(),
+            Entries::Ordered(ix) => ix.nth(i).map(Pos::Ordered).into_iter().collect(),
+        }
+    }
+
     pub(super) fn first(&self) -> Option<Pos> {
         match self {
             Entries::Hash(ix) => ix.next_occupied(0).map(Pos::Hash),
