@@ -78,7 +78,19 @@ defmodule Heft do
   > - An unnamed table is a `Heft.Table` struct, not a reference.
   > - `next/2` accepts a key that is no longer in the table and continues
   >   from where it was (ETS raises unless the table is fixed), so a
-  >   `first/next` walk is safe while other processes write.
+  >   `first/next` walk is safe while other processes write, whether or
+  >   not the table is fixed with `safe_fixtable/2`.
+  > - `info(tab, :heir)` is `:none` once the heir has exited (OTP 25's ETS
+  >   still names the dead process).
+  > - `slot/2` numbers the hash index's buckets (set and bags), so a table
+  >   has other slot numbers than in ETS; an ordered_set's slot `i` is its
+  >   `i`-th object, as in ETS.
+  > - `init_table/2` raises `ArgumentError` where ETS exits (an object
+  >   that does not fit, a fun's bad answer), and refuses a non-function
+  >   before deleting anything.
+  > - `tabfile_info/1` reads Heft's table files (see `tab2file/3`), and
+  >   answers `file2tab/2`'s error reasons. `i/0` lists Heft tables, with
+  >   their memory in bytes.
   > - `foldl/3` calls its function for every object, including one whose
   >   key is `:"$end_of_table"` (ETS's `foldl` skips that one).
   > - Counters (`update_counter/3,4`) work up to ±2^127; ETS has no limit.
@@ -104,6 +116,8 @@ defmodule Heft do
   > - `:read_concurrency`, `:write_concurrency` and `:decentralized_counters`
   >   are accepted and ignored: readers never block each other, and writers
   >   hold the table's lock only to copy bytes, not to encode or compress.
+  >   `info/2` answers what is true of Heft (`true`, `false`, `false`),
+  >   and `:compressed` is `true` unless `compression: :none`.
 
   ## Persistence
 

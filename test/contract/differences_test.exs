@@ -14,8 +14,9 @@ defmodule Heft.Contract.DifferencesTest do
     4. new/2 of an unnamed table returns a %Heft.Table{} struct, not a
        reference; a named table returns its name in both.
     5. next/2 on a key that is not in a set: :ets raises ArgumentError (the
-       key must exist unless the table is fixed with safe_fixtable, which
-       Heft does not have); Heft continues from where the key would be.
+       key must exist unless the table is fixed with safe_fixtable); Heft
+       continues from where the key would be, fixed or not
+       (fixation_test.exs has the fixed case, against both).
     6. Heft-only options (compression, compression_level, arena): :ets
        rejects them; Heft rejects ill-typed ones with an ArgumentError that
        names the option.
@@ -28,6 +29,23 @@ defmodule Heft.Contract.DifferencesTest do
        built on first/next, so it stops there and never calls the fun for
        it (or anything after it); Heft's foldl/3 walks in chunks and calls
        the fun for every record.
+   10. info(tab, :heir) once the heir has exited: OTP 25's ETS still
+       names the dead pid; Heft says :none (no one will inherit).
+   11. Tuning items of info/2: Heft's :compressed is true unless the table
+       has compression: :none (ETS: only with :compressed), and its
+       :read_concurrency is always true (readers share a lock); ETS reports
+       the options given.
+   12. init_table/2: Heft raises ArgumentError where ETS exits (an object
+       that does not fit: ETS exits with {:badarg, _}; a fun returning
+       something else: ETS exits with that value); a non-function is
+       refused before anything is deleted (ETS deletes, then fails with
+       :badfun).
+   13. tabfile_info/1 reads Heft's file format: :extended_info is
+       [:object_count], :version is Heft's format version, and errors are
+       file2tab's reasons ({:error, :enoent}...; ETS: {:error,
+       {:read_error, _}}). It takes a binary path too (ETS: charlists).
+   14. repair_continuation/2 of something that is not a continuation:
+       ArgumentError (ETS: FunctionClauseError).
   (Traversal order of a set is unspecified in both: every test compares
   traversals as sorted lists; that is not a difference.)
   ===========================================================================
@@ -259,6 +277,99 @@ defmodule Heft.Contract.DifferencesTest do
 
       assert canonical_sort(m.foldl(&[&1 | &2], [], tab)) ==
                canonical_sort([{:"$end_of_table", :stored}, {1, :one}])
+    end
+  end
+
+  describe "10. info(tab, :heir) of an heir that has exited" do
+    contract "ETS names the dead heir; Heft says :none" do
+      tab = new(m)
+      heir = start_process()
+      m.setopts(tab, {:heir, heir, :data})
+      assert m.info(tab, :heir) == heir
+      stop(heir, :kill)
+      assert m.info(tab, :heir) == if(m == :ets, do: heir, else: :none)
+    end
+  end
+
+  describe "11. tuning items of info/2" do
+    contract "a default table: :compressed and :read_concurrency" do
+      tab = new(m)
+      assert m.info(tab, :compressed) == (m != :ets)
+      assert m.info(tab, :read_concurrency) == (m != :ets)
+    end
+
+    contract "Heft: :compressed follows the compression option; read_concurrency is always true",
+      only: Heft do
+      assert m.info(new(m, compression: :none), :compressed) == false
+      assert m.info(new(m, [:compressed]), :compressed) == true
+      assert m.info(new(m, read_concurrency: false), :read_concurrency) == true
+      assert m.info(new(m, write_concurrency: true), :write_concurrency) == false
+      assert m.info(new(m, decentralized_counters: true), :decentralized_counters) == false
+    end
+  end
+
+  describe "12. init_table/2 refusals" do
+    contract "a fun returning neither {objects, fun} nor :end_of_input" do
+      tab = new_with(m, {:old})
+      result = outcome(fn -> m.init_table(tab, fn :read -> :bogus end) end)
+      assert result == if(m == :ets, do: {:caught, :exit}, else: {:raise, ArgumentError})
+    end
+
+    contract "an object that does not fit" do
+      tab = new(m)
+      bad = fn :read -> {[:not_a_tuple], fn _ -> :end_of_input end} end
+      result = outcome(fn -> m.init_table(tab, bad) end)
+      assert result == if(m == :ets, do: {:caught, :exit}, else: {:raise, ArgumentError})
+    end
+
+    contract "a non-function: ETS deletes the objects first, Heft deletes nothing" do
+      tab = new_with(m, {:old})
+      assert {:raise, _} = outcome(fn -> m.init_table(tab, :not_a_fun) end)
+      assert m.tab2list(tab) == if(m == :ets, do: [], else: [{:old}])
+    end
+  end
+
+  describe "13. tabfile_info/1 of Heft's format" do
+    contract "Heft: extended_info, version and file2tab's error reasons", only: Heft do
+      tab = new_with(m, for(i <- 1..10, do: {i}))
+      file = Path.join(System.tmp_dir!(), "#{unique_name()}.tab")
+      on_exit(fn -> File.rm(file) end)
+      :ok = m.tab2file(tab, file)
+      assert {:ok, info} = m.tabfile_info(file)
+      assert info[:extended_info] == [:object_count]
+      assert info[:version] == {1, 0}
+      assert info[:size] == 10
+      assert m.tabfile_info(file <> ".missing") == {:error, :enoent}
+
+      File.write!(file, "not a table")
+      assert m.tabfile_info(file) == {:error, :badfile}
+    end
+
+    contract "Heft: a cut or damaged end frame is an error, not a wrong size", only: Heft do
+      tab = new_with(m, for(i <- 1..1_000, do: {i, :crypto.strong_rand_bytes(20)}))
+      file = Path.join(System.tmp_dir!(), "#{unique_name()}.tab")
+      on_exit(fn -> File.rm(file) end)
+      :ok = m.tab2file(tab, file)
+      bytes = File.read!(file)
+      n = byte_size(bytes)
+
+      File.write!(file, binary_part(bytes, 0, n - 3))
+      assert {:error, {:truncated, _}} = m.tabfile_info(file)
+
+      # One bit of the object count flipped: its checksum catches it.
+      <<head::binary-size(n - 12), count, rest::binary>> = bytes
+      File.write!(file, [head, <<Bitwise.bxor(count, 1)>>, rest])
+      assert {:error, {:corrupt, offset}} = m.tabfile_info(file)
+      assert offset == n - 29
+    end
+  end
+
+  describe "14. repair_continuation/2 of a non-continuation" do
+    contract "ETS: FunctionClauseError; Heft: ArgumentError" do
+      result = outcome(fn -> m.repair_continuation(:bogus, [{:_, [], [:"$_"]}]) end)
+
+      assert result ==
+               if(m == :ets, do: {:raise, FunctionClauseError}, else: {:raise, ArgumentError})
     end
   end
 end

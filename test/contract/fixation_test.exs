@@ -1,0 +1,205 @@
+defmodule Heft.Contract.FixationTest do
+  @moduledoc """
+  safe_fixtable/2 and what info/2 says of it (:fixed, :safe_fixed,
+  :safe_fixed_monotonic_time), and ETS's guarantee for a fixed table: a
+  first/next walk visits every object present for the whole walk exactly
+  once while other processes insert and delete, even when the walker
+  deletes the key it stands on.
+  """
+  use Heft.Contract.Case, async: true
+
+  @types [:set, :ordered_set, :bag, :duplicate_bag]
+
+  contract "a table is not fixed until safe_fixtable(tab, true)" do
+    tab = new(m)
+    assert m.info(tab, :fixed) == false
+    assert m.info(tab, :safe_fixed) == false
+    assert m.info(tab, :safe_fixed_monotonic_time) == false
+  end
+
+  contract "fixations count per process; the table is fixed until the last is released" do
+    tab = new(m)
+    before = :erlang.monotonic_time()
+    assert m.safe_fixtable(tab, true) == true
+    assert m.safe_fixtable(tab, true) == true
+    me = self()
+
+    assert {mono, [{^me, 2}]} = m.info(tab, :safe_fixed_monotonic_time)
+    assert is_integer(mono) and mono >= before and mono <= :erlang.monotonic_time()
+    assert m.info(tab, :fixed) == true
+
+    assert {{mega, sec, micro}, [{^me, 2}]} = m.info(tab, :safe_fixed)
+    fixed_us = (mega * 1_000_000 + sec) * 1_000_000 + micro
+    expected_us = :erlang.convert_time_unit(mono + :erlang.time_offset(), :native, :microsecond)
+    assert abs(fixed_us - expected_us) <= 1_000
+
+    assert m.safe_fixtable(tab, false) == true
+    assert {^mono, [{^me, 1}]} = m.info(tab, :safe_fixed_monotonic_time)
+    assert m.safe_fixtable(tab, false) == true
+    assert m.info(tab, :fixed) == false
+    assert m.info(tab, :safe_fixed) == false
+    # Releasing more than was fixed changes nothing.
+    assert m.safe_fixtable(tab, false) == true
+    assert m.info(tab, :fixed) == false
+  end
+
+  contract "several fixers: first fixer first, the time of the first fixation stays" do
+    tab = new(m, [:public])
+    me = self()
+    m.safe_fixtable(tab, true)
+    {:ok, {mono, _}} = {:ok, m.info(tab, :safe_fixed_monotonic_time)}
+    other = start_process()
+    {:ok, true} = run_in(other, fn -> m.safe_fixtable(tab, true) end)
+    {:ok, true} = run_in(other, fn -> m.safe_fixtable(tab, true) end)
+    assert m.info(tab, :safe_fixed_monotonic_time) == {mono, [{me, 1}, {other, 2}]}
+
+    m.safe_fixtable(tab, false)
+    assert m.info(tab, :safe_fixed_monotonic_time) == {mono, [{other, 2}]}
+    assert m.info(tab, :fixed) == true
+    stop(other)
+  end
+
+  contract "a process's fixations end when it exits" do
+    tab = new(m, [:public])
+    other = start_process()
+    {:ok, true} = run_in(other, fn -> m.safe_fixtable(tab, true) end)
+    assert m.info(tab, :fixed) == true
+    stop(other, :kill)
+    assert m.info(tab, :fixed) == false
+    assert m.info(tab, :safe_fixed) == false
+
+    # A new fixation after that starts a new fixation time.
+    before = :erlang.monotonic_time()
+    m.safe_fixtable(tab, true)
+    assert {mono, [{_, 1}]} = m.info(tab, :safe_fixed_monotonic_time)
+    assert mono >= before
+  end
+
+  contract "a protected table can be fixed by any process, a private one by its owner only" do
+    protected = new(m)
+    assert {:ok, true} = in_other_process(fn -> m.safe_fixtable(protected, true) end)
+    private = new(m, [:private])
+    assert {:raise, ArgumentError} = in_other_process(fn -> m.safe_fixtable(private, true) end)
+    assert m.safe_fixtable(private, true) == true
+  end
+
+  contract "safe_fixtable raises ArgumentError for a non-boolean or a missing table" do
+    tab = new(m)
+    assert_raise ArgumentError, fn -> m.safe_fixtable(tab, :yes) end
+    assert_raise ArgumentError, fn -> m.safe_fixtable(unique_name(), true) end
+    m.delete(tab)
+    assert_raise ArgumentError, fn -> m.safe_fixtable(tab, true) end
+    assert m.info(tab, :fixed) == :undefined
+  end
+
+  contract "on a fixed set, next/2 of the key just deleted goes on with the walk" do
+    tab = new_with(m, for(i <- 1..2_000, do: {i}))
+    m.safe_fixtable(tab, true)
+
+    visited =
+      Stream.unfold(m.first(tab), fn
+        :"$end_of_table" ->
+          nil
+
+        key ->
+          m.delete(tab, key)
+          {key, m.next(tab, key)}
+      end)
+      |> Enum.to_list()
+
+    m.safe_fixtable(tab, false)
+    assert Enum.sort(visited) == Enum.to_list(1..2_000)
+    assert m.tab2list(tab) == []
+  end
+
+  for type <- @types do
+    contract "#{type}: a fixed walk sees every lasting key once while another process writes",
+      type: type do
+      type = unquote(type)
+      # Lasting keys stay for the whole walk (the walker deletes every
+      # third one itself, standing on it); fleeting keys are deleted by the
+      # writer, which also keeps inserting new keys.
+      lasting = 1..3_000
+      fleeting = 100_001..103_000
+
+      objects = fn k ->
+        if type in [:bag, :duplicate_bag], do: [{k, :a}, {k, :b}], else: [{k, :a}]
+      end
+
+      tab = new(m, [type, :public])
+      m.insert(tab, Enum.flat_map(Enum.concat(lasting, fleeting), objects))
+      m.safe_fixtable(tab, true)
+
+      me = self()
+
+      writer =
+        spawn_link(fn ->
+          send(me, :writing)
+          write_until_stopped(m, tab, fleeting)
+        end)
+
+      assert_receive :writing
+
+      visited =
+        Stream.unfold(m.first(tab), fn
+          :"$end_of_table" ->
+            nil
+
+          key ->
+            if is_integer(key) and key in lasting and rem(key, 3) == 0, do: m.delete(tab, key)
+            :erlang.yield()
+            {key, m.next(tab, key)}
+        end)
+        |> Enum.to_list()
+
+      ref = Process.monitor(writer)
+      send(writer, {:stop, me})
+      assert_receive {:written, writes}
+      assert_receive {:DOWN, ^ref, :process, _, _}
+      m.safe_fixtable(tab, false)
+
+      # The writer did write during the walk.
+      assert writes > 0
+      counts = Enum.frequencies(visited)
+      assert Enum.filter(counts, fn {_, n} -> n > 1 end) == []
+      assert Enum.reject(lasting, &Map.has_key?(counts, &1)) == []
+    end
+  end
+
+  # Deletes the fleeting keys one by one, and inserts a new key between two
+  # lasting ones (deleting the one it inserted before) each time, until
+  # told to stop or after @max_writes; then reports how many writes it
+  # made. New keys come from a bounded set spread over the walk's order, so
+  # the walk cannot chase them forever.
+  @max_writes 200_000
+
+  defp write_until_stopped(m, tab, fleeting), do: write_loop(m, tab, Enum.to_list(fleeting), 0)
+
+  defp write_loop(m, tab, fleeting, writes) do
+    receive do
+      {:stop, from} -> send(from, {:written, writes})
+    after
+      0 ->
+        fleeting =
+          case fleeting do
+            [k | rest] ->
+              m.delete(tab, k)
+              rest
+
+            [] ->
+              []
+          end
+
+        m.insert(tab, {rem(writes, 3_000) + 0.5, :new})
+        if writes > 0, do: m.delete(tab, rem(writes - 1, 3_000) + 0.5)
+
+        if writes < @max_writes do
+          write_loop(m, tab, fleeting, writes + 1)
+        else
+          receive do
+            {:stop, from} -> send(from, {:written, writes})
+          end
+        end
+    end
+  end
+end
