@@ -957,9 +957,9 @@ defmodule Heft do
   What a slot is:
 
     * set, bag, duplicate_bag: slot `i` is bucket `i` of the hash index
-      (there are 2^k buckets, at least 1.25 per object, fewer after many
-      deletes): the objects whose key hashes to it, all of a bag key's
-      objects together in their order. The number of buckets changes as
+      (2^k buckets, at least 16, between 1.25 and 8 a key): the objects
+      whose key hashes to it, all of a bag key's objects together in their
+      order. The number of buckets changes as
       the table grows or shrinks, so a slot walk while others write may
       miss or repeat objects (as in ETS, where only a fixed table's slots
       stay put).
