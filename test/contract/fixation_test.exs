@@ -166,12 +166,14 @@ defmodule Heft.Contract.FixationTest do
     end
   end
 
-  # Deletes the fleeting keys one by one, and inserts a new key between two
-  # lasting ones (deleting the one it inserted before) each time, until
-  # told to stop or after @max_writes; then reports how many writes it
-  # made. New keys come from a bounded set spread over the walk's order, so
-  # the walk cannot chase them forever.
+  # Deletes the fleeting keys one by one, and meanwhile inserts 9,000 new
+  # keys (growing the table past twice its size, so a hash index rebuilds)
+  # and then deletes them again, over and over, until told to stop or
+  # after @max_writes; then reports how many writes it made. New keys are
+  # floats between the lasting integers: a bounded set spread over the
+  # walk's order, so the walk cannot chase them forever.
   @max_writes 200_000
+  @new_keys 9_000
 
   defp write_until_stopped(m, tab, fleeting), do: write_loop(m, tab, Enum.to_list(fleeting), 0)
 
@@ -190,8 +192,10 @@ defmodule Heft.Contract.FixationTest do
               []
           end
 
-        m.insert(tab, {rem(writes, 3_000) + 0.5, :new})
-        if writes > 0, do: m.delete(tab, rem(writes - 1, 3_000) + 0.5)
+        case rem(writes, 2 * @new_keys) do
+          n when n < @new_keys -> m.insert(tab, {new_key(n), :new})
+          n -> m.delete(tab, new_key(n - @new_keys))
+        end
 
         if writes < @max_writes do
           write_loop(m, tab, fleeting, writes + 1)
@@ -202,4 +206,6 @@ defmodule Heft.Contract.FixationTest do
         end
     end
   end
+
+  defp new_key(n), do: rem(n, 3_000) + 0.25 * (1 + div(n, 3_000))
 end
