@@ -1090,7 +1090,7 @@ defmodule Heft do
     ref = ref(tab)
     _ = Native.select_access(ref, false)
     open_dets!(dets_tab, "to_dets/2")
-    dets_result!(:dets.delete_all_objects(dets_tab), dets_tab, "empty")
+    dets!(fn -> :dets.delete_all_objects(dets_tab) end, dets_tab, "empty")
     to_dets(ref, dets_tab, :start)
   end
 
@@ -1099,7 +1099,7 @@ defmodule Heft do
   defp to_dets(ref, dets_tab, cursor) do
     size = @chunk
     {objects, next} = call(chunk(ref, cursor, size))
-    dets_result!(:dets.insert(dets_tab, objects), dets_tab, "write")
+    dets!(fn -> :dets.insert(dets_tab, objects) end, dets_tab, "write")
     to_dets(ref, dets_tab, next)
   end
 
@@ -1118,19 +1118,21 @@ defmodule Heft do
     ref = ref(tab)
     _ = Native.select_access(ref, true)
     open_dets!(dets_tab, "from_dets/2")
-    from_dets_chunks(tab, dets_tab, :dets.select(dets_tab, [{:_, [], [:"$_"]}], @chunk))
+    first = fn -> :dets.select(dets_tab, [{:_, [], [:"$_"]}], @chunk) end
+    from_dets_chunks(tab, dets_tab, dets!(first, dets_tab, "read"))
   end
 
   defp from_dets_chunks(_tab, _dets_tab, :"$end_of_table"), do: true
 
   defp from_dets_chunks(tab, dets_tab, {objects, cont}) do
     case insert_in_order(tab, objects) do
-      {:error, _} = error -> error
-      true -> from_dets_chunks(tab, dets_tab, :dets.select(cont))
+      {:error, _} = error ->
+        error
+
+      true ->
+        from_dets_chunks(tab, dets_tab, dets!(fn -> :dets.select(cont) end, dets_tab, "read"))
     end
   end
-
-  defp from_dets_chunks(_tab, dets_tab, other), do: dets_result!(other, dets_tab, "read")
 
   defp open_dets!(dets_tab, fun) do
     if :dets.info(dets_tab, :type) == :undefined do
@@ -1138,15 +1140,22 @@ defmodule Heft do
     end
   end
 
-  defp dets_result!({:error, reason}, dets_tab, action) do
-    if match?({:badarg, _}, reason) or reason == :badarg or match?({:bad_object, _}, reason) do
-      raise ArgumentError, "dets table #{inspect(dets_tab)} refused: #{inspect(reason)}"
+  # Runs a dets call: its answer, or ArgumentError when dets refuses the
+  # objects (badarg), or Heft.Error with dets's reason when it fails.
+  defp dets!(call, dets_tab, action) do
+    case call.() do
+      {:error, reason} ->
+        raise Heft.Error, reason: reason, action: "#{action} the dets table #{inspect(dets_tab)}"
+
+      result ->
+        result
     end
-
-    raise Heft.Error, reason: reason, action: "#{action} the dets table #{inspect(dets_tab)}"
+  rescue
+    ArgumentError ->
+      reraise ArgumentError,
+              [message: "the dets table #{inspect(dets_tab)} refused to #{action} the objects"],
+              __STACKTRACE__
   end
-
-  defp dets_result!(_ok, _dets_tab, _action), do: :ok
 
   @doc """
   What a file written by `tab2file/3` holds, without loading it, as

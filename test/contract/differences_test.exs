@@ -46,6 +46,9 @@ defmodule Heft.Contract.DifferencesTest do
        {:read_error, _}}). It takes a binary path too (ETS: charlists).
    14. repair_continuation/2 of something that is not a continuation:
        ArgumentError (ETS: FunctionClauseError).
+   15. to_dets/2 of objects the dets table cannot take (its keypos beyond
+       them): ArgumentError (ETS: ErlangError :invalid_objects_list, and
+       the dets table is left refusing every call until reopened).
   (Traversal order of a set is unspecified in both: every test compares
   traversals as sorted lists; that is not a difference.)
   ===========================================================================
@@ -370,6 +373,19 @@ defmodule Heft.Contract.DifferencesTest do
 
       assert result ==
                if(m == :ets, do: {:raise, FunctionClauseError}, else: {:raise, ArgumentError})
+    end
+  end
+
+  describe "15. to_dets/2 of objects the dets table cannot take" do
+    contract "ETS: ErlangError; Heft: ArgumentError" do
+      name = unique_name("heft_dets_keypos")
+      file = Path.join(System.tmp_dir!(), "#{name}.dets")
+      on_exit(fn -> File.rm(file) end)
+      {:ok, ^name} = :dets.open_file(name, file: String.to_charlist(file), keypos: 3)
+      tab = new_with(m, [{1, 2}])
+      result = outcome(fn -> m.to_dets(tab, name) end)
+      assert result == if(m == :ets, do: {:raise, ErlangError}, else: {:raise, ArgumentError})
+      :dets.close(name)
     end
   end
 end
