@@ -2157,8 +2157,12 @@ mod tests {
         }
     }
 
-    /// Every record of slots 0, 1, ... up to `Slotted::End`, as (key, body).
-    fn all_slots(t: &Table) -> (Vec<(Vec<u8>, Vec<u8>)>, usize) {
+    /// A record as (key, body).
+    type Kv = (Vec<u8>, Vec<u8>);
+
+    /// Every record of slots 0, 1, ... up to `Slotted::End`, and how many
+    /// slots there are.
+    fn all_slots(t: &Table) -> (Vec<Kv>, usize) {
         let mut got = Vec::new();
         let mut scratch = Vec::new();
         for i in 0.. {
@@ -2219,7 +2223,10 @@ mod tests {
                 }
                 assert_eq!(order, walk, "{kind:?}: slots in key order");
             } else {
-                assert!(slots.is_power_of_two() && slots >= want.len() / 2, "{slots} buckets");
+                assert!(
+                    slots.is_power_of_two() && slots >= want.len() / 2,
+                    "{slots} buckets"
+                );
             }
             got.sort();
             want.sort();

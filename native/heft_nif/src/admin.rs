@@ -418,9 +418,7 @@ fn kernel_view<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
 fn safe_fixtable<'a>(env: Env<'a>, tab: Term<'a>, on: bool, now: i64) -> NifResult<bool> {
     let t = resolve(tab)?;
     if !t.may_read(env) {
-        return Err(badarg(
-            "the table is private: only its owner may fix it",
-        ));
+        return Err(badarg("the table is private: only its owner may fix it"));
     }
     t.fixations.fix(env, on, now);
     Ok(true)

@@ -946,12 +946,14 @@ fn slot_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, i: Term<'a>) -> NifR
     let i: usize = i
         .decode()
         .map_err(|_| badarg("slot/2: the slot number is out of range"))?;
-    with_buf(|buf, scratch| match t.core.slot(i, buf).map_err(errors::core)? {
-        Slotted::Records => decode_all(env, sched, &t, buf, scratch),
-        Slotted::End => Ok(atoms::end_of_table().encode(env)),
-        Slotted::OutOfRange { slots } => Err(badarg(format!(
-            "slot/2: slot {i} is out of range (the table has {slots} slots, 0..{})",
-            slots.saturating_sub(1)
-        ))),
-    })
+    with_buf(
+        |buf, scratch| match t.core.slot(i, buf).map_err(errors::core)? {
+            Slotted::Records => decode_all(env, sched, &t, buf, scratch),
+            Slotted::End => Ok(atoms::end_of_table().encode(env)),
+            Slotted::OutOfRange { slots } => Err(badarg(format!(
+                "slot/2: slot {i} is out of range (the table has {slots} slots, 0..{})",
+                slots.saturating_sub(1)
+            ))),
+        },
+    )
 }
