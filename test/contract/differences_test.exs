@@ -167,16 +167,7 @@ defmodule Heft.Contract.DifferencesTest do
       only: Heft do
       tab = new_with(m, for(i <- 1..2_000, do: {i}))
 
-      visited =
-        Stream.unfold(m.first(tab), fn
-          :"$end_of_table" ->
-            nil
-
-          key ->
-            m.delete(tab, key)
-            {key, m.next(tab, key)}
-        end)
-        |> Enum.to_list()
+      visited = traversal_with(m, tab, &m.delete(tab, &1))
 
       assert Enum.sort(visited) == Enum.to_list(1..2_000)
       assert m.tab2list(tab) == []

@@ -96,17 +96,7 @@ defmodule Heft.Contract.FixationTest do
     tab = new_with(m, for(i <- 1..2_000, do: {i}))
     m.safe_fixtable(tab, true)
 
-    visited =
-      Stream.unfold(m.first(tab), fn
-        :"$end_of_table" ->
-          nil
-
-        key ->
-          m.delete(tab, key)
-          {key, m.next(tab, key)}
-      end)
-      |> Enum.to_list()
-
+    visited = traversal_with(m, tab, &m.delete(tab, &1))
     m.safe_fixtable(tab, false)
     assert Enum.sort(visited) == Enum.to_list(1..2_000)
     assert m.tab2list(tab) == []
@@ -141,16 +131,10 @@ defmodule Heft.Contract.FixationTest do
       assert_receive :writing
 
       visited =
-        Stream.unfold(m.first(tab), fn
-          :"$end_of_table" ->
-            nil
-
-          key ->
-            if is_integer(key) and key in lasting and rem(key, 3) == 0, do: m.delete(tab, key)
-            :erlang.yield()
-            {key, m.next(tab, key)}
+        traversal_with(m, tab, fn key ->
+          if is_integer(key) and key in lasting and rem(key, 3) == 0, do: m.delete(tab, key)
+          :erlang.yield()
         end)
-        |> Enum.to_list()
 
       ref = Process.monitor(writer)
       send(writer, {:stop, me})

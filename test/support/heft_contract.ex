@@ -142,6 +142,22 @@ defmodule Heft.Contract do
   defp traversal(_m, _tab, :"$end_of_table", acc), do: Enum.reverse(acc)
   defp traversal(m, tab, key, acc), do: traversal(m, tab, m.next(tab, key), [key | acc])
 
+  @doc """
+  The keys of a first/next walk that calls `fun.(key)` at each key before
+  stepping on from it (to delete it, say).
+  """
+  def traversal_with(m, tab, fun) do
+    Stream.unfold(m.first(tab), fn
+      :"$end_of_table" ->
+        nil
+
+      key ->
+        fun.(key)
+        {key, m.next(tab, key)}
+    end)
+    |> Enum.to_list()
+  end
+
   @doc "tab2list in a canonical order (set traversal order is unspecified)."
   def contents(m, tab), do: canonical_sort(m.tab2list(tab))
 
