@@ -90,7 +90,7 @@ defmodule Heft do
   >   before deleting anything.
   > - `tabfile_info/1` reads Heft's table files (see `tab2file/3`), and
   >   answers `file2tab/2`'s error reasons. `i/0` lists Heft tables, with
-  >   their memory in bytes.
+  >   their memory in bytes; `i/0` and `i/1` print terms with `inspect/1`.
   > - `foldl/3` calls its function for every object, including one whose
   >   key is `:"$end_of_table"` (ETS's `foldl` skips that one).
   > - Counters (`update_counter/3,4`) work up to ±2^127; ETS has no limit.
@@ -1207,6 +1207,21 @@ defmodule Heft do
     end
 
     :ok
+  end
+
+  @doc """
+  Browses the table's objects on standard input and output, as
+  `:ets.i/1`: 39 objects a page, each numbered and cut to 80 columns
+  (printed with `inspect/1`), then a prompt. Commands: `c` (or an empty
+  line) shows the next page, `q` quits, `k` deletes the table, `p` and a
+  number prints that object in full, `/` and a regular expression shows
+  only the objects whose printed form matches it, from the first. Returns
+  `:ok`.
+  """
+  @spec i(tab) :: :ok
+  def i(tab) do
+    _ = ref(tab)
+    Heft.Browse.i(tab)
   end
 
   defp i_line(id, name, type, size, bytes, owner) do

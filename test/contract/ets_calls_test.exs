@@ -298,6 +298,93 @@ defmodule Heft.Contract.EtsCallsTest do
     end
   end
 
+  describe "i/1" do
+    # Runs i/1 with `input` on its standard input; returns what it wrote
+    # (prompts included) and the object lines. (ExUnit's capture_io cannot
+    # be used: its StringIO refuses ETS's atom prompts.)
+    defp browse(m, tab, input) do
+      io = spawn_link(fn -> io_server(String.split(input, ~r/(?<=\n)/, trim: true), []) end)
+      leader = Process.group_leader()
+      Process.group_leader(self(), io)
+
+      try do
+        assert m.i(tab) == :ok
+      after
+        Process.group_leader(self(), leader)
+      end
+
+      send(io, {:output, self()})
+      out = receive(do: ({:output, ^io, out} -> out))
+      # A prompt is not followed by a newline: the next line starts after it.
+      lines = for line <- String.split(out, ["\n", "-->"]), line =~ ~r/^<\d+\s*> /, do: line
+      {out, lines}
+    end
+
+    # An I/O server holding the lines still to be read and what was written.
+    defp io_server(input, out) do
+      receive do
+        {:io_request, from, ref, request} ->
+          {reply, input, out} = io_request(request, input, out)
+          send(from, {:io_reply, ref, reply})
+          io_server(input, out)
+
+        {:output, from} ->
+          send(from, {:output, self(), out |> Enum.reverse() |> IO.iodata_to_binary()})
+      end
+    end
+
+    defp io_request({:put_chars, _encoding, chars}, input, out), do: {:ok, input, [chars | out]}
+
+    defp io_request({:put_chars, _encoding, mod, fun, args}, input, out),
+      do: {:ok, input, [apply(mod, fun, args) | out]}
+
+    defp io_request({:get_line, _encoding, prompt}, input, out) do
+      out = [:io_lib.format(~c"~ts", [prompt_text(prompt)]) | out]
+
+      case input do
+        [line | rest] -> {line, rest, out}
+        [] -> {:eof, [], out}
+      end
+    end
+
+    defp io_request(_other, input, out), do: {{:error, :request}, input, out}
+
+    defp prompt_text(prompt) when is_atom(prompt), do: Atom.to_string(prompt)
+    defp prompt_text(prompt), do: prompt
+
+    contract "i/1 pages through every object, numbered, 39 a page", type: :ordered_set do
+      tab = new_with(m, for(i <- 1..100, do: {i}), [:ordered_set])
+      {out, lines} = browse(m, tab, "c\nc\nq\n")
+      assert lines == for(i <- 1..100, do: "<#{String.pad_trailing("#{i}", 4)}> {#{i}}")
+      assert length(String.split(out, "(c)ontinue")) == 3
+      assert out =~ "EOT"
+    end
+
+    contract "i/1: q after the first page shows only it; p prints one object", type: :ordered_set do
+      tab = new_with(m, for(i <- 1..100, do: {i}), [:ordered_set])
+      {out, lines} = browse(m, tab, "p77\nq\n")
+      assert length(lines) == 39
+      assert String.contains?(out, "{77}\n")
+    end
+
+    contract "i/1: /regexp shows the matching objects only; k deletes the table",
+      type: :ordered_set do
+      tab = new_with(m, for(i <- 1..100, do: {i}), [:ordered_set])
+      {_, lines} = browse(m, tab, "/7\nk\n")
+      matching = for i <- 1..100, String.contains?("#{i}", "7"), do: "{#{i}}"
+      assert Enum.drop(lines, 39) |> Enum.map(&List.last(String.split(&1, "> "))) == matching
+      assert m.info(tab, :size) == :undefined
+    end
+
+    contract "i/1: a long object is cut to the width" do
+      # Short enough for ETS to print on one line, too long to show whole.
+      tab = new_with(m, {1, String.to_atom(String.duplicate("x", 70))})
+      {_, [line]} = browse(m, tab, "q\n")
+      assert String.length(line) == 7 + (80 - 13) + 5
+      assert String.ends_with?(line, "  ...")
+    end
+  end
+
   describe "info/2 items of ETS" do
     contract "info(tab, :id) is the table's identifier, for a named table too" do
       tab = new(m)
