@@ -1191,18 +1191,14 @@ defmodule Heft do
     IO.puts(" " <> String.duplicate("-", 76))
 
     for tab <- Enum.sort(all()) do
-      case info(tab) do
-        :undefined ->
-          :ok
+      with {:ok, ref} <- safe_ref(tab), {:ok, info} <- native_info(ref) do
+        owner =
+          case Process.info(info.owner, :registered_name) do
+            {:registered_name, name} when is_atom(name) -> name
+            _ -> info.owner
+          end
 
-        info ->
-          owner =
-            case Process.info(info[:owner], :registered_name) do
-              {:registered_name, name} when is_atom(name) -> name
-              _ -> info[:owner]
-            end
-
-          i_line(tab, info[:name], info[:type], info[:size], info[:memory], owner)
+        i_line(tab, info.name, info.type, info.size, info.memory, owner)
       end
     end
 

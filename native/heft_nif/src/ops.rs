@@ -946,6 +946,15 @@ fn slot_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, i: Term<'a>) -> NifR
     let i: usize = i
         .decode()
         .map_err(|_| badarg("slot/2: the slot number is out of range"))?;
+    // An ordered_set finds its i-th key by walking its directory (one entry
+    // for up to 512 keys): past this many keys, on a dirty scheduler.
+    const ORDERED_SLOT_NORMAL_KEYS: usize = 16 << 20;
+    if sched == Sched::Normal
+        && t.core.kind() == heft_core::table::Kind::OrderedSet
+        && t.core.len().map_err(errors::core)? > ORDERED_SLOT_NORMAL_KEYS
+    {
+        return Ok(retry_cpu(env));
+    }
     with_buf(
         |buf, scratch| match t.core.slot(i, buf).map_err(errors::core)? {
             Slotted::Records => decode_all(env, sched, &t, buf, scratch),
