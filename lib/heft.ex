@@ -1359,6 +1359,9 @@ defmodule Heft do
       first fixer first.
     * `:safe_fixed_monotonic_time` - the same with the time as
       `:erlang.monotonic_time/0` (native units).
+
+  And `:binary`, ETS's list of the reference-counted binaries the table
+  holds: always `[]`, since Heft copies every binary into its arena.
   """
   @spec info(tab, atom) :: term | :undefined
   def info(tab, item) when item in @info_order do
@@ -1398,7 +1401,9 @@ defmodule Heft do
 
   def info(tab, item) do
     with {:ok, ref} <- safe_ref(tab), {:ok, _} <- native_info(ref) do
-      raise ArgumentError, "unknown info item: #{inspect(item)}"
+      if item == :binary,
+        do: [],
+        else: raise(ArgumentError, "unknown info item: #{inspect(item)}")
     else
       _ -> :undefined
     end

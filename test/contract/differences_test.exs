@@ -49,6 +49,8 @@ defmodule Heft.Contract.DifferencesTest do
    15. to_dets/2 of objects the dets table cannot take (its keypos beyond
        them): ArgumentError (ETS: ErlangError :invalid_objects_list, and
        the dets table is left refusing every call until reopened).
+   16. info(tab, :binary): Heft holds no reference-counted binaries (it
+       copies them into its arena), so the list is always [].
   (Traversal order of a set is unspecified in both: every test compares
   traversals as sorted lists; that is not a difference.)
   ===========================================================================
@@ -377,6 +379,15 @@ defmodule Heft.Contract.DifferencesTest do
       result = outcome(fn -> m.to_dets(tab, name) end)
       assert result == if(m == :ets, do: {:raise, ErlangError}, else: {:raise, ArgumentError})
       :dets.close(name)
+    end
+  end
+
+  describe "16. info(tab, :binary)" do
+    contract "ETS lists the refc binaries it holds; Heft holds none" do
+      tab = new_with(m, {1, :binary.copy("x", 100)})
+      binaries = m.info(tab, :binary)
+      assert is_list(binaries)
+      assert length(binaries) == if(m == :ets, do: 1, else: 0)
     end
   end
 end
