@@ -935,8 +935,10 @@ defmodule Heft do
   visits every object present for the whole walk exactly once, however
   other processes insert and delete meanwhile, and `next/2` of a key
   deleted since still works. In Heft this holds on any table, fixed or
-  not (see "Differences from ETS"), so fixing changes only what `info/2`
-  reports: `:fixed`, `:safe_fixed` and `:safe_fixed_monotonic_time`.
+  not (see "Differences from ETS"). Fixing changes what `info/2` reports
+  (`:fixed`, `:safe_fixed` and `:safe_fixed_monotonic_time`) and keeps a
+  set's or bag's `slot/2` numbering as it was when the table became fixed,
+  so that a slot walk too sees every object once.
 
   Raises `ArgumentError` if `fix` is not a boolean, the table does not
   exist, or it is private and the caller is not its owner.
@@ -958,11 +960,14 @@ defmodule Heft do
 
     * set, bag, duplicate_bag: slot `i` is bucket `i` of the hash index
       (2^k buckets, at least 16, between 1.25 and 8 a key): the objects
-      whose key hashes to it, all of a bag key's objects together in their
-      order. The number of buckets changes as
+      whose key hash begins with the k bits of `i`, all of a bag key's
+      objects together in their order. The number of buckets changes as
       the table grows or shrinks, so a slot walk while others write may
-      miss or repeat objects (as in ETS, where only a fixed table's slots
-      stay put).
+      miss or repeat objects, unless the table is fixed
+      (`safe_fixtable/2`), as in ETS: a fixed table keeps the slots it had
+      when it became fixed, however its index grows or shrinks, and a slot
+      walk then sees every object present throughout exactly once and no
+      object twice.
     * ordered_set: slot `i` is the `i`-th object in key order (from 0), as
       in ETS.
 

@@ -150,6 +150,55 @@ defmodule Heft.Contract.FixationTest do
     end
   end
 
+  for type <- [:set, :bag, :duplicate_bag] do
+    contract "#{type}: a fixed table's slots hold every lasting object once while another process writes",
+      type: type do
+      type = unquote(type)
+      lasting = 1..3_000
+
+      objects = fn k ->
+        if type in [:bag, :duplicate_bag], do: [{k, :a}, {k, :b}], else: [{k, :a}]
+      end
+
+      tab = new(m, [type, :public])
+      m.insert(tab, Enum.flat_map(Enum.concat(lasting, 100_001..103_000), objects))
+      m.safe_fixtable(tab, true)
+      me = self()
+
+      writer =
+        spawn_link(fn ->
+          send(me, :writing)
+          write_until_stopped(m, tab, 100_001..103_000)
+        end)
+
+      assert_receive :writing
+      seen = slots_while(m, tab, 0, [])
+      ref = Process.monitor(writer)
+      send(writer, {:stop, me})
+      assert_receive {:written, writes}
+      assert_receive {:DOWN, ^ref, :process, _, _}
+      m.safe_fixtable(tab, false)
+
+      assert writes > 0
+      assert Enum.filter(Enum.frequencies(seen), fn {_, n} -> n > 1 end) == []
+      lasting_objects = Enum.flat_map(lasting, objects)
+      assert lasting_objects -- seen == []
+    end
+  end
+
+  # The objects of slots i, i + 1, ... until :"$end_of_table", yielding
+  # between slots.
+  defp slots_while(m, tab, i, acc) do
+    case m.slot(tab, i) do
+      :"$end_of_table" ->
+        Enum.concat(Enum.reverse(acc))
+
+      objects ->
+        :erlang.yield()
+        slots_while(m, tab, i + 1, [objects | acc])
+    end
+  end
+
   # Deletes the fleeting keys one by one, and meanwhile inserts 9,000 new
   # keys (growing the table past twice its size, so a hash index rebuilds)
   # and then deletes them again, over and over, until told to stop or

@@ -367,30 +367,32 @@ impl HashIndex {
         rest.iter().position(|s| !s.is_empty()).map(|i| pos + i)
     }
 
-    /// Number of buckets (home slots): what `slot/2` numbers, `0..buckets()`.
-    pub fn buckets(&self) -> usize {
-        1usize << self.bits
+    /// The bits of a key hash that pick its home slot: there are
+    /// `2^bits` home slots (buckets).
+    pub fn bits(&self) -> u32 {
+        self.bits
     }
 
-    /// The positions of the entries whose home slot is `bucket`: a run, in
-    /// walk order (entries of smaller homes displaced past it come first,
-    /// and there is no empty slot between an entry and its home).
-    pub fn bucket(&self, bucket: usize) -> std::ops::Range<usize> {
-        let occupied_home = |p: usize| {
-            self.slots
-                .get(p)
-                .filter(|s| !s.is_empty())
-                .map(|s| self.home(s.hash))
+    /// The positions holding the entries whose hash begins with the
+    /// `pbits` bits of `prefix` (`1 <= pbits < 64`, `prefix < 2^pbits`): a
+    /// run in walk order, which may include empty slots (between
+    /// clusters). Entries are sorted by hash, so they are together whatever
+    /// the index's size.
+    pub fn prefix_run(&self, prefix: u64, pbits: u32) -> std::ops::Range<usize> {
+        debug_assert!((1..64).contains(&pbits) && prefix < 1 << pbits);
+        let shift = 64 - pbits;
+        let start = self.position_of(prefix << shift);
+        let end = if prefix + 1 == 1 << pbits {
+            self.slots.len()
+        } else {
+            self.position_of((prefix + 1) << shift)
         };
-        let mut start = bucket;
-        while occupied_home(start).is_some_and(|h| h < bucket) {
-            start += 1;
-        }
-        let mut end = start;
-        while occupied_home(end) == Some(bucket) {
-            end += 1;
-        }
-        start..end
+        start..end.max(start)
+    }
+
+    /// Where the first entry of `hash` or more is, or would be.
+    fn position_of(&self, hash: u64) -> usize {
+        self.hash_run(hash).0
     }
 
     /// Drops every entry and shrinks to the initial size.

@@ -1227,23 +1227,35 @@ impl Table {
     }
 
     /// Copies into `out` the records of slot `i`, as ETS's `slot/2`
-    /// numbers them: in a set or bag, slot `i` is bucket `i` of the hash
-    /// index (the records whose key hashes there; a bag key's records are
-    /// all in one); in an ordered_set, the `i`-th record in key order.
-    /// Every record is in exactly one slot while the table does not change.
-    pub fn slot(&self, i: usize, out: &mut RecordBuf) -> Result<Slotted, Error> {
+    /// numbers them: in a set or bag, slot `i` holds the records whose key
+    /// hash begins with the bits of `i` (a bag key's records are all in
+    /// one); in an ordered_set, the `i`-th record in key order.
+    ///
+    /// A hash table has `2^bits` slots, `bits` being
+    /// [`Table::slot_bits`] now, or the value given (what it was when the
+    /// table was fixed): slots so numbered stay the same however the index
+    /// grows or shrinks, so walking them visits every record present
+    /// throughout exactly once even while others write. Ignored by an
+    /// ordered_set, whose slots shift as keys come and go.
+    pub fn slot(&self, i: usize, bits: Option<u32>, out: &mut RecordBuf) -> Result<Slotted, Error> {
         let st = self.read()?;
-        let n = st.entries.slot_count();
+        let n = st.entries.slot_count(bits);
         if i > n {
             return Ok(Slotted::OutOfRange { slots: n });
         }
         if i == n {
             return Ok(Slotted::End);
         }
-        for pos in st.entries.slot_entries(i) {
+        for pos in st.entries.slot_entries(i, bits) {
             st.copy_out(pos, out);
         }
         Ok(Slotted::Records)
+    }
+
+    /// The bits of a key hash that number a hash table's slots now (see
+    /// [`Table::slot`]); `None` for an ordered_set.
+    pub fn slot_bits(&self) -> Result<Option<u32>, Error> {
+        Ok(self.read()?.entries.slot_bits())
     }
 
     /// The first key in walk order.
@@ -2160,14 +2172,14 @@ mod tests {
     /// A record as (key, body).
     type Kv = (Vec<u8>, Vec<u8>);
 
-    /// Every record of slots 0, 1, ... up to `Slotted::End`, and how many
-    /// slots there are.
-    fn all_slots(t: &Table) -> (Vec<Kv>, usize) {
+    /// Every record of slots 0, 1, ... up to `Slotted::End` (numbered by
+    /// `bits`, as [`Table::slot`]), and how many slots there are.
+    fn all_slots(t: &Table, bits: Option<u32>) -> (Vec<Kv>, usize) {
         let mut got = Vec::new();
         let mut scratch = Vec::new();
         for i in 0.. {
             let mut buf = RecordBuf::new();
-            match t.slot(i, &mut buf).unwrap() {
+            match t.slot(i, bits, &mut buf).unwrap() {
                 Slotted::Records => {
                     for it in buf.items() {
                         let body = buf.body(it, &mut scratch).unwrap().to_vec();
@@ -2177,8 +2189,8 @@ mod tests {
                 Slotted::End => {
                     let mut buf = RecordBuf::new();
                     let past = Slotted::OutOfRange { slots: i };
-                    assert_eq!(t.slot(i + 1, &mut buf).unwrap(), past);
-                    assert_eq!(t.slot(i + 1000, &mut buf).unwrap(), past);
+                    assert_eq!(t.slot(i + 1, bits, &mut buf).unwrap(), past);
+                    assert_eq!(t.slot(i + 1000, bits, &mut buf).unwrap(), past);
                     return (got, i);
                 }
                 Slotted::OutOfRange { .. } => panic!("slot {i} out of range before the end"),
@@ -2191,7 +2203,7 @@ mod tests {
     fn slots_hold_every_record_exactly_once_in_every_kind() {
         for kind in [Kind::Set, Kind::OrderedSet, Kind::Bag, Kind::DuplicateBag] {
             let t = table_of(kind, Compression::None);
-            let (empty, slots) = all_slots(&t);
+            let (empty, slots) = all_slots(&t, None);
             assert!(empty.is_empty());
             if kind == Kind::OrderedSet {
                 assert_eq!(slots, 0);
@@ -2210,7 +2222,7 @@ mod tests {
                 t.remove(t.hash(&key(i)), &key(i), None).unwrap();
                 want.retain(|(k, _)| *k != key(i));
             }
-            let (mut got, slots) = all_slots(&t);
+            let (mut got, slots) = all_slots(&t, None);
             if kind == Kind::OrderedSet {
                 // The i-th slot is the i-th record in key order.
                 assert_eq!(slots, want.len());
@@ -2231,6 +2243,41 @@ mod tests {
             got.sort();
             want.sort();
             assert_eq!(got, want, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn slots_numbered_at_fixation_stay_put_while_the_index_grows_and_shrinks() {
+        for kind in [Kind::Set, Kind::Bag, Kind::DuplicateBag] {
+            let t = table_of(kind, Compression::None);
+            let put = |i: i64| t.insert(&[t.prepare(&key(i), &body(i, 3))]).unwrap();
+            let remove = |i: i64| {
+                t.remove(t.hash(&key(i)), &key(i), None).unwrap();
+            };
+            (0..500).for_each(put);
+            let bits = t.slot_bits().unwrap();
+            let keys_of = |got: Vec<Kv>| {
+                let mut keys: Vec<_> = got.into_iter().map(|(k, _)| k).collect();
+                keys.sort();
+                keys
+            };
+            // Grown 40 times over: more buckets, same slots.
+            (500..20_000).for_each(put);
+            assert!(t.slot_bits().unwrap() > bits);
+            let (got, slots) = all_slots(&t, bits);
+            assert_eq!(slots, 1 << bits.unwrap());
+            let mut all: Vec<_> = (0..20_000).map(key).collect();
+            all.sort();
+            assert_eq!(keys_of(got), all, "{kind:?} grown");
+
+            // Shrunk below the size at fixation: fewer buckets, same slots.
+            (100..20_000).for_each(remove);
+            assert!(t.slot_bits().unwrap() < bits);
+            let (got, slots) = all_slots(&t, bits);
+            assert_eq!(slots, 1 << bits.unwrap());
+            let mut want: Vec<_> = (0..100).map(key).collect();
+            want.sort();
+            assert_eq!(keys_of(got), want, "{kind:?} shrunk");
         }
     }
 }

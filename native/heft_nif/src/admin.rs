@@ -420,7 +420,8 @@ fn safe_fixtable<'a>(env: Env<'a>, tab: Term<'a>, on: bool, now: i64) -> NifResu
     if !t.may_read(env) {
         return Err(badarg("the table is private: only its owner may fix it"));
     }
-    t.fixations.fix(env, on, now);
+    let slot_bits = t.core.slot_bits().map_err(errors::core)?;
+    t.fixations.fix(env, on, now, slot_bits);
     Ok(true)
 }
 

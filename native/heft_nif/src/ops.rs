@@ -946,17 +946,24 @@ fn slot_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, i: Term<'a>) -> NifR
     let i: usize = i
         .decode()
         .map_err(|_| badarg("slot/2: the slot number is out of range"))?;
+    // A fixed hash table keeps the slots it had when it became fixed.
+    let bits = t.fixations.slot_bits(env);
     // An ordered_set finds its i-th key by walking its directory (one entry
-    // for up to 512 keys): past this many keys, on a dirty scheduler.
+    // for up to 512 keys), and a hash table grown much since it was fixed
+    // has many buckets in a slot: past these sizes, on a dirty scheduler.
     const ORDERED_SLOT_NORMAL_KEYS: usize = 16 << 20;
-    if sched == Sched::Normal
-        && t.core.kind() == heft_core::table::Kind::OrderedSet
-        && t.core.len().map_err(errors::core)? > ORDERED_SLOT_NORMAL_KEYS
-    {
+    const FIXED_SLOT_NORMAL_GROWTH: u32 = 8;
+    let now_bits = t.core.slot_bits().map_err(errors::core)?;
+    let heavy = match (now_bits, bits) {
+        (None, _) => t.core.len().map_err(errors::core)? > ORDERED_SLOT_NORMAL_KEYS,
+        (Some(now), Some(then)) => now > then + FIXED_SLOT_NORMAL_GROWTH,
+        (Some(_), None) => false,
+    };
+    if sched == Sched::Normal && heavy {
         return Ok(retry_cpu(env));
     }
     with_buf(
-        |buf, scratch| match t.core.slot(i, buf).map_err(errors::core)? {
+        |buf, scratch| match t.core.slot(i, bits, buf).map_err(errors::core)? {
             Slotted::Records => decode_all(env, sched, &t, buf, scratch),
             Slotted::End => Ok(atoms::end_of_table().encode(env)),
             Slotted::OutOfRange { slots } => Err(badarg(format!(

@@ -226,21 +226,35 @@ impl Entries {
         }
     }
 
-    /// How many slots `slot/2` numbers: a hash index's buckets (home
-    /// slots), an ordered index's entries.
-    pub(super) fn slot_count(&self) -> usize {
+    /// The bits of a key hash that number a hash index's buckets (there
+    /// are `2^bits`); `None` for an ordered index.
+    pub(super) fn slot_bits(&self) -> Option<u32> {
         match self {
-            Entries::Hash(ix) => ix.buckets(),
+            Entries::Hash(ix) => Some(ix.bits()),
+            Entries::Ordered(_) => None,
+        }
+    }
+
+    /// How many slots `slot/2` numbers: in a hash index `2^bits` (`bits`
+    /// defaults to the index's own [`Entries::slot_bits`]), in an ordered
+    /// index its entries.
+    pub(super) fn slot_count(&self, bits: Option<u32>) -> usize {
+        match self {
+            Entries::Hash(ix) => 1 << bits.unwrap_or(ix.bits()),
             Entries::Ordered(ix) => ix.len(),
         }
     }
 
     /// The entries of slot `i` (below [`Entries::slot_count`]) in walk
-    /// order: those of a hash index whose home is bucket `i`, or the `i`-th
-    /// entry of an ordered index.
-    pub(super) fn slot_entries(&self, i: usize) -> Vec<Pos> {
+    /// order: those of a hash index whose hash begins with the `bits` bits
+    /// of `i`, or the `i`-th entry of an ordered index.
+    pub(super) fn slot_entries(&self, i: usize, bits: Option<u32>) -> Vec<Pos> {
         match self {
-            Entries::Hash(ix) => ix.bucket(i).map(Pos::Hash).collect(),
+            Entries::Hash(ix) => ix
+                .prefix_run(i as u64, bits.unwrap_or(ix.bits()))
+                .filter(|&p| ix.get(p).is_some())
+                .map(Pos::Hash)
+                .collect(),
             Entries::Ordered(ix) => ix.nth(i).map(Pos::Ordered).into_iter().collect(),
         }
     }
