@@ -10,6 +10,11 @@ defmodule Heft.Contract.FixationTest do
 
   @types [:set, :ordered_set, :bag, :duplicate_bag]
 
+  # Lasting keys stay for the whole walk; fleeting keys are deleted by the
+  # writer, which also keeps inserting and deleting new keys.
+  @lasting 1..3_000
+  @fleeting 100_001..103_000
+
   contract "a table is not fixed until safe_fixtable(tab, true)" do
     tab = new(m)
     assert m.info(tab, :fixed) == false
@@ -105,48 +110,18 @@ defmodule Heft.Contract.FixationTest do
   for type <- @types do
     contract "#{type}: a fixed walk sees every lasting key once while another process writes",
       type: type do
-      type = unquote(type)
-      # Lasting keys stay for the whole walk (the walker deletes every
-      # third one itself, standing on it); fleeting keys are deleted by the
-      # writer, which also keeps inserting new keys.
-      lasting = 1..3_000
-      fleeting = 100_001..103_000
-
-      objects = fn k ->
-        if type in [:bag, :duplicate_bag], do: [{k, :a}, {k, :b}], else: [{k, :a}]
-      end
-
-      tab = new(m, [type, :public])
-      m.insert(tab, Enum.flat_map(Enum.concat(lasting, fleeting), objects))
-      m.safe_fixtable(tab, true)
-
-      me = self()
-
-      writer =
-        spawn_link(fn ->
-          send(me, :writing)
-          write_until_stopped(m, tab, fleeting)
-        end)
-
-      assert_receive :writing
-
+      # The walker deletes every third lasting key itself, standing on it.
       visited =
-        traversal_with(m, tab, fn key ->
-          if is_integer(key) and key in lasting and rem(key, 3) == 0, do: m.delete(tab, key)
-          :erlang.yield()
+        walk_while_writing(m, unquote(type), fn tab ->
+          traversal_with(m, tab, fn key ->
+            if is_integer(key) and key in @lasting and rem(key, 3) == 0, do: m.delete(tab, key)
+            :erlang.yield()
+          end)
         end)
 
-      ref = Process.monitor(writer)
-      send(writer, {:stop, me})
-      assert_receive {:written, writes}
-      assert_receive {:DOWN, ^ref, :process, _, _}
-      m.safe_fixtable(tab, false)
-
-      # The writer did write during the walk.
-      assert writes > 0
       counts = Enum.frequencies(visited)
       assert Enum.filter(counts, fn {_, n} -> n > 1 end) == []
-      assert Enum.reject(lasting, &Map.has_key?(counts, &1)) == []
+      assert Enum.reject(@lasting, &Map.has_key?(counts, &1)) == []
     end
   end
 
@@ -154,36 +129,40 @@ defmodule Heft.Contract.FixationTest do
     contract "#{type}: a fixed table's slots hold every lasting object once while another process writes",
       type: type do
       type = unquote(type)
-      lasting = 1..3_000
-
-      objects = fn k ->
-        if type in [:bag, :duplicate_bag], do: [{k, :a}, {k, :b}], else: [{k, :a}]
-      end
-
-      tab = new(m, [type, :public])
-      m.insert(tab, Enum.flat_map(Enum.concat(lasting, 100_001..103_000), objects))
-      m.safe_fixtable(tab, true)
-      me = self()
-
-      writer =
-        spawn_link(fn ->
-          send(me, :writing)
-          write_until_stopped(m, tab, 100_001..103_000)
-        end)
-
-      assert_receive :writing
-      seen = slots_while(m, tab, 0, [])
-      ref = Process.monitor(writer)
-      send(writer, {:stop, me})
-      assert_receive {:written, writes}
-      assert_receive {:DOWN, ^ref, :process, _, _}
-      m.safe_fixtable(tab, false)
-
-      assert writes > 0
+      seen = walk_while_writing(m, type, &slots_while(m, &1, 0, []))
       assert Enum.filter(Enum.frequencies(seen), fn {_, n} -> n > 1 end) == []
-      lasting_objects = Enum.flat_map(lasting, objects)
-      assert lasting_objects -- seen == []
+      assert Enum.flat_map(@lasting, &objects_of(type, &1)) -- seen == []
     end
+  end
+
+  defp objects_of(type, k) when type in [:bag, :duplicate_bag], do: [{k, :a}, {k, :b}]
+  defp objects_of(_type, k), do: [{k, :a}]
+
+  # Runs `walk.(tab)` on a fixed table of `type` holding the lasting and
+  # fleeting keys' objects, while another process writes (see
+  # write_until_stopped/3); checks that it did write, and returns what the
+  # walk returned.
+  defp walk_while_writing(m, type, walk) do
+    tab = new(m, [type, :public])
+    m.insert(tab, Enum.flat_map(Enum.concat(@lasting, @fleeting), &objects_of(type, &1)))
+    m.safe_fixtable(tab, true)
+    me = self()
+
+    writer =
+      spawn_link(fn ->
+        send(me, :writing)
+        write_until_stopped(m, tab, @fleeting)
+      end)
+
+    assert_receive :writing
+    walked = walk.(tab)
+    ref = Process.monitor(writer)
+    send(writer, {:stop, me})
+    assert_receive {:written, writes}
+    assert_receive {:DOWN, ^ref, :process, _, _}
+    m.safe_fixtable(tab, false)
+    assert writes > 0
+    walked
   end
 
   # The objects of slots i, i + 1, ... until :"$end_of_table", yielding
@@ -205,7 +184,7 @@ defmodule Heft.Contract.FixationTest do
   # after @max_writes; then reports how many writes it made. New keys are
   # floats between the lasting integers: a bounded set spread over the
   # walk's order, so the walk cannot chase them forever.
-  @max_writes 200_000
+  @max_writes 50_000
   @new_keys 9_000
 
   defp write_until_stopped(m, tab, fleeting), do: write_loop(m, tab, Enum.to_list(fleeting), 0)
