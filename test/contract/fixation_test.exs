@@ -112,10 +112,10 @@ defmodule Heft.Contract.FixationTest do
       type: type do
       # The walker deletes every third lasting key itself, standing on it.
       visited =
-        walk_while_writing(m, unquote(type), fn tab ->
+        walk_while_writing(m, unquote(type), fn tab, others_write ->
           traversal_with(m, tab, fn key ->
             if is_integer(key) and key in @lasting and rem(key, 3) == 0, do: m.delete(tab, key)
-            :erlang.yield()
+            others_write.()
           end)
         end)
 
@@ -129,7 +129,7 @@ defmodule Heft.Contract.FixationTest do
     contract "#{type}: a fixed table's slots hold every lasting object once while another process writes",
       type: type do
       type = unquote(type)
-      seen = walk_while_writing(m, type, &slots_while(m, &1, 0, []))
+      seen = walk_while_writing(m, type, &slots_while(m, &1, &2, 0, []))
       assert Enum.filter(Enum.frequencies(seen), fn {_, n} -> n > 1 end) == []
       assert Enum.flat_map(@lasting, &objects_of(type, &1)) -- seen == []
     end
@@ -138,84 +138,77 @@ defmodule Heft.Contract.FixationTest do
   defp objects_of(type, k) when type in [:bag, :duplicate_bag], do: [{k, :a}, {k, :b}]
   defp objects_of(_type, k), do: [{k, :a}]
 
-  # Runs `walk.(tab)` on a fixed table of `type` holding the lasting and
-  # fleeting keys' objects, while another process writes (see
-  # write_until_stopped/3); checks that it did write, and returns what the
-  # walk returned.
+  # Runs `walk.(tab, others_write)` on a fixed table of `type` holding the
+  # lasting and fleeting keys' objects; each call of `others_write.()` has
+  # another process make @writes_per_step writes (see writer/4) and waits
+  # for them. Returns what the walk returned.
+  @writes_per_step 3
+
   defp walk_while_writing(m, type, walk) do
     tab = new(m, [type, :public])
     m.insert(tab, Enum.flat_map(Enum.concat(@lasting, @fleeting), &objects_of(type, &1)))
     m.safe_fixtable(tab, true)
-    me = self()
+    writer = spawn_link(fn -> writer(m, tab, Enum.to_list(@fleeting), 0) end)
 
-    writer =
-      spawn_link(fn ->
-        send(me, :writing)
-        write_until_stopped(m, tab, @fleeting)
-      end)
+    others_write = fn ->
+      send(writer, {:write, self()})
+      assert_receive {:wrote, ^writer}, 5_000
+    end
 
-    assert_receive :writing
-    walked = walk.(tab)
+    walked = walk.(tab, others_write)
     ref = Process.monitor(writer)
-    send(writer, {:stop, me})
-    assert_receive {:written, writes}
+    send(writer, {:stop, self()})
     assert_receive {:DOWN, ^ref, :process, _, _}
     m.safe_fixtable(tab, false)
-    assert writes > 0
     walked
   end
 
-  # The objects of slots i, i + 1, ... until :"$end_of_table", yielding
-  # between slots.
-  defp slots_while(m, tab, i, acc) do
+  # The objects of slots i, i + 1, ... until :"$end_of_table", with
+  # others writing between slots.
+  defp slots_while(m, tab, others_write, i, acc) do
     case m.slot(tab, i) do
       :"$end_of_table" ->
         Enum.concat(Enum.reverse(acc))
 
       objects ->
-        :erlang.yield()
-        slots_while(m, tab, i + 1, [objects | acc])
+        others_write.()
+        slots_while(m, tab, others_write, i + 1, [objects | acc])
     end
   end
 
-  # Deletes the fleeting keys one by one, and meanwhile inserts 9,000 new
-  # keys (growing the table past twice its size, so a hash index rebuilds)
-  # and then deletes them again, over and over, until told to stop or
-  # after @max_writes; then reports how many writes it made. New keys are
-  # floats between the lasting integers: a bounded set spread over the
-  # walk's order, so the walk cannot chase them forever.
-  @max_writes 50_000
+  # On each request, makes @writes_per_step writes: deletes the next
+  # fleeting key, and inserts the next of 9,000 new keys (growing the table
+  # past twice its size, so a hash index rebuilds), then deletes them all
+  # again, over and over. New keys are floats between the lasting integers:
+  # a bounded set spread over the walk's order, so the walk cannot chase
+  # them forever.
   @new_keys 9_000
 
-  defp write_until_stopped(m, tab, fleeting), do: write_loop(m, tab, Enum.to_list(fleeting), 0)
-
-  defp write_loop(m, tab, fleeting, writes) do
+  defp writer(m, tab, fleeting, writes) do
     receive do
-      {:stop, from} -> send(from, {:written, writes})
-    after
-      0 ->
+      {:write, from} ->
         fleeting =
-          case fleeting do
-            [k | rest] ->
-              m.delete(tab, k)
-              rest
+          Enum.reduce(1..@writes_per_step, fleeting, fn i, fleeting ->
+            case rem(writes + i, 2 * @new_keys) do
+              n when n < @new_keys -> m.insert(tab, {new_key(n), :new})
+              n -> m.delete(tab, new_key(n - @new_keys))
+            end
 
-            [] ->
-              []
-          end
+            case fleeting do
+              [k | rest] ->
+                m.delete(tab, k)
+                rest
 
-        case rem(writes, 2 * @new_keys) do
-          n when n < @new_keys -> m.insert(tab, {new_key(n), :new})
-          n -> m.delete(tab, new_key(n - @new_keys))
-        end
+              [] ->
+                []
+            end
+          end)
 
-        if writes < @max_writes do
-          write_loop(m, tab, fleeting, writes + 1)
-        else
-          receive do
-            {:stop, from} -> send(from, {:written, writes})
-          end
-        end
+        send(from, {:wrote, self()})
+        writer(m, tab, fleeting, writes + @writes_per_step)
+
+      {:stop, _from} ->
+        :ok
     end
   end
 
