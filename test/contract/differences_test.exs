@@ -28,6 +28,12 @@ defmodule Heft.Contract.DifferencesTest do
        built on first/next, so it stops there and never calls the fun for
        it (or anything after it); Heft's foldl/3 walks in chunks and calls
        the fun for every record.
+   10. A dead heir: :ets on OTP 25 keeps answering its pid in
+       info(tab, :heir); Heft answers :none (it will not inherit).
+   11. The heir's mailbox when a linked owner dies: :ets queues the
+       transfer message before the owner's EXIT; Heft's may come after it
+       (a NIF hears of the death after the links' EXITs are sent), but
+       the heir owns the table when it sees the EXIT: owner_exit_test.exs.
   (Traversal order of a set is unspecified in both: every test compares
   traversals as sorted lists; that is not a difference.)
   ===========================================================================
@@ -259,6 +265,25 @@ defmodule Heft.Contract.DifferencesTest do
 
       assert canonical_sort(m.foldl(&[&1 | &2], [], tab)) ==
                canonical_sort([{:"$end_of_table", :stored}, {1, :one}])
+    end
+  end
+
+  describe "10. info(tab, :heir) of a dead heir" do
+    contract ":ets keeps answering the dead heir", only: :ets do
+      heir = start_process()
+      tab = new(m, [{:heir, heir, :data}])
+      stop(heir)
+      assert m.info(tab, :heir) == heir
+    end
+
+    contract "Heft answers :none, in info/1 too; a live heir is answered", only: Heft do
+      heir = start_process()
+      tab = new(m, [{:heir, heir, :data}])
+      assert m.info(tab, :heir) == heir
+      stop(heir)
+      assert m.info(tab, :heir) == :none
+      assert m.info(tab)[:heir] == :none
+      assert new(m, [{:heir, dead_pid(), :data}]) |> m.info(:heir) == :none
     end
   end
 end

@@ -108,8 +108,7 @@ defmodule Heft.Contract.OwnershipTest do
       heir = start_process()
       {owner, tab} = owned_by_helper(m, [{:heir, heir, :data}])
       stop(heir)
-      # Observed on OTP 25: info still reports the dead heir.
-      assert m.info(tab, :heir) == heir
+      # What info(tab, :heir) says now differs: differences_test.exs, 10.
       stop(owner)
       assert_deleted(m, tab)
     end
