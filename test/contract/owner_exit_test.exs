@@ -95,36 +95,37 @@ defmodule Heft.Contract.OwnerExitTest do
     ArgumentError -> :raised
   end
 
-  contract "right after each owner's DOWN: its name is free, all/0 and whereis/1 forget its tables (all schedulers, killed at once)" do
-    failures =
-      for round <- 1..@rounds,
-          owners = spawn_owners(m, [:public], [:monitor]),
-          kill_all(owners),
-          _ <- owners,
-          {_pid, _ref, name, tabs} = next_down(owners),
-          failure <- dead_owner_failures(m, name, tabs) do
-        {round, failure}
-      end
+  # @rounds rounds of owners (public tables) killed at once: as each DOWN
+  # arrives, `check.(name, tabs)` lists what is wrong; all of it, by round.
+  defp after_each_down(m, check) do
+    for round <- 1..@rounds,
+        owners = spawn_owners(m, [:public], [:monitor]),
+        kill_all(owners),
+        _ <- owners,
+        {_pid, _ref, name, tabs} = next_down(owners),
+        failure <- check.(name, tabs),
+        do: {round, failure}
+  end
 
+  defp assert_none(failures) do
     assert failures == [],
            "#{length(failures)} failures in #{@rounds} rounds of " <>
              "#{schedulers() * @owners_per_scheduler} owners: " <>
              inspect(Enum.frequencies_by(failures, &elem(&1, 1)))
   end
 
-  contract "a stale handle of a dead owner's table raises right after the DOWN" do
-    failures =
-      for round <- 1..@rounds,
-          owners = spawn_owners(m, [:public], [:monitor]),
-          kill_all(owners),
-          _ <- owners,
-          {_pid, _ref, _name, tabs} = next_down(owners),
-          tab <- Enum.take_random(tabs, 5),
-          outcome(fn -> m.insert(tab, {:late}) end) != {:raise, ArgumentError} do
-        round
-      end
+  contract "right after each owner's DOWN: its name is free, all/0 and whereis/1 forget its tables (all schedulers, killed at once)" do
+    assert_none(after_each_down(m, &dead_owner_failures(m, &1, &2)))
+  end
 
-    assert failures == [], "#{length(failures)} writes to dead owners' tables succeeded"
+  contract "a stale handle of a dead owner's table raises right after the DOWN" do
+    late_write = fn _name, tabs ->
+      for tab <- Enum.take_random(tabs, 5),
+          outcome(fn -> m.insert(tab, {:late}) end) != {:raise, ArgumentError},
+          do: :write_succeeded
+    end
+
+    assert_none(after_each_down(m, late_write))
   end
 
   # A supervised owner of a named table, killed again and again: each
