@@ -15,7 +15,7 @@ defmodule Heft.Contract.OwnerExitTest do
   group per scheduler, each owner with many tables.
 
   The one difference left is the heir's mailbox order (Heft moduledoc): ETS
-  queues the transfer message before the `EXIT`; Heft's arrives after it,
+  queues the transfer message before the `EXIT`; Heft's may come after it,
   but the heir owns the tables by the time it sees the `EXIT`.
   """
   use Heft.Contract.Case, async: false
