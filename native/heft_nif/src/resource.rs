@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, LazyLock, Mutex as StdMutex};
 
@@ -222,7 +222,10 @@ pub struct TableRes {
     pub protection: Protection,
     pub compression: Compression,
     pub backing: Backing,
-    owner: RwLock<LocalPid>,
+    /// The owner, as its `ErlNifPid` word ([`pid_word`]): read by every
+    /// call, which a lock's two atomic read-modify-writes made slower by
+    /// about 100 ns here.
+    owner: AtomicUsize,
     deleted: AtomicBool,
     pub meta: Mutex<Meta>,
     /// Set for a persistent table (persist.rs).
@@ -259,7 +262,7 @@ impl TableRes {
             protection,
             compression,
             backing,
-            owner: RwLock::new(owner),
+            owner: AtomicUsize::new(pid_word(owner)),
             deleted: AtomicBool::new(false),
             meta: Mutex::new(meta),
             persist: None,
@@ -294,7 +297,7 @@ impl TableRes {
             // this resource set.
             unsafe { sys::enif_demonitor_process(env.as_c_arg(), me.as_c_arg(), old.as_c_arg()) };
         }
-        *self.owner.write() = pid;
+        self.owner.store(pid_word(pid), Ordering::Release);
         let mut mon = MaybeUninit::uninit();
         // SAFETY: as above; `pid` and `mon` point to locals the call reads
         // and writes.
@@ -315,7 +318,7 @@ impl TableRes {
 
     /// The owning process.
     pub fn owner(&self) -> LocalPid {
-        *self.owner.read()
+        word_pid(self.owner.load(Ordering::Acquire))
     }
 
     /// True once the table has been deleted.
@@ -362,6 +365,19 @@ type Registry = RwLock<HashMap<u64, ResourceArc<TableRes>>>;
 static TABLES: LazyLock<Registry> = LazyLock::new(Default::default);
 static NAMES: LazyLock<RwLock<HashMap<Atom, ResourceArc<TableRes>>>> =
     LazyLock::new(Default::default);
+
+/// A pid as the one word of its `ErlNifPid`.
+fn pid_word(pid: LocalPid) -> usize {
+    // SAFETY: ErlNifPid is repr(C) around one ERL_NIF_TERM, a usize
+    // (transmute checks the sizes); any word read back came from here.
+    unsafe { std::mem::transmute::<sys::ErlNifPid, usize>(*pid.as_c_arg()) }
+}
+
+/// The pid whose word [`pid_word`] gave.
+fn word_pid(word: usize) -> LocalPid {
+    // SAFETY: as in `pid_word`, whose output `word` is.
+    LocalPid::from_c_arg(unsafe { std::mem::transmute::<usize, sys::ErlNifPid>(word) })
+}
 
 /// Registers a new table; fails (registering nothing) if it is named and
 /// the name is taken by a table whose owner is alive.
