@@ -66,7 +66,11 @@ defmodule Heft do
 
   A table belongs to the process that created it and is deleted when that
   process exits, unless an heir takes it: the heir then receives
-  `{:"HEFT-TRANSFER", tab, from_pid, heir_data}`. `:protected` (the
+  `{:"HEFT-TRANSFER", tab, from_pid, heir_data}`. As in ETS, that has
+  happened by the time anyone receives the owner's `EXIT` or `DOWN`: the
+  name is free (a supervisor's restart of the owner creates it again),
+  `all/0`, `whereis/1` and `info/1` no longer know the table, its handles
+  raise, and the heir owns it. `:protected` (the
   default) lets every process read and only the owner write, `:private`
   lets only the owner do either, `:public` lets everyone do both.
 
@@ -113,6 +117,15 @@ defmodule Heft do
   >   bound in part (`{{:user, :_}, :_}`), which Heft walks as a range too.
   > - `tab2file/3` writes Heft's own checksummed format (docs/tab-file.md),
   >   and `file2tab/2` reads only that, not ETS's files.
+  > - When the owner dies, an heir linked to it may receive the owner's
+  >   `EXIT` before the `:"HEFT-TRANSFER"` message (ETS queues its
+  >   `:"ETS-TRANSFER"` first). ETS hands the tables over inside the VM
+  >   before it sends the owner's `EXIT` signals; a NIF learns of the death
+  >   only from a monitor, which the VM fires after the links' `EXIT`s. The
+  >   heir owns the tables when it sees the `EXIT` all the same (every call
+  >   on a table whose owner has died hands it over first), and the message
+  >   follows. A heir that relies on the order should `receive` the transfer
+  >   message, not infer it from the `EXIT`.
   > - `:read_concurrency`, `:write_concurrency` and `:decentralized_counters`
   >   are accepted and ignored: readers never block each other, and writers
   >   hold the table's lock only to copy bytes, not to encode or compress.
@@ -1539,9 +1552,10 @@ defmodule Heft do
   Returns `{:ok, tab}` or `{:error, reason}`:
 
     * `:enoent` - `dir` holds no Heft table.
-    * `:locked` - the table is open, in this VM or another OS process (an open
-      waits up to 250 ms for a table of this VM to start closing, as it does
-      when its owner has just died, and then for the close).
+    * `:locked` - the table is open, in this VM or another OS process. A
+      table of this VM whose owner has died is closed first, and an open
+      waits for a close under way in this VM, so that the directory opens
+      once its owner's `DOWN` or `EXIT` has arrived.
     * `{:corrupt, file, offset}` - `file` (a name in `dir`) is damaged at
       byte `offset`, before the end of the log; `repair: true` opens it.
     * `{:unsupported_version, file, version}` - written by a newer Heft.

@@ -51,6 +51,10 @@ defmodule Heft.Contract.DifferencesTest do
        the dets table is left refusing every call until reopened).
    16. info(tab, :binary): Heft holds no reference-counted binaries (it
        copies them into its arena), so the list is always [].
+   17. The heir's mailbox when a linked owner dies: :ets queues the
+       transfer message before the owner's EXIT; Heft's may come after it
+       (a NIF hears of the death after the links' EXITs are sent), but
+       the heir owns the table when it sees the EXIT: owner_exit_test.exs.
   (Traversal order of a set is unspecified in both: every test compares
   traversals as sorted lists; that is not a difference.)
   ===========================================================================

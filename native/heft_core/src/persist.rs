@@ -560,6 +560,14 @@ impl<E: Events> Persisted<E> {
         self.shared.begin_close();
     }
 
+    /// Says the table is about to close (it is being deleted: its owner
+    /// died, or it was deleted or closed): an open of the directory in this
+    /// process from now on waits for the close instead of answering
+    /// [`OpenError::Locked`]. [`Self::begin_close`] must follow.
+    pub fn announce_close(&self) {
+        self.shared.signal.closing.store(true, Ordering::Release);
+    }
+
     /// Closes and waits until the lock is released; the result of the last
     /// sync (`Err` if the log was poisoned or the sync failed).
     pub fn close(&self) -> Result<(), Failure> {
@@ -592,17 +600,10 @@ pub fn read_meta(dir: &Path) -> Result<Vec<u8>, OpenError> {
     recovery::read_meta(dir)
 }
 
-/// How long an open waits for a table of this process holding the
-/// directory to start closing: its owner may have died a moment ago, and
-/// the close begins when the VM tells the table (after other processes may
-/// have seen the owner's `DOWN`).
-const CLOSE_START_WAIT: Duration = Duration::from_millis(250);
-
 /// Registers `canonical` as open in this process, first waiting for a
-/// close of it already under way here (or about to start).
+/// close of it that has been announced here ([`Persisted::announce_close`]).
 fn claim(canonical: &Path) -> Result<Arc<CloseSignal>, OpenError> {
     let deadline = Instant::now() + CLOSE_WAIT;
-    let start_deadline = Instant::now() + CLOSE_START_WAIT;
     loop {
         let existing = {
             let mut open = OPEN.lock();
@@ -615,21 +616,14 @@ fn claim(canonical: &Path) -> Result<Arc<CloseSignal>, OpenError> {
                 }
             }
         };
+        if !existing.closing.load(Ordering::Acquire) {
+            return Err(OpenError::Locked);
+        }
         let mut done = existing.done.lock();
         while !*done {
-            let closing = existing.closing.load(Ordering::Acquire);
-            let until = if closing { deadline } else { start_deadline };
-            if Instant::now() >= until {
+            if existing.cv.wait_until(&mut done, deadline).timed_out() {
                 return Err(OpenError::Locked);
             }
-            // Short naps until the close starts (nothing signals that),
-            // then the close's own signal.
-            let nap = if closing {
-                until
-            } else {
-                (Instant::now() + Duration::from_millis(5)).min(until)
-            };
-            let _ = existing.cv.wait_until(&mut done, nap);
         }
     }
 }

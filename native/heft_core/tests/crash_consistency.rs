@@ -728,6 +728,25 @@ fn a_second_open_is_locked_and_files_are_private() {
 }
 
 #[test]
+fn an_open_waits_for_an_announced_close_and_is_refused_at_once_otherwise() {
+    let d = TempDir::new();
+    let (o, _) = create(&d.0, config());
+    put(&o, 1, 1);
+    assert!(matches!(reopen(&d.0, false), Err(OpenError::Locked)));
+    // As when its owner dies: announced, then closed by another thread,
+    // here most likely once the open below is waiting.
+    o.persisted.announce_close();
+    let closer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        close(o);
+    });
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 1);
+    closer.join().unwrap();
+    close(o);
+}
+
+#[test]
 fn write_threshold_triggers_dumps_and_overload_is_reported() {
     let d = TempDir::new();
     let c = Config {

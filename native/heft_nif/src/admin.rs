@@ -190,7 +190,7 @@ pub fn install<'a>(
     let res = ResourceArc::new(res);
     // The caller is alive: it is making this call.
     let _ = res.set_owner(env, &res, &mut res.meta.lock(), owner);
-    if !resource::register(&res, name, args.named) {
+    if !resource::register(env, &res, name, args.named) {
         resource::delete(&res);
         return Err(badarg("a table with this name already exists"));
     }
@@ -292,6 +292,7 @@ fn rename<'a>(env: Env<'a>, tab: Term<'a>, name: Atom) -> NifResult<Term<'a>> {
             "only the owner may rename a protected or private table",
         ));
     }
+    resource::free_name(env, name);
     let mut meta = t.meta.lock();
     if !resource::rename(&t, &mut meta, name) {
         return Err(badarg("a table with this name already exists"));
@@ -303,7 +304,7 @@ fn rename<'a>(env: Env<'a>, tab: Term<'a>, name: Atom) -> NifResult<Term<'a>> {
 /// `:undefined`.
 #[rustler::nif]
 fn whereis(env: Env, name: Atom) -> Term {
-    match resource::lookup_name(name) {
+    match resource::lookup_name(env, name) {
         Some(t) => tab_struct(env, &t),
         None => atoms::undefined().encode(env),
     }
@@ -311,7 +312,7 @@ fn whereis(env: Env, name: Atom) -> Term {
 
 #[rustler::nif]
 fn all(env: Env) -> Vec<Term> {
-    resource::all()
+    resource::all(env)
         .iter()
         .map(|t| {
             let meta = t.meta.lock();

@@ -15,7 +15,7 @@ use rustler::{Atom, Binary, Encoder, Env, NewBinary, NifResult, ResourceArc, Ter
 
 use crate::codec::{self, EncodeError, TermEncoder, NEG_ZERO_IS_ZERO, NORMAL_BUDGET};
 use crate::errors::{self, badarg, no_table, retry_cpu, retry_io};
-use crate::resource::{lookup_name, Protection, TableRes};
+use crate::resource::{live, lookup_name, Protection, TableRes};
 
 mod atoms {
     rustler::atoms! {
@@ -120,17 +120,20 @@ variants!(range_walk_chunk[Direction::Backward] => range_chunk_back, range_chunk
 variants!(slot_impl => slot, slot_cpu, slot_io (tab, i));
 
 /// The table a handle names: a name atom or a resource.
+/// A table whose owner has died is handled first (resource.rs, "Owner
+/// death"): it is gone, or the heir's.
 pub fn resolve(tab: Term) -> NifResult<ResourceArc<TableRes>> {
+    let env = tab.get_env();
     let t = match Atom::from_term(tab) {
-        Ok(name) => lookup_name(name).ok_or_else(no_table)?,
-        Err(_) => tab
-            .decode::<ResourceArc<TableRes>>()
-            .map_err(|_| no_table())?,
+        Ok(name) => lookup_name(env, name),
+        Err(_) => {
+            let t = tab
+                .decode::<ResourceArc<TableRes>>()
+                .map_err(|_| no_table())?;
+            live(env, t)
+        }
     };
-    if t.is_deleted() {
-        return Err(no_table());
-    }
-    Ok(t)
+    t.ok_or_else(no_table)
 }
 
 /// Resolves the table and checks access; `Err(term)` is a retry marker.

@@ -285,6 +285,9 @@ fn persist_open_io<'a>(
         label: args.label.clone(),
         kind: args.kind,
     };
+    // A table of this VM holding `dir` whose owner died is closed now, and
+    // the open below waits for that close (resource.rs, "Owner death").
+    let _ = resource::all(env);
     let opened = match Persisted::open(&dir, meta.as_slice(), create, &opts, config, events) {
         Ok(o) => o,
         Err(e) => return Ok(open_error(env, &e)),
