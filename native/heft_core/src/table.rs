@@ -19,6 +19,7 @@ mod entries;
 mod objects;
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::io;
 
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
@@ -101,6 +102,10 @@ pub enum Error {
     /// (a new log segment); the table is unchanged. Retry where blocking
     /// is allowed, after `Persisted::make_room`.
     WouldBlock,
+    /// In a [`quick`] call: the change would take long (resize a large
+    /// index, or clear a large table); the table is unchanged. Retry
+    /// outside `quick`.
+    TooLong,
 }
 
 impl std::fmt::Display for Error {
@@ -110,17 +115,44 @@ impl std::fmt::Display for Error {
             Error::Io(e) => write!(f, "i/o: {e}"),
             Error::Poisoned => write!(f, "the table's log failed to sync; reopen it"),
             Error::WouldBlock => write!(f, "the table's log needs a new segment first"),
+            Error::TooLong => write!(f, "the change would take too long for a quick call"),
         }
     }
 }
 
+/// Slots of a hash index that a quick call may resize (a resize handles
+/// each: about a tenth of a millisecond for these).
+const QUICK_RESIZE_SLOTS: usize = 1 << 15;
+/// Bytes of index and arena a quick call may clear (giving back 4 MiB of
+/// pages takes about as long).
+const QUICK_CLEAR_BYTES: u64 = 4 << 20;
+
 thread_local! {
+    /// Set inside [`quick`].
+    static QUICK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Compressed bodies on their way into a Prepared, reused per thread.
     static PACKED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Tables whose storage (index and arena) is still allocated.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs `f` as a quick call, for callers with a time budget (the NIF's
+/// normal-scheduler variants): on this thread, a change that would take
+/// long, whatever the order of earlier changes made it (resizing a large
+/// index, clearing a large table), fails with [`Error::TooLong`] before
+/// anything is changed or logged, for the caller to make where long work
+/// is allowed.
+pub fn quick<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            QUICK.set(self.0);
+        }
+    }
+    let _restore = Restore(QUICK.replace(true));
+    f()
+}
 
 /// Number of tables, in this process, whose storage is still allocated:
 /// created and not yet deleted, or deleted with storage not yet freed.
@@ -452,6 +484,19 @@ impl State {
         }
     }
 
+    /// In a [`quick`] call, refuses a change that adds `added()` entries
+    /// and removes `removed` if it could resize a large index.
+    fn refuse_long(&self, added: impl FnOnce() -> usize, removed: usize) -> Result<(), Error> {
+        let long = QUICK.get()
+            && self
+                .entries
+                .would_resize_over(QUICK_RESIZE_SLOTS, added(), removed);
+        if long {
+            return Err(Error::TooLong);
+        }
+        Ok(())
+    }
+
     /// Removes the entry at `pos` and frees its record.
     fn remove_at(&mut self, pos: Pos) {
         let loc = self.entries.remove_at(pos);
@@ -507,15 +552,13 @@ impl State {
         ord: Order,
         recs: impl Iterator<Item = &'r Prepared>,
     ) -> Vec<&'r Prepared> {
-        let mut kept: Vec<&Prepared> = Vec::new();
+        let mut keys: HashMap<(u64, &[u8]), objects::KeyObjects> = HashMap::new();
+        let mut kept = Vec::new();
         for r in recs {
-            let stored = self.find(ord, r.hash, r.key()).is_some_and(|(pos, n)| {
-                (0..n).any(|i| {
-                    let loc = self.entries.loc(Entries::nth(pos, i));
-                    objects::same_stored(&self.arena, loc, r)
-                })
-            });
-            if !stored && !kept.iter().any(|k| objects::same_prepared(k, r)) {
+            let objs = keys
+                .entry((r.hash, r.key()))
+                .or_insert_with(|| objects::KeyObjects::new(self.key_locs(ord, r.hash, r.key())));
+            if objs.add(&self.arena, r) {
                 kept.push(r);
             }
         }
@@ -690,13 +733,22 @@ impl Table {
         if self.journal.get().is_none() {
             return Ok(());
         }
+        // The records of each key, keys in the order they first come.
+        let mut keys: Vec<Vec<&Prepared>> = Vec::new();
+        let mut at: HashMap<&[u8], usize> = HashMap::new();
+        for r in recs {
+            let i = *at.entry(r.key()).or_insert_with(|| {
+                keys.push(Vec::new());
+                keys.len() - 1
+            });
+            keys[i].push(r);
+        }
         let mut changes = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        for r in recs.iter().filter(|r| seen.insert(r.key())) {
+        for joining in &keys {
+            let r = joining[0];
             let stored = st.key_locs(ord, r.hash, r.key());
             key_whole(&mut changes, st, r.key(), &stored, |_| None);
-            let joining = recs.iter().filter(|j| j.key() == r.key());
-            changes.extend(joining.map(|j| Change::Put(&j.bytes)));
+            changes.extend(joining.iter().map(|j| Change::Put(&j.bytes)));
         }
         self.log(&changes)
     }
@@ -817,6 +869,12 @@ impl Table {
         if recs.is_empty() {
             return Ok(());
         }
+        // Entries the records add: all in a bag, those of new keys else.
+        let added = || match self.kind {
+            Kind::Set => recs.iter().filter(|r| st.find(ord, r.hash, r.key()).is_none()).count(),
+            _ => recs.len(),
+        };
+        st.refuse_long(added, 0)?;
         let locs = st.place(&recs)?;
         let logged = if self.kind.is_bag() {
             self.log_bag_keys(st, ord, &recs)
@@ -944,6 +1002,7 @@ impl Table {
         let Some((pos, n)) = st.find(order(&names), hash, key) else {
             return Ok(false);
         };
+        st.refuse_long(|| 0, n)?;
         self.log(&[Change::Delete(key)])?;
         if let Some(out) = out {
             (0..n).for_each(|i| st.copy_out(Entries::nth(pos, i), out));
@@ -981,6 +1040,7 @@ impl Table {
         // The log knows keys, not objects: the key goes, and what stays of
         // it comes back, in order.
         let stay: Vec<u64> = locs.iter().copied().filter(|l| !goes(l)).collect();
+        st.refuse_long(|| 0, gone.len())?;
         self.log_bag_key(&st, r.key(), &stay, |_| None)?;
         let removed = st.entries.remove_where(pos, n, |loc| goes(&loc));
         for &loc in &removed {
@@ -1029,6 +1089,12 @@ impl Table {
             return Ok(false);
         }
         let bag = self.kind.is_bag();
+        // A new record adds an entry if the key was absent; none removes one.
+        match (pos, new) {
+            (None, Some(_)) => st.refuse_long(|| 1, 0)?,
+            (Some(_), None) => st.refuse_long(|| 0, 1)?,
+            _ => {}
+        }
         match (pos, new) {
             (pos, Some(new)) => {
                 let locs = st.place(&[new])?;
@@ -1072,6 +1138,9 @@ impl Table {
     /// Removes every record.
     pub fn clear(&self) -> Result<(), Error> {
         let mut st = self.write()?;
+        if QUICK.get() && st.entries.heap_bytes() + st.arena.mapped_bytes() > QUICK_CLEAR_BYTES {
+            return Err(Error::TooLong);
+        }
         self.log(&[Change::Clear])?;
         st.arena.clear()?;
         st.entries.clear();
@@ -1918,6 +1987,102 @@ mod tests {
             let s = t.stats().unwrap();
             assert_eq!(s.size, 1);
             assert_eq!(s.payload_raw_bytes, (key(2).len() + obj(1).len()) as u64);
+        }
+    }
+
+    #[test]
+    fn a_bag_batch_of_many_objects_keeps_each_new_one_once_in_reverse_order() {
+        for compression in [Compression::None, Compression::Zlib(6)] {
+            let t = table_of(Kind::Bag, compression);
+            // 50,000 distinct keys, and 5,000 objects twice in the batch.
+            let batch: Vec<Prepared> = (0..50_000)
+                .chain(0..5_000)
+                .map(|i| t.prepare(&key(i), &body(i, 0)))
+                .collect();
+            t.insert(&batch).unwrap();
+            assert_eq!(t.len().unwrap(), 50_000);
+            assert_eq!(all_bodies(&t, &key(4_999)), vec![body(4_999, 0)]);
+            // Ten keys of 2,000 objects each (compressible, so compared
+            // inflated), half of them stored by a first batch.
+            let objs = |range: std::ops::Range<i64>| -> Vec<Prepared> {
+                range
+                    .map(|i| t.prepare(&key(-1 - i % 10), &body(i, 100)))
+                    .collect()
+            };
+            t.insert(&objs(0..10_000)).unwrap();
+            t.insert(&objs(0..20_000)).unwrap();
+            assert_eq!(t.len().unwrap(), 70_000);
+            let expected: Vec<Vec<u8>> = (0..1000)
+                .rev()
+                .chain((1000..2000).rev())
+                .map(|j| body(j * 10 + 3, 100))
+                .collect();
+            assert_eq!(all_bodies(&t, &key(-4)), expected);
+            // Nothing of a batch already stored is added again.
+            t.insert(&objs(5_000..20_000)).unwrap();
+            assert_eq!(t.len().unwrap(), 70_000);
+        }
+    }
+
+    /// Runs `op` in quick calls until one is refused; returns how many
+    /// went through.
+    fn quick_until_refused(mut op: impl FnMut(usize) -> Result<(), Error>) -> usize {
+        for i in 0.. {
+            match quick(|| op(i)) {
+                Ok(()) => {}
+                Err(Error::TooLong) => return i,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        unreachable!()
+    }
+
+    #[test]
+    fn a_quick_call_refuses_to_resize_a_large_index_and_changes_nothing() {
+        for kind in [Kind::Set, Kind::Bag] {
+            let t = table_of(kind, Compression::None);
+            let n = 40_000;
+            let recs: Vec<Prepared> = (0..n).map(|i| t.prepare(&key(i), &body(i, 200))).collect();
+            t.insert(&recs).unwrap();
+            // Deleting: the call that would shrink the index is refused.
+            let deleted = quick_until_refused(|i| {
+                let k = key(i as i64);
+                let removed = match kind {
+                    Kind::Bag => t.remove_object(&t.prepare(&k, &body(i as i64, 200)))? == 1,
+                    _ => t.remove(t.hash(&k), &k, None)?,
+                };
+                assert!(removed);
+                Ok(())
+            });
+            assert!(deleted > 0 && deleted < n as usize);
+            let k = key(deleted as i64);
+            assert_eq!(t.len().unwrap(), n as usize - deleted, "the refused call removed nothing");
+            assert!(t.contains(t.hash(&k), &k).unwrap());
+            assert!(t.remove(t.hash(&k), &k, None).unwrap(), "done outside quick");
+            let left = t.len().unwrap();
+            // Inserting: the one that would grow the index is refused; a
+            // set's replacement, which adds no entry, is not.
+            let added = quick_until_refused(|i| {
+                let i = n + i as i64;
+                t.insert(&[t.prepare(&key(i), &body(i, 200))])
+            });
+            assert!(added > 0);
+            assert_eq!(t.len().unwrap(), left + added);
+            let k = key(n + added as i64);
+            assert!(!t.contains(t.hash(&k), &k).unwrap());
+            if kind == Kind::Set {
+                let k = key(n - 1);
+                quick(|| t.insert(&[t.prepare(&k, &body(0, 1))])).unwrap();
+            }
+            t.insert(&[t.prepare(&k, &body(0, 1))]).unwrap();
+            // Clearing a large table is refused, and done outside quick.
+            assert!(matches!(quick(|| t.clear()), Err(Error::TooLong)));
+            assert_eq!(t.len().unwrap(), left + added + 1);
+            t.clear().unwrap();
+            assert!(t.is_empty().unwrap());
+            // A small table is cleared and resized in quick calls.
+            quick(|| t.insert(&[t.prepare(&key(1), &body(1, 1))])).unwrap();
+            quick(|| t.clear()).unwrap();
         }
     }
 

@@ -70,7 +70,10 @@ macro_rules! variants {
 }
 
 /// Write operations: as `variants!`, and for a `sync: :commit` table the
-/// result becomes a commit wait (persist.rs). A write to a persistent
+/// result becomes a commit wait (persist.rs). The normal variant runs as a
+/// quick call (`heft_core::table::quick`): a change that would resize a
+/// large index or clear a large table answers `:"$heft_cpu"` unmade,
+/// whatever order of earlier changes brought it about. A write to a persistent
 /// table whose log needs a new segment first (rare: the table's flusher
 /// thread makes them ahead of time) answers `:"$heft_io"` from the normal
 /// and DirtyCpu variants; the DirtyIo one makes room and retries.
@@ -78,7 +81,9 @@ macro_rules! write_variants {
     ($imp:ident => $normal:ident, $cpu:ident, $io:ident ($tab:ident $(, $arg:ident)*)) => {
         #[rustler::nif]
         fn $normal<'a>(env: Env<'a>, $tab: Term<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
-            let r = $imp(env, Sched::Normal, $tab, $($arg),*);
+            // A change that would resize a large index (or clear a large
+            // table) is refused here, unmade, and retried on DirtyCpu.
+            let r = heft_core::table::quick(|| $imp(env, Sched::Normal, $tab, $($arg),*));
             crate::persist::after_write(env, $tab, r)
         }
         #[rustler::nif(schedule = "DirtyCpu")]

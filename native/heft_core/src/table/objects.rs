@@ -12,32 +12,44 @@
 //! Bodies of the same length stored compressed are inflated to compare
 //! them; this happens under the table's write lock.
 
+use std::collections::HashSet;
+
 use super::{record_in, Prepared};
 use crate::arena::Arena;
 use crate::codec;
 use crate::compress::{self, Codec};
 
+/// The uncompressed body of the record at `loc`; `None` if it cannot be
+/// inflated.
+fn stored_raw(arena: &Arena, loc: u64) -> Option<Vec<u8>> {
+    let (h, rec) = record_in(arena, loc);
+    let stored = &rec[h.body_start()..];
+    match h.codec {
+        Codec::Raw => Some(stored.to_vec()),
+        Codec::Deflate => {
+            let mut body = Vec::new();
+            compress::decompress(stored, h.raw_len, &mut body).ok()?;
+            Some(body)
+        }
+    }
+}
+
+/// The form of the record at `loc` that [`Prepared::normalized`] forms
+/// compare with: canonical, zeros' signs ignored.
+fn stored_normalized(arena: &Arena, loc: u64) -> Option<Vec<u8>> {
+    let (h, rec) = record_in(arena, loc);
+    let key = &rec[h.key_start()..h.body_start()];
+    codec::canonical(&stored_raw(arena, loc)?, Some(key), true).ok()
+}
+
 /// Does the record at `loc` (of the same key) hold an object matching `r`?
 /// A stored record that cannot be read back counts as different.
 pub(super) fn same_stored(arena: &Arena, loc: u64, r: &Prepared) -> bool {
+    if let Some(form) = &r.normalized {
+        return stored_normalized(arena, loc).is_some_and(|f| &f == form);
+    }
     let (h, rec) = record_in(arena, loc);
     let stored = &rec[h.body_start()..];
-    let mut scratch = Vec::new();
-    let raw = |scratch: &mut Vec<u8>| -> Option<Vec<u8>> {
-        match h.codec {
-            Codec::Raw => Some(stored.to_vec()),
-            Codec::Deflate => {
-                compress::decompress(stored, h.raw_len, scratch).ok()?;
-                Some(std::mem::take(scratch))
-            }
-        }
-    };
-    if let Some(form) = &r.normalized {
-        let key = &rec[h.key_start()..h.body_start()];
-        return raw(&mut scratch)
-            .and_then(|body| codec::canonical(&body, Some(key), true).ok())
-            .is_some_and(|f| &f == form);
-    }
     if h.raw_len != r.raw_len {
         return false;
     }
@@ -45,16 +57,76 @@ pub(super) fn same_stored(arena: &Arena, loc: u64, r: &Prepared) -> bool {
         Codec::Raw => stored == r.raw_body(),
         // Equal compressed bytes inflate to equal bodies.
         Codec::Deflate if r.codec == Codec::Deflate && stored == r.stored_body() => true,
-        Codec::Deflate => raw(&mut scratch).is_some_and(|body| body == r.raw_body()),
+        Codec::Deflate => stored_raw(arena, loc).is_some_and(|body| body == r.raw_body()),
     }
 }
 
-/// Do two prepared records hold matching objects (of any keys)?
-pub(super) fn same_prepared(a: &Prepared, b: &Prepared) -> bool {
-    match (&a.normalized, &b.normalized) {
-        (Some(x), Some(y)) => x == y,
-        // One holds a float zero and the other does not.
-        (Some(_), None) | (None, Some(_)) => false,
-        (None, None) => a.key() == b.key() && a.raw_body() == b.raw_body(),
+/// What a prepared object is compared by, among objects of its key: its
+/// normalized form if it has one, else its body. (An object holding a float
+/// zero never matches one that holds none.)
+fn form(r: &Prepared) -> (bool, &[u8]) {
+    match &r.normalized {
+        Some(f) => (true, f),
+        None => (false, r.raw_body()),
+    }
+}
+
+/// Stored objects of a key up to which a new one is compared with each;
+/// past it, the stored objects' forms go into sets once.
+const ONE_BY_ONE: usize = 8;
+
+/// The objects of one bag key, those stored and those a batch adds, to
+/// tell whether another object of the key is new: by looking its form up
+/// in sets, so that a batch costs O(1) an object instead of a comparison
+/// with every earlier one.
+pub(super) struct KeyObjects<'r> {
+    stored: Vec<u64>,
+    /// The stored objects' bodies and normalized forms, built when first
+    /// needed (unreadable records left out: they match nothing).
+    stored_raw: Option<HashSet<Vec<u8>>>,
+    stored_normalized: Option<HashSet<Vec<u8>>>,
+    joining: HashSet<(bool, &'r [u8])>,
+}
+
+impl<'r> KeyObjects<'r> {
+    /// The key whose stored records are at `stored`.
+    pub(super) fn new(stored: Vec<u64>) -> Self {
+        KeyObjects {
+            stored,
+            stored_raw: None,
+            stored_normalized: None,
+            joining: HashSet::new(),
+        }
+    }
+
+    /// Adds `r` (of this key) unless an object stored or added already
+    /// matches it; true if added.
+    pub(super) fn add(&mut self, arena: &Arena, r: &'r Prepared) -> bool {
+        if self.joining.contains(&form(r)) || self.stores(arena, r) {
+            return false;
+        }
+        self.joining.insert(form(r));
+        true
+    }
+
+    /// Is an object matching `r` stored?
+    fn stores(&mut self, arena: &Arena, r: &Prepared) -> bool {
+        let stored = &self.stored;
+        if stored.len() <= ONE_BY_ONE {
+            return stored.iter().any(|&loc| same_stored(arena, loc, r));
+        }
+        let set = |f: fn(&Arena, u64) -> Option<Vec<u8>>| {
+            stored.iter().filter_map(|&loc| f(arena, loc)).collect()
+        };
+        match &r.normalized {
+            Some(n) => self
+                .stored_normalized
+                .get_or_insert_with(|| set(stored_normalized))
+                .contains(n),
+            None => self
+                .stored_raw
+                .get_or_insert_with(|| set(stored_raw))
+                .contains(r.raw_body()),
+        }
     }
 }
