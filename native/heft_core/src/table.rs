@@ -552,7 +552,8 @@ impl State {
         ord: Order,
         recs: impl Iterator<Item = &'r Prepared>,
     ) -> Vec<&'r Prepared> {
-        let mut keys: HashMap<(u64, &[u8]), objects::KeyObjects> = HashMap::new();
+        let mut keys: HashMap<(u64, &[u8]), objects::KeyObjects, ByHash> =
+            HashMap::with_capacity_and_hasher(recs.size_hint().0, ByHash);
         let mut kept = Vec::new();
         for r in recs {
             let objs = keys
@@ -735,9 +736,10 @@ impl Table {
         }
         // The records of each key, keys in the order they first come.
         let mut keys: Vec<Vec<&Prepared>> = Vec::new();
-        let mut at: HashMap<&[u8], usize> = HashMap::new();
+        let mut at: HashMap<(u64, &[u8]), usize, ByHash> =
+            HashMap::with_capacity_and_hasher(recs.len(), ByHash);
         for r in recs {
-            let i = *at.entry(r.key()).or_insert_with(|| {
+            let i = *at.entry((r.hash, r.key())).or_insert_with(|| {
                 keys.push(Vec::new());
                 keys.len() - 1
             });
@@ -1405,6 +1407,31 @@ fn key_whole<'r>(
             Some(bytes) => changes.push(Change::Put(bytes)),
             None => changes.push(Change::Put(st.record_at(l).1)),
         }
+    }
+}
+
+/// Hashes `(key hash, key)` map keys by the key hash they start with,
+/// already a keyed hash of the key: nothing is hashed again.
+#[derive(Clone, Copy, Default)]
+struct ByHash;
+
+impl std::hash::BuildHasher for ByHash {
+    type Hasher = FirstWord;
+    fn build_hasher(&self) -> FirstWord {
+        FirstWord(None)
+    }
+}
+
+/// Keeps the first u64 written; ignores the rest.
+struct FirstWord(Option<u64>);
+
+impl std::hash::Hasher for FirstWord {
+    fn finish(&self) -> u64 {
+        self.0.unwrap_or(0)
+    }
+    fn write(&mut self, _bytes: &[u8]) {}
+    fn write_u64(&mut self, n: u64) {
+        self.0.get_or_insert(n);
     }
 }
 

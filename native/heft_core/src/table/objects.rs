@@ -78,14 +78,23 @@ const ONE_BY_ONE: usize = 8;
 /// The objects of one bag key, those stored and those a batch adds, to
 /// tell whether another object of the key is new: by looking its form up
 /// in sets, so that a batch costs O(1) an object instead of a comparison
-/// with every earlier one.
+/// with every earlier one. Small (most keys of a batch get one object and
+/// have none stored): the sets live apart, made when first needed.
 pub(super) struct KeyObjects<'r> {
     stored: Vec<u64>,
+    /// The first object added.
+    first: Option<(bool, &'r [u8])>,
+    more: Option<Box<Sets<'r>>>,
+}
+
+#[derive(Default)]
+struct Sets<'r> {
+    /// Objects added after the first.
+    joining: HashSet<(bool, &'r [u8])>,
     /// The stored objects' bodies and normalized forms, built when first
     /// needed (unreadable records left out: they match nothing).
     stored_raw: Option<HashSet<Vec<u8>>>,
     stored_normalized: Option<HashSet<Vec<u8>>>,
-    joining: HashSet<(bool, &'r [u8])>,
 }
 
 impl<'r> KeyObjects<'r> {
@@ -93,19 +102,25 @@ impl<'r> KeyObjects<'r> {
     pub(super) fn new(stored: Vec<u64>) -> Self {
         KeyObjects {
             stored,
-            stored_raw: None,
-            stored_normalized: None,
-            joining: HashSet::new(),
+            first: None,
+            more: None,
         }
     }
 
     /// Adds `r` (of this key) unless an object stored or added already
     /// matches it; true if added.
     pub(super) fn add(&mut self, arena: &Arena, r: &'r Prepared) -> bool {
-        if self.joining.contains(&form(r)) || self.stores(arena, r) {
+        let f = form(r);
+        let added = self.first == Some(f) || self.more.as_ref().is_some_and(|m| m.joining.contains(&f));
+        if added || self.stores(arena, r) {
             return false;
         }
-        self.joining.insert(form(r));
+        match self.first {
+            None => self.first = Some(f),
+            Some(_) => {
+                self.more.get_or_insert_with(Default::default).joining.insert(f);
+            }
+        }
         true
     }
 
@@ -118,12 +133,13 @@ impl<'r> KeyObjects<'r> {
         let set = |f: fn(&Arena, u64) -> Option<Vec<u8>>| {
             stored.iter().filter_map(|&loc| f(arena, loc)).collect()
         };
+        let sets = self.more.get_or_insert_with(Default::default);
         match &r.normalized {
-            Some(n) => self
+            Some(n) => sets
                 .stored_normalized
                 .get_or_insert_with(|| set(stored_normalized))
                 .contains(n),
-            None => self
+            None => sets
                 .stored_raw
                 .get_or_insert_with(|| set(stored_raw))
                 .contains(r.raw_body()),
