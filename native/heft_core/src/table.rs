@@ -1051,6 +1051,86 @@ impl Table {
         Ok(removed.len())
     }
 
+    /// Removes, of up to about `max` records after the key of `after` in
+    /// walk order (from the start when `None`; a bag key's records are
+    /// never split), those whose uncompressed body `doomed` picks; returns
+    /// how many it removed and where to resume, `None` once the walk
+    /// reached the end. For deletes by a record's shape (select_delete's
+    /// `{_, _}`), with no term decoded: one pass under the write lock,
+    /// logged in one batch first (a bag key that keeps records is logged
+    /// whole).
+    pub fn remove_chunk(
+        &self,
+        after: Option<&Cursor>,
+        max: usize,
+        doomed: impl Fn(&[u8]) -> bool,
+    ) -> Result<(usize, Option<Cursor>), Error> {
+        let mut st = self.write()?;
+        let names = self.names();
+        let ord = order(&names);
+        // The keys that lose records: hash, key, the locs that go (sorted),
+        // and the key's other locs, in order.
+        let mut goes: Vec<(u64, Vec<u8>, Vec<u64>, Vec<u64>)> = Vec::new();
+        let mut next = {
+            let (e, a) = (&st.entries, &st.arena);
+            match after {
+                None => e.first(),
+                Some(c) => e.seek(a, ord, Direction::Forward, c.hash, &c.key),
+            }
+        };
+        let mut last = None;
+        let mut seen = 0;
+        let mut scratch = Vec::new();
+        while let Some(pos) = next.filter(|_| seen < max) {
+            let (e, a) = (&st.entries, &st.arena);
+            let hash = e.hash(pos);
+            let key = key_in(a, e.loc(pos));
+            let n = st.find(ord, hash, key).map_or(1, |(_, n)| n);
+            let locs = (0..n).map(|i| e.loc(Entries::nth(pos, i)));
+            let (mut gone, stay): (Vec<u64>, Vec<u64>) = locs.partition(|&loc| {
+                objects::with_raw_body(a, loc, &mut scratch, &doomed).unwrap_or(false)
+            });
+            if !gone.is_empty() {
+                gone.sort_unstable();
+                goes.push((hash, key.to_vec(), gone, stay));
+            }
+            seen += n;
+            last = Some(pos);
+            next = e.next(Entries::nth(pos, n - 1));
+        }
+        let resume = match (next, last) {
+            (Some(_), Some(pos)) => Some(Cursor {
+                hash: st.entries.hash(pos),
+                key: st.key_at(st.entries.loc(pos)).to_vec(),
+            }),
+            _ => None,
+        };
+        if self.journal.get().is_some() && !goes.is_empty() {
+            let mut changes = Vec::new();
+            for (_, key, _, stay) in &goes {
+                match stay.is_empty() || !self.kind.is_bag() {
+                    true => changes.push(Change::Delete(key)),
+                    false => key_whole(&mut changes, &st, key, stay, |_| None),
+                }
+            }
+            self.log(&changes)?;
+        }
+        let mut removed = 0;
+        for (hash, key, gone, _) in &goes {
+            let Some((pos, n)) = st.find(ord, *hash, key) else {
+                continue;
+            };
+            for loc in st
+                .entries
+                .remove_where(pos, n, |l| gone.binary_search(&l).is_ok())
+            {
+                st.release(loc);
+                removed += 1;
+            }
+        }
+        Ok((removed, resume))
+    }
+
     /// How many records the key has (several in a bag: what inserting into
     /// a bag compares with, what removing the key frees). O(log n) reads.
     pub fn count(&self, hash: u64, key: &[u8]) -> Result<usize, Error> {
@@ -1137,18 +1217,19 @@ impl Table {
         Ok(true)
     }
 
-    /// Removes every record.
-    pub fn clear(&self) -> Result<(), Error> {
+    /// Removes every record; returns how many there were.
+    pub fn clear(&self) -> Result<usize, Error> {
         let mut st = self.write()?;
         if QUICK.get() && st.entries.heap_bytes() + st.arena.mapped_bytes() > QUICK_CLEAR_BYTES {
             return Err(Error::TooLong);
         }
         self.log(&[Change::Clear])?;
         st.arena.clear()?;
+        let n = st.entries.len();
         st.entries.clear();
         st.raw_bytes = 0;
         st.stored_bytes = 0;
-        Ok(())
+        Ok(n)
     }
 
     /// [`Table::chunk_in`] forward.
@@ -2312,6 +2393,75 @@ mod tests {
             let fresh = table_of(kind, Compression::None);
             replay(&fresh, &rec.0.lock());
             assert_eq!(records_by_key(&fresh), now, "{kind:?} from the log alone");
+        }
+    }
+
+    #[test]
+    fn remove_chunk_takes_the_records_it_picks_in_resumable_logged_chunks() {
+        for kind in [Kind::Set, Kind::OrderedSet, Kind::Bag, Kind::DuplicateBag] {
+            for compression in [Compression::None, Compression::Zlib(6)] {
+                let t = table_of(kind, compression);
+                let rec = Arc::new(Recorder::default());
+                assert!(t.set_journal(rec.clone()));
+                // Keys 0..2999; pairs and triples (a bag key gets both).
+                let obj = |k: i64, v: i64| {
+                    let mut elems = vec![Value::Int(k), Value::Binary(vec![b'x'; 60])];
+                    if v % 2 == 1 {
+                        elems.push(Value::Int(v));
+                    }
+                    t.prepare(&key(k), &Value::Tuple(elems).to_bytes())
+                };
+                let recs: Vec<Prepared> = (0..6000).map(|i| obj(i % 2999, i)).collect();
+                t.insert(&recs).unwrap();
+                let before = records_by_key(&t);
+                let mut cursor = None;
+                let mut removed = 0;
+                let mut chunks = 0;
+                loop {
+                    let (n, next) = t
+                        .remove_chunk(cursor.as_ref(), 100, |b| codec::tuple_arity(b) == Some(2))
+                        .unwrap();
+                    removed += n;
+                    chunks += 1;
+                    match next {
+                        Some(c) => cursor = Some(c),
+                        None => break,
+                    }
+                }
+                assert!(chunks >= 30, "{kind:?}: {chunks} chunks");
+                // Only triples are left, in their order, every pair gone.
+                let left = records_by_key(&t);
+                let mut scratch = Vec::new();
+                let expected: Vec<Vec<Vec<u8>>> = before
+                    .iter()
+                    .map(|run| {
+                        let mut run = run.clone();
+                        run.retain(|r| {
+                            let h = Header::parse(r).map(|h| (h, r.as_slice()));
+                            h.map_or(true, |(h, r)| {
+                                let body = &r[h.body_start()..];
+                                let raw = match h.codec {
+                                    Codec::Raw => body,
+                                    Codec::Deflate => {
+                                        compress::decompress(body, h.raw_len, &mut scratch)
+                                            .unwrap();
+                                        &scratch
+                                    }
+                                };
+                                codec::tuple_arity(raw) != Some(2)
+                            })
+                        });
+                        run
+                    })
+                    .filter(|run| run.len() > 1)
+                    .collect();
+                assert_eq!(left, expected, "{kind:?}");
+                assert_eq!(t.len().unwrap() + removed, 6000.min(before.iter().map(|r| r.len() - 1).sum()));
+                // The log replays to the same table.
+                let fresh = table_of(kind, compression);
+                replay(&fresh, &rec.0.lock());
+                assert_eq!(records_by_key(&fresh), left, "{kind:?} replayed");
+            }
         }
     }
 }

@@ -574,10 +574,11 @@ fn delete_object_impl<'a>(
     Ok(true.encode(env))
 }
 
+/// Empties the table; answers how many objects it held.
 fn delete_all_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, true);
-    t.core.clear().map_err(errors::core)?;
-    Ok(true.encode(env))
+    let n = t.core.clear().map_err(errors::core)?;
+    Ok(n.encode(env))
 }
 
 /// One `{Pos, Incr}` or `{Pos, Incr, Threshold, SetValue}`.
@@ -903,15 +904,7 @@ fn chunk_of<'a>(
         .ok()
         .filter(|m| *m >= 1)
         .ok_or_else(|| badarg("the chunk size is not a positive integer"))?;
-    let after = if Atom::from_term(cursor).is_ok_and(|a| a == atoms::start()) {
-        None
-    } else {
-        let (hash, key): (u64, Binary) = cursor.decode().map_err(|_| badarg("not a cursor"))?;
-        Some(Cursor {
-            hash,
-            key: key.as_slice().to_vec(),
-        })
-    };
+    let after = decode_cursor(cursor)?;
     with_buf(|buf, scratch| {
         let budget = sched.decode_budget();
         let next = t
@@ -930,14 +923,30 @@ fn chunk_of<'a>(
         for it in buf.items() {
             records.push(decode_item(env, t, buf, it, scratch)?);
         }
-        let cursor = match next {
-            Some(c) => {
-                let mut key = NewBinary::new(env, c.key.len());
-                key.as_mut_slice().copy_from_slice(&c.key);
-                (c.hash, Term::from(key)).encode(env)
-            }
-            None => atoms::end_of_table().encode(env),
-        };
-        Ok((records, cursor).encode(env))
+        Ok((records, encode_cursor(env, next)).encode(env))
     })
+}
+
+/// A walk's cursor: `:start`, or `{hash, key}` as [`encode_cursor`] gave.
+pub(crate) fn decode_cursor(cursor: Term) -> NifResult<Option<Cursor>> {
+    if Atom::from_term(cursor).is_ok_and(|a| a == atoms::start()) {
+        return Ok(None);
+    }
+    let (hash, key): (u64, Binary) = cursor.decode().map_err(|_| badarg("not a cursor"))?;
+    Ok(Some(Cursor {
+        hash,
+        key: key.as_slice().to_vec(),
+    }))
+}
+
+/// Where a walk resumes, or `:"$end_of_table"` after its last chunk.
+pub(crate) fn encode_cursor<'a>(env: Env<'a>, next: Option<Cursor>) -> Term<'a> {
+    match next {
+        Some(c) => {
+            let mut key = NewBinary::new(env, c.key.len());
+            key.as_mut_slice().copy_from_slice(&c.key);
+            (c.hash, Term::from(key)).encode(env)
+        }
+        None => atoms::end_of_table().encode(env),
+    }
 }

@@ -22,14 +22,24 @@ use crate::compress::{self, Codec};
 /// The uncompressed body of the record at `loc`; `None` if it cannot be
 /// inflated.
 fn stored_raw(arena: &Arena, loc: u64) -> Option<Vec<u8>> {
+    with_raw_body(arena, loc, &mut Vec::new(), <[u8]>::to_vec)
+}
+
+/// `f` of the uncompressed body of the record at `loc`, inflated into
+/// `scratch` if need be; `None` if it cannot be inflated.
+pub(super) fn with_raw_body<R>(
+    arena: &Arena,
+    loc: u64,
+    scratch: &mut Vec<u8>,
+    f: impl FnOnce(&[u8]) -> R,
+) -> Option<R> {
     let (h, rec) = record_in(arena, loc);
     let stored = &rec[h.body_start()..];
     match h.codec {
-        Codec::Raw => Some(stored.to_vec()),
+        Codec::Raw => Some(f(stored)),
         Codec::Deflate => {
-            let mut body = Vec::new();
-            compress::decompress(stored, h.raw_len, &mut body).ok()?;
-            Some(body)
+            compress::decompress(stored, h.raw_len, scratch).ok()?;
+            Some(f(scratch))
         }
     }
 }
