@@ -24,6 +24,8 @@
 
 use std::cmp::Ordering;
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::Relaxed;
 
 use memmap2::MmapMut;
 
@@ -73,8 +75,8 @@ struct SlotArray {
 
 impl SlotArray {
     fn new(len: usize, name: &str) -> SlotArray {
-        let bytes = (len * std::mem::size_of::<Slot>() + len.div_ceil(BLOCK))
-            .next_multiple_of(4096) as u64;
+        let bytes =
+            (len * std::mem::size_of::<Slot>() + len.div_ceil(BLOCK)).next_multiple_of(4096) as u64;
         // A memfd and a mapping of it only fail when the process is out of
         // descriptors or address space, where a Vec would abort as well.
         let map = crate::arena::memfd(name, bytes)
@@ -108,7 +110,10 @@ impl SlotArray {
         }
         for b in range.start / BLOCK..=(range.end - 1) / BLOCK {
             let end = ((b + 1) * BLOCK).min(self.len);
-            let n = self[b * BLOCK..end].iter().filter(|s| !s.is_empty()).count();
+            let n = self[b * BLOCK..end]
+                .iter()
+                .filter(|s| !s.is_empty())
+                .count();
             self.counts_mut()[b] = n as u8;
         }
     }
@@ -148,6 +153,15 @@ pub struct HashIndex {
     len: usize,
     /// Below this many entries the index tries to shrink.
     shrink_below: usize,
+    /// No entry sits before this slot: a first-then-delete loop starts
+    /// each walk where the last one found its first entry, not at slot 0.
+    /// Lowered by inserts, raised by walks from the start, which see the
+    /// index as it is: under the table's lock no one changes it meanwhile
+    /// (concurrent readers store the same value).
+    low: AtomicUsize,
+    /// Slots and block counts walks have looked at (tests bound it).
+    #[cfg(test)]
+    scanned: std::sync::atomic::AtomicU64,
     /// Entries laid out or looked at by resizes since the index was made
     /// (what resizing has cost: tests bound it).
     resize_work: u64,
@@ -202,6 +216,9 @@ impl HashIndex {
             bits: MIN_BITS,
             len: 0,
             shrink_below: 0,
+            low: AtomicUsize::new(0),
+            #[cfg(test)]
+            scanned: Default::default(),
             resize_work: 0,
             name,
         }
@@ -363,6 +380,8 @@ impl HashIndex {
         self.slots[p] = slot;
         self.slots.counts_mut()[e / BLOCK] += 1;
         self.len += 1;
+        let low = self.low.get_mut();
+        *low = (*low).min(p);
         true
     }
 
@@ -509,17 +528,32 @@ impl HashIndex {
     /// of slots by their counts, so that a walk through an index emptied
     /// at one end costs a byte per 64 empty slots.
     pub fn next_occupied(&self, pos: usize) -> Option<usize> {
+        let low = self.low.load(Relaxed);
+        let found = self.occupied_from(pos.max(low));
+        if pos <= low {
+            // Nothing before `found`: the next walk from the start goes there.
+            self.low.store(found.unwrap_or(self.slots.len()), Relaxed);
+        }
+        found
+    }
+
+    fn occupied_from(&self, pos: usize) -> Option<usize> {
         let first_in = |from: usize| {
             let end = (from / BLOCK + 1) * BLOCK;
             let rest = self.slots.get(from..end.min(self.slots.len()))?;
-            rest.iter().position(|s| !s.is_empty()).map(|i| from + i)
+            let found = rest.iter().position(|s| !s.is_empty());
+            #[cfg(test)]
+            self.scanned
+                .fetch_add(found.map_or(rest.len(), |i| i + 1) as u64, Relaxed);
+            found.map(|i| from + i)
         };
         if let Some(p) = first_in(pos) {
             return Some(p);
         }
         let next = pos / BLOCK + 1;
-        let counts = self.slots.counts().get(next..)?;
-        let b = next + counts.iter().position(|&c| c != 0)?;
+        let b = next + first_nonzero(self.slots.counts().get(next..)?)?;
+        #[cfg(test)]
+        self.scanned.fetch_add((b - next + 1) as u64, Relaxed);
         first_in(b * BLOCK)
     }
 
@@ -529,6 +563,7 @@ impl HashIndex {
         self.bits = MIN_BITS;
         self.len = 0;
         self.shrink_below = 0;
+        *self.low.get_mut() = 0;
     }
 
     /// Lays the entries out again in an array of `bits` bits, with at
@@ -569,9 +604,23 @@ impl HashIndex {
         self.slots = slots;
         self.bits = bits;
         self.len = entries.len();
+        *self.low.get_mut() = 0;
         // Twice as far from the next shrink as the entries a resize moves.
         self.shrink_below = (self.len / 2).min((1usize << bits) / 8);
     }
+}
+
+/// The index of the first nonzero byte, eight at a time.
+fn first_nonzero(bytes: &[u8]) -> Option<usize> {
+    let words = bytes.chunks_exact(8);
+    let tail = words.remainder();
+    for (i, w) in words.enumerate() {
+        if u64::from_ne_bytes(w.try_into().expect("8 bytes")) != 0 {
+            return w.iter().position(|&b| b != 0).map(|j| i * 8 + j);
+        }
+    }
+    let start = bytes.len() - tail.len();
+    tail.iter().position(|&b| b != 0).map(|j| start + j)
 }
 
 /// The first `q >= from` for which `inside` is false, where `inside` holds
@@ -639,7 +688,10 @@ mod tests {
         assert_eq!(count, ix.len());
         for (b, &c) in ix.slots.counts().iter().enumerate() {
             let end = ((b + 1) * BLOCK).min(ix.slots.len());
-            let n = ix.slots[b * BLOCK..end].iter().filter(|s| !s.is_empty()).count();
+            let n = ix.slots[b * BLOCK..end]
+                .iter()
+                .filter(|s| !s.is_empty())
+                .count();
             assert_eq!(c as usize, n, "block {b}'s count");
         }
     }
@@ -848,8 +900,19 @@ mod tests {
         }
         let work = ix.resize_work() - before;
         // Each layout or check is paid for by half as many removals.
-        assert!(work <= 4 * n, "resizes handled {work} entries for {n} removals");
-        assert_eq!(ix.capacity(), slots_for(MIN_BITS, 0), "emptied, it is small again");
+        assert!(
+            work <= 4 * n,
+            "resizes handled {work} entries for {n} removals"
+        );
+        // Each walk from the start began where the last one found an
+        // entry: a slot array's worth of scanning in all, not one each.
+        let scanned = ix.scanned.load(Relaxed);
+        assert!(scanned <= 8 * n, "{scanned} slots and counts scanned");
+        assert_eq!(
+            ix.capacity(),
+            slots_for(MIN_BITS, 0),
+            "emptied, it is small again"
+        );
     }
 
     #[test]
@@ -951,9 +1014,10 @@ mod tests {
                 }
             } else if let Some(p) = match phase {
                 1 => ix.next_occupied(0),
-                _ => model.range(x % 1_000_000..).next().map(|(&k, &h)| {
-                    ix.find(h, |loc| key_of(loc).cmp(&k)).unwrap()
-                }),
+                _ => model
+                    .range(x % 1_000_000..)
+                    .next()
+                    .map(|(&k, &h)| ix.find(h, |loc| key_of(loc).cmp(&k)).unwrap()),
             } {
                 let quiet = !ix.would_resize(0, 1);
                 let s = ix.remove_at(p);

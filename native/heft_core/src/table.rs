@@ -873,7 +873,10 @@ impl Table {
         }
         // Entries the records add: all in a bag, those of new keys else.
         let added = || match self.kind {
-            Kind::Set => recs.iter().filter(|r| st.find(ord, r.hash, r.key()).is_none()).count(),
+            Kind::Set => recs
+                .iter()
+                .filter(|r| st.find(ord, r.hash, r.key()).is_none())
+                .count(),
             _ => recs.len(),
         };
         st.refuse_long(added, 0)?;
@@ -1068,9 +1071,12 @@ impl Table {
         let mut st = self.write()?;
         let names = self.names();
         let ord = order(&names);
-        // The keys that lose records: hash, key, the locs that go (sorted),
-        // and the key's other locs, in order.
-        let mut goes: Vec<(u64, Vec<u8>, Vec<u64>, Vec<u64>)> = Vec::new();
+        // The keys that lose records (hash, key's range in `key_bytes`,
+        // entries, range of the locs it keeps in `stay`), and every loc
+        // that goes: flat, as most keys lose their one record.
+        let mut keys: Vec<(u64, std::ops::Range<usize>, usize, std::ops::Range<usize>)> =
+            Vec::new();
+        let (mut key_bytes, mut gone, mut stay) = (Vec::new(), Vec::new(), Vec::new());
         let mut next = {
             let (e, a) = (&st.entries, &st.arena);
             match after {
@@ -1085,14 +1091,24 @@ impl Table {
             let (e, a) = (&st.entries, &st.arena);
             let hash = e.hash(pos);
             let key = key_in(a, e.loc(pos));
-            let n = st.find(ord, hash, key).map_or(1, |(_, n)| n);
-            let locs = (0..n).map(|i| e.loc(Entries::nth(pos, i)));
-            let (mut gone, stay): (Vec<u64>, Vec<u64>) = locs.partition(|&loc| {
-                objects::with_raw_body(a, loc, &mut scratch, &doomed).unwrap_or(false)
-            });
-            if !gone.is_empty() {
-                gone.sort_unstable();
-                goes.push((hash, key.to_vec(), gone, stay));
+            let n = match self.kind.is_bag() {
+                true => st.find(ord, hash, key).map_or(1, |(_, n)| n),
+                false => 1,
+            };
+            let (gone_before, stay_before) = (gone.len(), stay.len());
+            for i in 0..n {
+                let loc = e.loc(Entries::nth(pos, i));
+                match objects::with_raw_body(a, loc, &mut scratch, &doomed) {
+                    Some(true) => gone.push(loc),
+                    _ => stay.push(loc),
+                }
+            }
+            if gone.len() > gone_before {
+                let k = key_bytes.len()..key_bytes.len() + key.len();
+                key_bytes.extend_from_slice(key);
+                keys.push((hash, k, n, stay_before..stay.len()));
+            } else {
+                stay.truncate(stay_before);
             }
             seen += n;
             last = Some(pos);
@@ -1105,27 +1121,33 @@ impl Table {
             }),
             _ => None,
         };
-        if self.journal.get().is_some() && !goes.is_empty() {
+        if self.journal.get().is_some() && !keys.is_empty() {
             let mut changes = Vec::new();
-            for (_, key, _, stay) in &goes {
-                match stay.is_empty() || !self.kind.is_bag() {
+            for (_, k, _, kept) in &keys {
+                let key = &key_bytes[k.clone()];
+                match kept.is_empty() {
                     true => changes.push(Change::Delete(key)),
-                    false => key_whole(&mut changes, &st, key, stay, |_| None),
+                    false => key_whole(&mut changes, &st, key, &stay[kept.clone()], |_| None),
                 }
             }
             self.log(&changes)?;
         }
-        let mut removed = 0;
-        for (hash, key, gone, _) in &goes {
-            let Some((pos, n)) = st.find(ord, *hash, key) else {
+        gone.sort_unstable();
+        let removed = gone.len();
+        for (hash, k, n, kept) in &keys {
+            let key = &key_bytes[k.clone()];
+            let Some((pos, _)) = st.find(ord, *hash, key) else {
                 continue;
             };
+            if kept.is_empty() && *n == 1 {
+                st.remove_at(pos);
+                continue;
+            }
             for loc in st
                 .entries
-                .remove_where(pos, n, |l| gone.binary_search(&l).is_ok())
+                .remove_where(pos, *n, |l| gone.binary_search(&l).is_ok())
             {
                 st.release(loc);
-                removed += 1;
             }
         }
         Ok((removed, resume))
@@ -2164,9 +2186,16 @@ mod tests {
             });
             assert!(deleted > 0 && deleted < n as usize);
             let k = key(deleted as i64);
-            assert_eq!(t.len().unwrap(), n as usize - deleted, "the refused call removed nothing");
+            assert_eq!(
+                t.len().unwrap(),
+                n as usize - deleted,
+                "the refused call removed nothing"
+            );
             assert!(t.contains(t.hash(&k), &k).unwrap());
-            assert!(t.remove(t.hash(&k), &k, None).unwrap(), "done outside quick");
+            assert!(
+                t.remove(t.hash(&k), &k, None).unwrap(),
+                "done outside quick"
+            );
             let left = t.len().unwrap();
             // Inserting: the one that would grow the index is refused; a
             // set's replacement, which adds no entry, is not.
@@ -2456,7 +2485,10 @@ mod tests {
                     .filter(|run| run.len() > 1)
                     .collect();
                 assert_eq!(left, expected, "{kind:?}");
-                assert_eq!(t.len().unwrap() + removed, 6000.min(before.iter().map(|r| r.len() - 1).sum()));
+                assert_eq!(
+                    t.len().unwrap() + removed,
+                    6000.min(before.iter().map(|r| r.len() - 1).sum())
+                );
                 // The log replays to the same table.
                 let fresh = table_of(kind, compression);
                 replay(&fresh, &rec.0.lock());

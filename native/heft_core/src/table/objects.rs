@@ -121,14 +121,18 @@ impl<'r> KeyObjects<'r> {
     /// matches it; true if added.
     pub(super) fn add(&mut self, arena: &Arena, r: &'r Prepared) -> bool {
         let f = form(r);
-        let added = self.first == Some(f) || self.more.as_ref().is_some_and(|m| m.joining.contains(&f));
+        let added =
+            self.first == Some(f) || self.more.as_ref().is_some_and(|m| m.joining.contains(&f));
         if added || self.stores(arena, r) {
             return false;
         }
         match self.first {
             None => self.first = Some(f),
             Some(_) => {
-                self.more.get_or_insert_with(Default::default).joining.insert(f);
+                self.more
+                    .get_or_insert_with(Default::default)
+                    .joining
+                    .insert(f);
             }
         }
         true
