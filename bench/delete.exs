@@ -125,7 +125,8 @@ defmodule Heft.Bench.Delete do
     ets = for {:ets, ms} <- times, do: ms
     heft = for {Heft, ms} <- times, do: ms
     ratio = median(heft) / max(median(ets), 0.001)
-    IO.puts("| #{label} | #{spread(ets)} | #{spread(heft)} | #{Float.round(ratio, 1)}x |")
+    ratio = if ratio < 0.1, do: Float.round(ratio, 3), else: Float.round(ratio, 1)
+    IO.puts("| #{label} | #{spread(ets)} | #{spread(heft)} | #{ratio}x |")
   end
 
   defp drop(mod, {t, _keys}), do: drop(mod, t)
