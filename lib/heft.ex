@@ -187,7 +187,10 @@ defmodule Heft do
   ## Scheduling
 
   No call runs much longer than a millisecond on a normal scheduler: big
-  batches and big terms move to a dirty CPU scheduler, and every operation
+  batches and big terms move to a dirty CPU scheduler, as does a write
+  that would resize a large key index (grow or shrink it: tens of
+  milliseconds at a million keys) or empty a large table, before it
+  changes anything, whatever order of operations led there; every operation
   on a file-backed table runs on a dirty I/O scheduler, as do opening and
   closing a persistent table. A write to a persistent table stays on its
   scheduler: its log append is a copy into a mapped, preallocated log file
@@ -541,7 +544,12 @@ defmodule Heft do
   @spec delete_all_objects(tab) :: true
   def delete_all_objects(tab) do
     ref = ref(tab)
-    call(delete_all_objects(ref))
+
+    # The NIF answers how many objects it deleted (select_delete uses it).
+    case call(delete_all_objects(ref)) do
+      n when is_integer(n) -> true
+      other -> other
+    end
   end
 
   @doc """
@@ -790,6 +798,14 @@ defmodule Heft do
   and returns how many it deleted. Each object is deleted only if it is
   still exactly the object the spec saw (an object another process changed
   meanwhile is kept), so concurrent writers are never undone.
+
+  Specs that look only at an object's shape go faster, without decoding
+  objects: one whose first clause matches everything and returns `true`
+  (`[{:_, [], [true]}]`) empties the table in one step, as
+  `delete_all_objects/1`; `[{{:_, :_}, [], [true]}]` (any tuple of `:_`
+  and distinct variables, the spec of `match_delete(t, {:_, :_})`)
+  deletes the objects of that arity in chunks. Objects inserted while it
+  runs may or may not be deleted, as in ETS.
 
   Returns `{:error, reason}` if a write is refused (a persistent table's
   log, or a file arena's full disk: `:enospc`); objects deleted before
@@ -1302,8 +1318,14 @@ defmodule Heft do
       own bookkeeping.
     * `:index_bytes` - the key index, exactly. For a set or bag, its slot
       array: its own memfd mapping (`/memfd:heft-index:<name>` in
-      /proc/self/maps), 16 bytes a slot (an object), kept at most 80%
-      full, rounded up to whole pages. For an ordered_set, its 4 KiB pages
+      /proc/self/maps), 16 bytes a slot (an object) and a byte per 64
+      slots, kept at most 80% full, rounded up to whole pages. It shrinks
+      once it is under an eighth full and has lost half of its objects
+      since it last changed size, unless the survivors sit crowded in one
+      part of the hash space (after deleting in walk order, as a
+      `first/1`-then-`delete/2` loop does): then it keeps its size, as
+      halving it would make every operation there a scan, until its keys
+      spread out again or it empties. For an ordered_set, its 4 KiB pages
       of 512 sorted record handles (a memfd mapping of the same name; pages
       in use only, at least a quarter full, about 70% after random
       inserts) plus its directory of 16 bytes a page (heap capacity).

@@ -58,6 +58,33 @@ defmodule Heft.MatchSpec do
   def counts_all?(_spec), do: false
 
   @doc false
+  # What select_delete can delete without decoding the objects: `:all` when
+  # the spec matches every object with the result `true`, `{:arity, n}`
+  # when it matches exactly the n-tuples (`[{{_, ..., _}, [], [true]}]`,
+  # each element `:_` or a variable of its own: match_delete(t, {_, _})),
+  # else nil. The spec must be valid.
+  @spec deletes_by_shape(t) :: :all | {:arity, non_neg_integer} | nil
+  def deletes_by_shape(spec) do
+    case spec do
+      _ when spec != [] ->
+        if counts_all?(spec), do: :all, else: arity_only(spec)
+
+      _ ->
+        nil
+    end
+  end
+
+  defp arity_only([{head, [], [true]}]) when is_tuple(head) do
+    elems = Tuple.to_list(head)
+    vars = Enum.filter(elems, &variable?/1)
+
+    if Enum.all?(elems, &(&1 == :_ or variable?(&1))) and vars == Enum.uniq(vars),
+      do: {:arity, tuple_size(head)}
+  end
+
+  defp arity_only(_spec), do: nil
+
+  @doc false
   # The same spec with each clause's result `r` replaced by `{r, object}`
   # (`{{r, :"$_"}}`). Body expressions before the last are kept: they
   # cannot change the result but an error in them still fails the clause

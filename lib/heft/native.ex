@@ -44,7 +44,8 @@ defmodule Heft.Native do
     slot: 2,
     # Match specifications (native/heft_nif/src/select.rs)
     delete_objects: 2,
-    replace_objects: 2
+    replace_objects: 2,
+    delete_arity: 3
   ]
 
   for {name, arity} <- @ops, variant <- [name, :"#{name}_cpu", :"#{name}_io"] do
@@ -67,7 +68,8 @@ defmodule Heft.Native do
     :update_element,
     # select.rs
     :delete_objects,
-    :replace_objects
+    :replace_objects,
+    :delete_arity
   ]
 
   @doc false

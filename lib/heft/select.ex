@@ -147,15 +147,33 @@ defmodule Heft.Select do
   @spec select_delete(ref, MatchSpec.t()) :: non_neg_integer | {:error, atom}
   def select_delete(ref, spec) do
     ms = spec |> tagged() |> MatchSpec.compile!()
+    source = source(ref, spec, :write)
 
-    fold(ref, source(ref, spec, :write), 0, fn objects, n ->
+    # Specs that only look at an object's shape delete without decoding
+    # anything (all objects at once, or chunks of tuples of one arity).
+    case MatchSpec.deletes_by_shape(spec) do
+      :all -> written(call(delete_all_objects(ref)))
+      {:arity, arity} -> delete_arity(ref, arity, :start, 0)
+      nil -> delete_matching(ref, ms, source)
+    end
+  catch
+    {__MODULE__, error} -> error
+  end
+
+  defp delete_arity(ref, arity, cursor, deleted) do
+    case written(call(delete_arity(ref, arity, cursor))) do
+      {n, :"$end_of_table"} -> deleted + n
+      {n, cursor} -> delete_arity(ref, arity, cursor, deleted + n)
+    end
+  end
+
+  defp delete_matching(ref, ms, source) do
+    fold(ref, source, 0, fn objects, n ->
       case for {true, object} <- MatchSpec.run(objects, ms), do: object do
         [] -> n
         doomed -> n + written(call(delete_objects(ref, doomed)))
       end
     end)
-  catch
-    {__MODULE__, error} -> error
   end
 
   # The result of a write NIF, or a throw of its `{:error, reason}` (a

@@ -64,6 +64,33 @@ defmodule Heft.Contract.MatchTest do
     assert m.select_count(tab, [{{:_, :_, :nyc}, [], [true]}]) == 0
   end
 
+  # Specs that look only at an object's shape (every object; the n-tuples)
+  # are deleted without decoding objects: the same counts and survivors.
+  contract "select_delete/2 and match_delete/2 by shape alone, on every table type",
+    functions: [select_delete: 2, match_delete: 2] do
+    for type <- [:set, :ordered_set, :bag, :duplicate_bag] do
+      objects =
+        for i <- 1..3000,
+            do: {rem(i, 997), i} |> then(&if(rem(i, 3) == 0, do: Tuple.append(&1, :x), else: &1))
+
+      tab = new_with(m, objects, [type, :public])
+      before = m.tab2list(tab)
+      pairs = Enum.count(before, &(tuple_size(&1) == 2))
+      assert m.select_delete(tab, [{{:_, :"$1"}, [], [true]}]) == pairs
+      assert Enum.sort(m.tab2list(tab)) == Enum.sort(Enum.filter(before, &(tuple_size(&1) == 3)))
+      # A repeated variable, a guard or another result is not shape alone.
+      m.insert(tab, [{-1, -1}, {-2, 9}, {-3, 3}])
+      assert m.select_delete(tab, [{{:"$1", :"$1"}, [], [true]}]) == 1
+      assert m.select_delete(tab, [{{:"$1", :_}, [{:==, :"$1", -3}], [true]}]) == 1
+      assert m.select_delete(tab, [{{:_, :_}, [], [false]}]) == 0
+      assert m.match_delete(tab, {:_, :_, :_}) == true
+      assert m.tab2list(tab) == [{-2, 9}]
+      assert m.select_delete(tab, [{:"$1", [], [true]}]) == 1
+      assert m.info(tab, :size) == 0
+      assert m.select_delete(tab, [{:_, [], [true]}]) == 0
+    end
+  end
+
   contract "select_replace/2 may change anything but the key", functions: [select_replace: 2] do
     tab = people(m)
     spec = [{{:"$1", :"$2", :sf}, [], [{{:"$1", {:+, :"$2", 100}, :sf}}]}]

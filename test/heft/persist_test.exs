@@ -61,6 +61,32 @@ defmodule Heft.PersistTest do
     refute File.exists?(d)
   end
 
+  test "select_delete by shape alone and of everything are logged and survive a reopen", ctx do
+    for type <- [:set, :bag] do
+      d = dir(ctx, "shape_#{type}")
+      t = Heft.new(:shape, [type, persist: d])
+
+      Heft.insert(
+        t,
+        for(
+          i <- 1..2000,
+          do: if(rem(i, 2) == 0, do: {rem(i, 300), i}, else: {rem(i, 300), i, :x})
+        )
+      )
+
+      kept = t |> Heft.tab2list() |> Enum.filter(&(tuple_size(&1) == 3)) |> Enum.sort()
+      assert Heft.select_delete(t, [{{:_, :_}, [], [true]}]) > 0
+      :ok = Heft.close(t)
+      {:ok, t} = Heft.open(d)
+      assert Enum.sort(Heft.tab2list(t)) == kept
+      assert Heft.select_delete(t, [{:_, [], [true]}]) == length(kept)
+      :ok = Heft.close(t)
+      {:ok, t} = Heft.open(d)
+      assert Heft.info(t, :size) == 0
+      :ok = Heft.close(t)
+    end
+  end
+
   test "rename/2 stores the new name: open/2 reopens the table under it", ctx do
     d = dir(ctx)
     t = Heft.new(:before, [:named_table, persist: d])

@@ -55,4 +55,98 @@ defmodule Heft.SchedulingTest do
     assert Heft.lookup(t, 1) == [{1, 2}]
     assert Heft.tab2list(t) == [{1, 2}]
   end
+
+  # Makes quick calls `native.()` until one answers :"$heft_cpu"; checks that
+  # that call changed nothing and that Heft's own call, which goes on to
+  # DirtyCpu, makes the change. Returns the quick calls that went through.
+  defp until_retried(t, native, heft) do
+    Enum.reduce_while(0..1_000_000, 0, fn done, _ ->
+      size = Heft.info(t, :size)
+
+      case native.() do
+        :"$heft_cpu" ->
+          assert Heft.info(t, :size) == size, "the refused call changed nothing"
+          heft.()
+          assert Heft.info(t, :size) != size
+          {:halt, done}
+
+        _ ->
+          {:cont, done}
+      end
+    end)
+  end
+
+  @big 40_000
+
+  defp big(kind) do
+    t = Heft.new(:big, [kind, :public])
+    Heft.insert(t, for(i <- 1..@big, do: {i, i}))
+    t
+  end
+
+  # Deleting in walk order (survivors at one end of the hash space) used
+  # to rebuild the index at every step; a shrink of a large index is still
+  # tens of milliseconds at a million keys: never on a normal scheduler.
+  for {op, kinds} <- [delete: [:set, :bag], take: [:set], delete_object: [:set, :bag]],
+      kind <- kinds do
+    test "a #{op} on a #{kind} that would shrink a large index runs on a dirty CPU scheduler" do
+      t = big(unquote(kind))
+      ref = t.ref
+
+      {native, heft} =
+        case unquote(op) do
+          :delete ->
+            {&Native.delete_key(ref, &1), &Heft.delete(t, &1)}
+
+          :take ->
+            {&Native.take(ref, &1), &Heft.take(t, &1)}
+
+          :delete_object ->
+            {&Native.delete_object(ref, {&1, &1}), &Heft.delete_object(t, {&1, &1})}
+        end
+
+      done = until_retried(t, fn -> native.(Heft.first(t)) end, fn -> heft.(Heft.first(t)) end)
+      assert done > 0 and done < @big
+    end
+  end
+
+  for op <- [:insert, :insert_new, :update_counter] do
+    test "an #{op} that would grow a large index runs on a dirty CPU scheduler", %{t: t, ref: ref} do
+      i = :counters.new(1, [])
+      next = fn -> :counters.get(i, 1) + 1 end
+
+      {native, heft} =
+        case unquote(op) do
+          :insert ->
+            {&Native.insert(ref, {&1, 0}), &Heft.insert(t, {&1, 0})}
+
+          :insert_new ->
+            {&Native.insert_new(ref, {&1, 0}), &Heft.insert_new(t, {&1, 0})}
+
+          :update_counter ->
+            {&Native.update_counter(ref, &1, {2, 1}, {:default, {&1, 0}}),
+             &Heft.update_counter(t, &1, {2, 1}, {&1, 0})}
+        end
+
+      quick = fn ->
+        r = native.(next.())
+        if r != :"$heft_cpu", do: :counters.add(i, 1, 1)
+        r
+      end
+
+      done = until_retried(t, quick, fn -> heft.(next.()) end)
+      assert done > 20_000 and done < @big
+      assert Heft.lookup(t, done + 1) != []
+    end
+  end
+
+  test "delete_all_objects of a large table runs on a dirty CPU scheduler" do
+    t = Heft.new(:big, [:public])
+    Heft.insert(t, for(i <- 1..@big, do: {i, :crypto.strong_rand_bytes(100)}))
+    assert Native.delete_all_objects(t.ref) == :"$heft_cpu"
+    assert Heft.info(t, :size) == @big
+    assert Heft.delete_all_objects(t)
+    assert Heft.info(t, :size) == 0
+    assert Native.delete_all_objects(t.ref) == 0
+  end
 end

@@ -553,6 +553,17 @@ fn part(r: &mut Reader<'_>) -> Result<(u8, Part), DecodeError> {
     Ok((t, part))
 }
 
+/// The arity of the tuple `bytes` starts with (a record's body: the
+/// object); `None` if they start with something else.
+pub fn tuple_arity(bytes: &[u8]) -> Option<u64> {
+    let mut r = Reader::new(bytes);
+    match r.u8().ok()? {
+        t @ tag::SMALL_TUPLE..=0x2f => Some(u64::from(t - tag::SMALL_TUPLE)),
+        tag::TUPLE => r.varint().ok(),
+        _ => None,
+    }
+}
+
 /// Skips one complete term; returns its encoded length. Used to walk a
 /// record's top-level elements without building them.
 pub fn skip(bytes: &[u8]) -> Result<usize, DecodeError> {

@@ -19,6 +19,7 @@ mod entries;
 mod objects;
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::io;
 
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
@@ -101,6 +102,10 @@ pub enum Error {
     /// (a new log segment); the table is unchanged. Retry where blocking
     /// is allowed, after `Persisted::make_room`.
     WouldBlock,
+    /// In a [`quick`] call: the change would take long (resize a large
+    /// index, or clear a large table); the table is unchanged. Retry
+    /// outside `quick`.
+    TooLong,
 }
 
 impl std::fmt::Display for Error {
@@ -110,17 +115,44 @@ impl std::fmt::Display for Error {
             Error::Io(e) => write!(f, "i/o: {e}"),
             Error::Poisoned => write!(f, "the table's log failed to sync; reopen it"),
             Error::WouldBlock => write!(f, "the table's log needs a new segment first"),
+            Error::TooLong => write!(f, "the change would take too long for a quick call"),
         }
     }
 }
 
+/// Slots of a hash index that a quick call may resize (a resize handles
+/// each: about a tenth of a millisecond for these).
+const QUICK_RESIZE_SLOTS: usize = 1 << 15;
+/// Bytes of index and arena a quick call may clear (giving back 4 MiB of
+/// pages takes about as long).
+const QUICK_CLEAR_BYTES: u64 = 4 << 20;
+
 thread_local! {
+    /// Set inside [`quick`].
+    static QUICK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Compressed bodies on their way into a Prepared, reused per thread.
     static PACKED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Tables whose storage (index and arena) is still allocated.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs `f` as a quick call, for callers with a time budget (the NIF's
+/// normal-scheduler variants): on this thread, a change that would take
+/// long, whatever the order of earlier changes made it (resizing a large
+/// index, clearing a large table), fails with [`Error::TooLong`] before
+/// anything is changed or logged, for the caller to make where long work
+/// is allowed.
+pub fn quick<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            QUICK.set(self.0);
+        }
+    }
+    let _restore = Restore(QUICK.replace(true));
+    f()
+}
 
 /// Number of tables, in this process, whose storage is still allocated:
 /// created and not yet deleted, or deleted with storage not yet freed.
@@ -452,6 +484,19 @@ impl State {
         }
     }
 
+    /// In a [`quick`] call, refuses a change that adds `added()` entries
+    /// and removes `removed` if it could resize a large index.
+    fn refuse_long(&self, added: impl FnOnce() -> usize, removed: usize) -> Result<(), Error> {
+        let long = QUICK.get()
+            && self
+                .entries
+                .would_resize_over(QUICK_RESIZE_SLOTS, added(), removed);
+        if long {
+            return Err(Error::TooLong);
+        }
+        Ok(())
+    }
+
     /// Removes the entry at `pos` and frees its record.
     fn remove_at(&mut self, pos: Pos) {
         let loc = self.entries.remove_at(pos);
@@ -507,15 +552,14 @@ impl State {
         ord: Order,
         recs: impl Iterator<Item = &'r Prepared>,
     ) -> Vec<&'r Prepared> {
-        let mut kept: Vec<&Prepared> = Vec::new();
+        let mut keys: HashMap<(u64, &[u8]), objects::KeyObjects, ByHash> =
+            HashMap::with_capacity_and_hasher(recs.size_hint().0, ByHash);
+        let mut kept = Vec::new();
         for r in recs {
-            let stored = self.find(ord, r.hash, r.key()).is_some_and(|(pos, n)| {
-                (0..n).any(|i| {
-                    let loc = self.entries.loc(Entries::nth(pos, i));
-                    objects::same_stored(&self.arena, loc, r)
-                })
-            });
-            if !stored && !kept.iter().any(|k| objects::same_prepared(k, r)) {
+            let objs = keys
+                .entry((r.hash, r.key()))
+                .or_insert_with(|| objects::KeyObjects::new(self.key_locs(ord, r.hash, r.key())));
+            if objs.add(&self.arena, r) {
                 kept.push(r);
             }
         }
@@ -704,13 +748,23 @@ impl Table {
         if self.journal.get().is_none() {
             return Ok(());
         }
+        // The records of each key, keys in the order they first come.
+        let mut keys: Vec<Vec<&Prepared>> = Vec::new();
+        let mut at: HashMap<(u64, &[u8]), usize, ByHash> =
+            HashMap::with_capacity_and_hasher(recs.len(), ByHash);
+        for r in recs {
+            let i = *at.entry((r.hash, r.key())).or_insert_with(|| {
+                keys.push(Vec::new());
+                keys.len() - 1
+            });
+            keys[i].push(r);
+        }
         let mut changes = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        for r in recs.iter().filter(|r| seen.insert(r.key())) {
+        for joining in &keys {
+            let r = joining[0];
             let stored = st.key_locs(ord, r.hash, r.key());
             key_whole(&mut changes, st, r.key(), &stored, |_| None);
-            let joining = recs.iter().filter(|j| j.key() == r.key());
-            changes.extend(joining.map(|j| Change::Put(&j.bytes)));
+            changes.extend(joining.iter().map(|j| Change::Put(&j.bytes)));
         }
         self.log(&changes)
     }
@@ -831,6 +885,15 @@ impl Table {
         if recs.is_empty() {
             return Ok(());
         }
+        // Entries the records add: all in a bag, those of new keys else.
+        let added = || match self.kind {
+            Kind::Set => recs
+                .iter()
+                .filter(|r| st.find(ord, r.hash, r.key()).is_none())
+                .count(),
+            _ => recs.len(),
+        };
+        st.refuse_long(added, 0)?;
         let locs = st.place(&recs)?;
         let logged = if self.kind.is_bag() {
             self.log_bag_keys(st, ord, &recs)
@@ -958,6 +1021,7 @@ impl Table {
         let Some((pos, n)) = st.find(order(&names), hash, key) else {
             return Ok(false);
         };
+        st.refuse_long(|| 0, n)?;
         self.log(&[Change::Delete(key)])?;
         if let Some(out) = out {
             (0..n).for_each(|i| st.copy_out(Entries::nth(pos, i), out));
@@ -995,12 +1059,112 @@ impl Table {
         // The log knows keys, not objects: the key goes, and what stays of
         // it comes back, in order.
         let stay: Vec<u64> = locs.iter().copied().filter(|l| !goes(l)).collect();
+        st.refuse_long(|| 0, gone.len())?;
         self.log_bag_key(&st, r.key(), &stay, |_| None)?;
         let removed = st.entries.remove_where(pos, n, |loc| goes(&loc));
         for &loc in &removed {
             st.release(loc);
         }
         Ok(removed.len())
+    }
+
+    /// Removes, of up to about `max` records after the key of `after` in
+    /// walk order (from the start when `None`; a bag key's records are
+    /// never split), those whose uncompressed body `doomed` picks; returns
+    /// how many it removed and where to resume, `None` once the walk
+    /// reached the end. For deletes by a record's shape (select_delete's
+    /// `{_, _}`), with no term decoded: one pass under the write lock,
+    /// logged in one batch first (a bag key that keeps records is logged
+    /// whole).
+    pub fn remove_chunk(
+        &self,
+        after: Option<&Cursor>,
+        max: usize,
+        doomed: impl Fn(&[u8]) -> bool,
+    ) -> Result<(usize, Option<Cursor>), Error> {
+        let mut st = self.write()?;
+        let names = self.names();
+        let ord = order(&names);
+        // The keys that lose records (hash, key's range in `key_bytes`,
+        // entries, range of the locs it keeps in `stay`), and every loc
+        // that goes: flat, as most keys lose their one record.
+        let mut keys: Vec<(u64, std::ops::Range<usize>, usize, std::ops::Range<usize>)> =
+            Vec::new();
+        let (mut key_bytes, mut gone, mut stay) = (Vec::new(), Vec::new(), Vec::new());
+        let mut next = {
+            let (e, a) = (&st.entries, &st.arena);
+            match after {
+                None => e.first(),
+                Some(c) => e.seek(a, ord, Direction::Forward, c.hash, &c.key),
+            }
+        };
+        let mut last = None;
+        let mut seen = 0;
+        let mut scratch = Vec::new();
+        while let Some(pos) = next.filter(|_| seen < max) {
+            let (e, a) = (&st.entries, &st.arena);
+            let hash = e.hash(pos);
+            let key = key_in(a, e.loc(pos));
+            let n = match self.kind.is_bag() {
+                true => st.find(ord, hash, key).map_or(1, |(_, n)| n),
+                false => 1,
+            };
+            let (gone_before, stay_before) = (gone.len(), stay.len());
+            for i in 0..n {
+                let loc = e.loc(Entries::nth(pos, i));
+                match objects::with_raw_body(a, loc, &mut scratch, &doomed) {
+                    Some(true) => gone.push(loc),
+                    _ => stay.push(loc),
+                }
+            }
+            if gone.len() > gone_before {
+                let k = key_bytes.len()..key_bytes.len() + key.len();
+                key_bytes.extend_from_slice(key);
+                keys.push((hash, k, n, stay_before..stay.len()));
+            } else {
+                stay.truncate(stay_before);
+            }
+            seen += n;
+            last = Some(pos);
+            next = e.next(Entries::nth(pos, n - 1));
+        }
+        let resume = match (next, last) {
+            (Some(_), Some(pos)) => Some(Cursor {
+                hash: st.entries.hash(pos),
+                key: st.key_at(st.entries.loc(pos)).to_vec(),
+            }),
+            _ => None,
+        };
+        if self.journal.get().is_some() && !keys.is_empty() {
+            let mut changes = Vec::new();
+            for (_, k, _, kept) in &keys {
+                let key = &key_bytes[k.clone()];
+                match kept.is_empty() {
+                    true => changes.push(Change::Delete(key)),
+                    false => key_whole(&mut changes, &st, key, &stay[kept.clone()], |_| None),
+                }
+            }
+            self.log(&changes)?;
+        }
+        gone.sort_unstable();
+        let removed = gone.len();
+        for (hash, k, n, kept) in &keys {
+            let key = &key_bytes[k.clone()];
+            let Some((pos, _)) = st.find(ord, *hash, key) else {
+                continue;
+            };
+            if kept.is_empty() && *n == 1 {
+                st.remove_at(pos);
+                continue;
+            }
+            for loc in st
+                .entries
+                .remove_where(pos, *n, |l| gone.binary_search(&l).is_ok())
+            {
+                st.release(loc);
+            }
+        }
+        Ok((removed, resume))
     }
 
     /// How many records the key has (several in a bag: what inserting into
@@ -1043,6 +1207,12 @@ impl Table {
             return Ok(false);
         }
         let bag = self.kind.is_bag();
+        // A new record adds an entry if the key was absent; none removes one.
+        match (pos, new) {
+            (None, Some(_)) => st.refuse_long(|| 1, 0)?,
+            (Some(_), None) => st.refuse_long(|| 0, 1)?,
+            _ => {}
+        }
         match (pos, new) {
             (pos, Some(new)) => {
                 let locs = st.place(&[new])?;
@@ -1083,15 +1253,19 @@ impl Table {
         Ok(true)
     }
 
-    /// Removes every record.
-    pub fn clear(&self) -> Result<(), Error> {
+    /// Removes every record; returns how many there were.
+    pub fn clear(&self) -> Result<usize, Error> {
         let mut st = self.write()?;
+        if QUICK.get() && st.entries.heap_bytes() + st.arena.mapped_bytes() > QUICK_CLEAR_BYTES {
+            return Err(Error::TooLong);
+        }
         self.log(&[Change::Clear])?;
         st.arena.clear()?;
+        let n = st.entries.len();
         st.entries.clear();
         st.raw_bytes = 0;
         st.stored_bytes = 0;
-        Ok(())
+        Ok(n)
     }
 
     /// [`Table::chunk_in`] forward.
@@ -1382,6 +1556,31 @@ fn key_whole<'r>(
             Some(bytes) => changes.push(Change::Put(bytes)),
             None => changes.push(Change::Put(st.record_at(l).1)),
         }
+    }
+}
+
+/// Hashes `(key hash, key)` map keys by the key hash they start with,
+/// already a keyed hash of the key: nothing is hashed again.
+#[derive(Clone, Copy, Default)]
+struct ByHash;
+
+impl std::hash::BuildHasher for ByHash {
+    type Hasher = FirstWord;
+    fn build_hasher(&self) -> FirstWord {
+        FirstWord(None)
+    }
+}
+
+/// Keeps the first u64 written; ignores the rest.
+struct FirstWord(Option<u64>);
+
+impl std::hash::Hasher for FirstWord {
+    fn finish(&self) -> u64 {
+        self.0.unwrap_or(0)
+    }
+    fn write(&mut self, _bytes: &[u8]) {}
+    fn write_u64(&mut self, n: u64) {
+        self.0.get_or_insert(n);
     }
 }
 
@@ -1968,6 +2167,109 @@ mod tests {
     }
 
     #[test]
+    fn a_bag_batch_of_many_objects_keeps_each_new_one_once_in_reverse_order() {
+        for compression in [Compression::None, Compression::Zlib(6)] {
+            let t = table_of(Kind::Bag, compression);
+            // 50,000 distinct keys, and 5,000 objects twice in the batch.
+            let batch: Vec<Prepared> = (0..50_000)
+                .chain(0..5_000)
+                .map(|i| t.prepare(&key(i), &body(i, 0)))
+                .collect();
+            t.insert(&batch).unwrap();
+            assert_eq!(t.len().unwrap(), 50_000);
+            assert_eq!(all_bodies(&t, &key(4_999)), vec![body(4_999, 0)]);
+            // Ten keys of 2,000 objects each (compressible, so compared
+            // inflated), half of them stored by a first batch.
+            let objs = |range: std::ops::Range<i64>| -> Vec<Prepared> {
+                range
+                    .map(|i| t.prepare(&key(-1 - i % 10), &body(i, 100)))
+                    .collect()
+            };
+            t.insert(&objs(0..10_000)).unwrap();
+            t.insert(&objs(0..20_000)).unwrap();
+            assert_eq!(t.len().unwrap(), 70_000);
+            let expected: Vec<Vec<u8>> = (0..1000)
+                .rev()
+                .chain((1000..2000).rev())
+                .map(|j| body(j * 10 + 3, 100))
+                .collect();
+            assert_eq!(all_bodies(&t, &key(-4)), expected);
+            // Nothing of a batch already stored is added again.
+            t.insert(&objs(5_000..20_000)).unwrap();
+            assert_eq!(t.len().unwrap(), 70_000);
+        }
+    }
+
+    /// Runs `op` in quick calls until one is refused; returns how many
+    /// went through.
+    fn quick_until_refused(mut op: impl FnMut(usize) -> Result<(), Error>) -> usize {
+        for i in 0.. {
+            match quick(|| op(i)) {
+                Ok(()) => {}
+                Err(Error::TooLong) => return i,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        unreachable!()
+    }
+
+    #[test]
+    fn a_quick_call_refuses_to_resize_a_large_index_and_changes_nothing() {
+        for kind in [Kind::Set, Kind::Bag] {
+            let t = table_of(kind, Compression::None);
+            let n = 40_000;
+            let recs: Vec<Prepared> = (0..n).map(|i| t.prepare(&key(i), &body(i, 200))).collect();
+            t.insert(&recs).unwrap();
+            // Deleting: the call that would shrink the index is refused.
+            let deleted = quick_until_refused(|i| {
+                let k = key(i as i64);
+                let removed = match kind {
+                    Kind::Bag => t.remove_object(&t.prepare(&k, &body(i as i64, 200)))? == 1,
+                    _ => t.remove(t.hash(&k), &k, None)?,
+                };
+                assert!(removed);
+                Ok(())
+            });
+            assert!(deleted > 0 && deleted < n as usize);
+            let k = key(deleted as i64);
+            assert_eq!(
+                t.len().unwrap(),
+                n as usize - deleted,
+                "the refused call removed nothing"
+            );
+            assert!(t.contains(t.hash(&k), &k).unwrap());
+            assert!(
+                t.remove(t.hash(&k), &k, None).unwrap(),
+                "done outside quick"
+            );
+            let left = t.len().unwrap();
+            // Inserting: the one that would grow the index is refused; a
+            // set's replacement, which adds no entry, is not.
+            let added = quick_until_refused(|i| {
+                let i = n + i as i64;
+                t.insert(&[t.prepare(&key(i), &body(i, 200))])
+            });
+            assert!(added > 0);
+            assert_eq!(t.len().unwrap(), left + added);
+            let k = key(n + added as i64);
+            assert!(!t.contains(t.hash(&k), &k).unwrap());
+            if kind == Kind::Set {
+                let k = key(n - 1);
+                quick(|| t.insert(&[t.prepare(&k, &body(0, 1))])).unwrap();
+            }
+            t.insert(&[t.prepare(&k, &body(0, 1))]).unwrap();
+            // Clearing a large table is refused, and done outside quick.
+            assert!(matches!(quick(|| t.clear()), Err(Error::TooLong)));
+            assert_eq!(t.len().unwrap(), left + added + 1);
+            t.clear().unwrap();
+            assert!(t.is_empty().unwrap());
+            // A small table is cleared and resized in quick calls.
+            quick(|| t.insert(&[t.prepare(&key(1), &body(1, 1))])).unwrap();
+            quick(|| t.clear()).unwrap();
+        }
+    }
+
+    #[test]
     fn a_duplicate_bag_keeps_copies_and_remove_object_takes_them_all() {
         let t = table_of(Kind::DuplicateBag, Compression::Zlib(1));
         let k = key(7);
@@ -2278,6 +2580,78 @@ mod tests {
             let mut want: Vec<_> = (0..100).map(key).collect();
             want.sort();
             assert_eq!(keys_of(got), want, "{kind:?} shrunk");
+        }
+    }
+
+    #[test]
+    fn remove_chunk_takes_the_records_it_picks_in_resumable_logged_chunks() {
+        for kind in [Kind::Set, Kind::OrderedSet, Kind::Bag, Kind::DuplicateBag] {
+            for compression in [Compression::None, Compression::Zlib(6)] {
+                let t = table_of(kind, compression);
+                let rec = Arc::new(Recorder::default());
+                assert!(t.set_journal(rec.clone()));
+                // Keys 0..2999; pairs and triples (a bag key gets both).
+                let obj = |k: i64, v: i64| {
+                    let mut elems = vec![Value::Int(k), Value::Binary(vec![b'x'; 60])];
+                    if v % 2 == 1 {
+                        elems.push(Value::Int(v));
+                    }
+                    t.prepare(&key(k), &Value::Tuple(elems).to_bytes())
+                };
+                let recs: Vec<Prepared> = (0..6000).map(|i| obj(i % 2999, i)).collect();
+                t.insert(&recs).unwrap();
+                let before = records_by_key(&t);
+                let mut cursor = None;
+                let mut removed = 0;
+                let mut chunks = 0;
+                loop {
+                    let (n, next) = t
+                        .remove_chunk(cursor.as_ref(), 100, |b| codec::tuple_arity(b) == Some(2))
+                        .unwrap();
+                    removed += n;
+                    chunks += 1;
+                    match next {
+                        Some(c) => cursor = Some(c),
+                        None => break,
+                    }
+                }
+                assert!(chunks >= 30, "{kind:?}: {chunks} chunks");
+                // Only triples are left, in their order, every pair gone.
+                let left = records_by_key(&t);
+                let mut scratch = Vec::new();
+                let expected: Vec<Vec<Vec<u8>>> = before
+                    .iter()
+                    .map(|run| {
+                        let mut run = run.clone();
+                        run.retain(|r| {
+                            let h = Header::parse(r).map(|h| (h, r.as_slice()));
+                            h.map_or(true, |(h, r)| {
+                                let body = &r[h.body_start()..];
+                                let raw = match h.codec {
+                                    Codec::Raw => body,
+                                    Codec::Deflate => {
+                                        compress::decompress(body, h.raw_len, &mut scratch)
+                                            .unwrap();
+                                        &scratch
+                                    }
+                                };
+                                codec::tuple_arity(raw) != Some(2)
+                            })
+                        });
+                        run
+                    })
+                    .filter(|run| run.len() > 1)
+                    .collect();
+                assert_eq!(left, expected, "{kind:?}");
+                assert_eq!(
+                    t.len().unwrap() + removed,
+                    6000.min(before.iter().map(|r| r.len() - 1).sum())
+                );
+                // The log replays to the same table.
+                let fresh = table_of(kind, compression);
+                replay(&fresh, &rec.0.lock());
+                assert_eq!(records_by_key(&fresh), left, "{kind:?} replayed");
+            }
         }
     }
 }

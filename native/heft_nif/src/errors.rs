@@ -65,10 +65,14 @@ thread_local! {
     /// Set when a write failed because the table's log needs a new segment
     /// first (persist.rs): the write is retried on a dirty I/O scheduler.
     static WOULD_BLOCK: Cell<bool> = const { Cell::new(false) };
+    /// Set when a quick (normal-scheduler) write was refused as too long
+    /// (`heft_core::table::quick`): it is retried on a dirty CPU scheduler.
+    static TOO_LONG: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Maps a core error: a deleted table raises, I/O is returned. A write
-/// that would block is noted for [`take_would_block`].
+/// that would block is noted for [`take_would_block`], one too long for a
+/// quick call for [`take_too_long`].
 pub fn core(e: CoreError) -> Error {
     match e {
         CoreError::Deleted => no_table(),
@@ -78,6 +82,10 @@ pub fn core(e: CoreError) -> Error {
             WOULD_BLOCK.set(true);
             Error::Term(Box::new(atoms::heft_io()))
         }
+        CoreError::TooLong => {
+            TOO_LONG.set(true);
+            Error::Term(Box::new(atoms::heft_cpu()))
+        }
         _ => badarg(e.to_string()),
     }
 }
@@ -85,6 +93,12 @@ pub fn core(e: CoreError) -> Error {
 /// True (once) if the last core error on this thread was `WouldBlock`.
 pub fn take_would_block() -> bool {
     WOULD_BLOCK.replace(false)
+}
+
+/// True (once) if a core call on this thread was refused as `TooLong`
+/// since the last check.
+pub fn take_too_long() -> bool {
+    TOO_LONG.replace(false)
 }
 
 /// `{:error, posix}` for an I/O error.

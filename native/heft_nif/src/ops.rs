@@ -70,7 +70,10 @@ macro_rules! variants {
 }
 
 /// Write operations: as `variants!`, and for a `sync: :commit` table the
-/// result becomes a commit wait (persist.rs). A write to a persistent
+/// result becomes a commit wait (persist.rs). The normal variant runs as a
+/// quick call (`heft_core::table::quick`): a change that would resize a
+/// large index or clear a large table answers `:"$heft_cpu"` unmade,
+/// whatever order of earlier changes brought it about. A write to a persistent
 /// table whose log needs a new segment first (rare: the table's flusher
 /// thread makes them ahead of time) answers `:"$heft_io"` from the normal
 /// and DirtyCpu variants; the DirtyIo one makes room and retries.
@@ -78,7 +81,9 @@ macro_rules! write_variants {
     ($imp:ident => $normal:ident, $cpu:ident, $io:ident ($tab:ident $(, $arg:ident)*)) => {
         #[rustler::nif]
         fn $normal<'a>(env: Env<'a>, $tab: Term<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
-            let r = $imp(env, Sched::Normal, $tab, $($arg),*);
+            // A change that would resize a large index (or clear a large
+            // table) is refused here, unmade, and retried on DirtyCpu.
+            let r = heft_core::table::quick(|| $imp(env, Sched::Normal, $tab, $($arg),*));
             crate::persist::after_write(env, $tab, r)
         }
         #[rustler::nif(schedule = "DirtyCpu")]
@@ -573,10 +578,11 @@ fn delete_object_impl<'a>(
     Ok(true.encode(env))
 }
 
+/// Empties the table; answers how many objects it held.
 fn delete_all_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, true);
-    t.core.clear().map_err(errors::core)?;
-    Ok(true.encode(env))
+    let n = t.core.clear().map_err(errors::core)?;
+    Ok(n.encode(env))
 }
 
 /// One `{Pos, Incr}` or `{Pos, Incr, Threshold, SetValue}`.
@@ -902,15 +908,7 @@ fn chunk_of<'a>(
         .ok()
         .filter(|m| *m >= 1)
         .ok_or_else(|| badarg("the chunk size is not a positive integer"))?;
-    let after = if Atom::from_term(cursor).is_ok_and(|a| a == atoms::start()) {
-        None
-    } else {
-        let (hash, key): (u64, Binary) = cursor.decode().map_err(|_| badarg("not a cursor"))?;
-        Some(Cursor {
-            hash,
-            key: key.as_slice().to_vec(),
-        })
-    };
+    let after = decode_cursor(cursor)?;
     with_buf(|buf, scratch| {
         let budget = sched.decode_budget();
         let next = t
@@ -929,15 +927,7 @@ fn chunk_of<'a>(
         for it in buf.items() {
             records.push(decode_item(env, t, buf, it, scratch)?);
         }
-        let cursor = match next {
-            Some(c) => {
-                let mut key = NewBinary::new(env, c.key.len());
-                key.as_mut_slice().copy_from_slice(&c.key);
-                (c.hash, Term::from(key)).encode(env)
-            }
-            None => atoms::end_of_table().encode(env),
-        };
-        Ok((records, cursor).encode(env))
+        Ok((records, encode_cursor(env, next)).encode(env))
     })
 }
 
@@ -975,4 +965,28 @@ fn slot_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, i: Term<'a>) -> NifR
             ))),
         },
     )
+}
+
+/// A walk's cursor: `:start`, or `{hash, key}` as [`encode_cursor`] gave.
+pub(crate) fn decode_cursor(cursor: Term) -> NifResult<Option<Cursor>> {
+    if Atom::from_term(cursor).is_ok_and(|a| a == atoms::start()) {
+        return Ok(None);
+    }
+    let (hash, key): (u64, Binary) = cursor.decode().map_err(|_| badarg("not a cursor"))?;
+    Ok(Some(Cursor {
+        hash,
+        key: key.as_slice().to_vec(),
+    }))
+}
+
+/// Where a walk resumes, or `:"$end_of_table"` after its last chunk.
+pub(crate) fn encode_cursor<'a>(env: Env<'a>, next: Option<Cursor>) -> Term<'a> {
+    match next {
+        Some(c) => {
+            let mut key = NewBinary::new(env, c.key.len());
+            key.as_mut_slice().copy_from_slice(&c.key);
+            (c.hash, Term::from(key)).encode(env)
+        }
+        None => atoms::end_of_table().encode(env),
+    }
 }

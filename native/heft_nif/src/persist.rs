@@ -372,6 +372,9 @@ pub fn after_write<'a>(
     if errors::take_would_block() {
         return Ok(errors::retry_io(env));
     }
+    if errors::take_too_long() {
+        return Ok(errors::retry_cpu(env));
+    }
     let result = result?;
     if result.is_atom() && errors::is_retry(result) {
         return Ok(result);

@@ -7,16 +7,21 @@
 //!
 //! [`Table::replace_if`]: heft_core::Table::replace_if
 
+use heft_core::codec;
 use heft_core::table::{Error as CoreError, Item, Kind, RecordBuf};
 use rustler::{Encoder, Env, NifResult, Term};
 
 use crate::codec::{EncodeError, TermEncoder};
 use crate::errors::{self, badarg, retry_cpu};
-use crate::ops::{decode_item, open, prepare_object, record_elems, resolve, write_variants, Sched};
+use crate::ops::{
+    decode_cursor, decode_item, encode_cursor, open, prepare_object, record_elems, resolve,
+    write_variants, Sched,
+};
 use crate::resource::TableRes;
 
 write_variants!(delete_objects_impl => delete_objects, delete_objects_cpu, delete_objects_io (tab, objs));
 write_variants!(replace_objects_impl => replace_objects, replace_objects_cpu, replace_objects_io (tab, pairs));
+write_variants!(delete_arity_impl => delete_arity, delete_arity_cpu, delete_arity_io (tab, arity, cursor));
 
 /// `{size, keypos, ordered?}`, after checking that the caller may read the table (or
 /// write it, with `write`): select functions raise as ETS does even when
@@ -216,4 +221,32 @@ fn replace_objects_impl<'a>(
         }
     }
     Ok((replaced, lost).encode(env))
+}
+
+/// Records a `delete_arity` call looks at: a few milliseconds of the
+/// table's write lock.
+const ARITY_CHUNK: usize = 16_384;
+
+/// Deletes, of the next chunk of objects after `cursor` (`:start` first),
+/// those that are tuples of `arity` elements, without decoding them: what
+/// `select_delete` of a spec `[{{_, ..., _}, [], [true]}]` (and
+/// `match_delete(t, {_, ..., _})`) deletes. `{deleted, cursor}`, the
+/// cursor `:"$end_of_table"` after the last chunk.
+fn delete_arity_impl<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    tab: Term<'a>,
+    arity: Term<'a>,
+    cursor: Term<'a>,
+) -> NifResult<Term<'a>> {
+    let t = open_dirty!(env, tab, sched);
+    let arity: u64 = arity.decode().map_err(|_| badarg("not an arity"))?;
+    let after = decode_cursor(cursor)?;
+    let (deleted, next) = t
+        .core
+        .remove_chunk(after.as_ref(), ARITY_CHUNK, |body| {
+            codec::tuple_arity(body) == Some(arity)
+        })
+        .map_err(errors::core)?;
+    Ok((deleted, encode_cursor(env, next)).encode(env))
 }

@@ -79,6 +79,16 @@ impl Entries {
         }
     }
 
+    /// True if adding `added` entries or removing `removed` could resize
+    /// the index, and the index holds more than `slots` slots (an ordered
+    /// index changes a block or two at a time: never).
+    pub(super) fn would_resize_over(&self, slots: usize, added: usize, removed: usize) -> bool {
+        match self {
+            Entries::Hash(ix) => ix.capacity() > slots && ix.would_resize(added, removed),
+            Entries::Ordered(_) => false,
+        }
+    }
+
     pub(super) fn clear(&mut self) {
         match self {
             Entries::Hash(ix) => ix.clear(),
