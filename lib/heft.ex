@@ -323,9 +323,10 @@ defmodule Heft do
     %{o | arena: {:file, Path.expand(dir)}}
   end
 
+  # As ETS: booleans, and :auto for :write_concurrency only.
   defp option({key, v}, o)
        when key in [:read_concurrency, :write_concurrency, :decentralized_counters] and
-              (is_boolean(v) or v == :auto),
+              (is_boolean(v) or (key == :write_concurrency and v == :auto)),
        do: o
 
   defp option({key, _} = opt, _o)
@@ -387,8 +388,8 @@ defmodule Heft do
   table's mode).
   """
   @spec insert(tab, object | [object], keyword) :: true | {:error, atom}
-  def insert(tab, objects, opts) when is_list(opts) do
-    commit_after(tab, opts, fn -> insert(tab, objects) end)
+  def insert(tab, objects, opts) do
+    commit_after(tab, opts, "Heft.insert/3", fn -> insert(tab, objects) end)
   end
 
   @doc """
@@ -403,16 +404,24 @@ defmodule Heft do
 
   @doc "`insert_new/2` with per-call options, as `insert/3`."
   @spec insert_new(tab, object | [object], keyword) :: boolean | {:error, atom}
-  def insert_new(tab, objects, opts) when is_list(opts) do
-    commit_after(tab, opts, fn -> insert_new(tab, objects) end)
+  def insert_new(tab, objects, opts) do
+    commit_after(tab, opts, "Heft.insert_new/3", fn -> insert_new(tab, objects) end)
   end
 
-  defp commit_after(tab, opts, write) do
+  # The options are checked, and a commit is possible (the table is
+  # persistent), before anything is written.
+  defp commit_after(tab, opts, fun, write) do
+    opts = Heft.Args.options!(opts, fun, sync: &(&1 in [:table, :commit]))
+
     case Keyword.get(opts, :sync, :table) do
       :table ->
         write.()
 
       :commit ->
+        if Native.persist_info(ref(tab)) == nil do
+          raise ArgumentError, "#{fun}: sync: :commit needs a persistent table"
+        end
+
         case write.() do
           {:error, _} = error ->
             error
@@ -423,9 +432,6 @@ defmodule Heft do
               error -> error
             end
         end
-
-      other ->
-        raise ArgumentError, "option :sync must be :table or :commit, got: #{inspect(other)}"
     end
   end
 
@@ -601,9 +607,9 @@ defmodule Heft do
   ordered_set.
   """
   @spec foldl((object, acc -> acc), acc, tab) :: acc when acc: term
-  def foldl(fun, acc, tab) when is_function(fun, 2) do
+  def foldl(fun, acc, tab) do
     ref = ref(tab)
-    fold_chunks(ref, :start, acc, fn records, acc -> List.foldl(records, acc, fun) end)
+    fold_chunks(ref, :start, acc, Heft.Args.folder(fun, "Heft.foldl/3"))
   end
 
   @doc """
@@ -612,9 +618,9 @@ defmodule Heft do
   `foldl/3`, as in ETS.
   """
   @spec foldr((object, acc -> acc), acc, tab) :: acc when acc: term
-  def foldr(fun, acc, tab) when is_function(fun, 2) do
+  def foldr(fun, acc, tab) do
     ref = ref(tab)
-    fold_back(ref, :start, acc, fn records, acc -> List.foldl(records, acc, fun) end)
+    fold_back(ref, :start, acc, Heft.Args.folder(fun, "Heft.foldr/3"))
   end
 
   @doc "All objects, as a list (in key order for an ordered_set)."
@@ -862,14 +868,13 @@ defmodule Heft do
   @spec tab2file(tab, Path.t(), keyword) :: :ok | {:error, File.posix()}
   def tab2file(tab, filename, opts \\ []) do
     ref = ref(tab)
+    filename = Heft.Args.filename!(filename, "Heft.tab2file/3")
 
-    for opt <- opts do
-      case opt do
-        {:sync, b} when is_boolean(b) -> :ok
-        {:extended_info, l} when is_list(l) -> :ok
-        other -> raise ArgumentError, "unknown tab2file option: #{inspect(other)}"
-      end
-    end
+    opts =
+      Heft.Args.options!(opts, "Heft.tab2file/3",
+        sync: &is_boolean/1,
+        extended_info: &Heft.Args.proper_list?/1
+      )
 
     Heft.TabFile.write(ref, filename, opts)
   end
@@ -888,6 +893,9 @@ defmodule Heft do
     * `{:corrupt, offset}` - the frame at byte `offset` fails its checksum
       or is malformed.
     * `:cannot_create_table` - a named table of the stored name exists.
+    * `{:unsupported_object, offset}` - the frame at byte `offset` holds an
+      object Heft cannot store (maps nested more than 64 deep in a key or
+      a bag's object).
 
   Options: `arena: :memory | {:file, dir}` for the new table (default
   `:memory`, as for `new/2`); `verify: boolean` is accepted for
@@ -896,13 +904,13 @@ defmodule Heft do
   """
   @spec file2tab(Path.t(), keyword) :: {:ok, tab} | {:error, Heft.TabFile.reason()}
   def file2tab(filename, opts \\ []) do
-    for opt <- opts do
-      case opt do
-        {:verify, b} when is_boolean(b) -> :ok
-        {:arena, _} -> :ok
-        other -> raise ArgumentError, "unknown file2tab option: #{inspect(other)}"
-      end
-    end
+    filename = Heft.Args.filename!(filename, "Heft.file2tab/2")
+
+    opts =
+      Heft.Args.options!(opts, "Heft.file2tab/2",
+        verify: &is_boolean/1,
+        arena: &(&1 == :memory or match?({:file, dir} when is_binary(dir) or is_list(dir), &1))
+      )
 
     Heft.TabFile.read(filename, opts)
   end
@@ -1115,13 +1123,32 @@ defmodule Heft do
   of them is accepted too, as by `:ets.setopts/2`). Owner only.
   """
   @spec setopts(tab, tuple | [tuple]) :: true
-  def setopts(tab, opts) when is_list(opts), do: Enum.each(opts, &setopts(tab, &1)) || true
-  def setopts(tab, {:heir, :none}), do: Native.set_heir(ref(tab), :none)
+  def setopts(tab, opts) do
+    ref = ref(tab)
+    heirs = opts |> List.wrap() |> heir_options!(opts)
 
-  def setopts(tab, {:heir, pid, data}) when is_pid(pid),
-    do: Native.set_heir(ref(tab), {pid, data})
+    # Nothing to set: the caller must still own the table (it exists).
+    if heirs == [] and Native.info(ref).owner != self() do
+      raise ArgumentError, "only the owner may set the table's options"
+    end
 
-  def setopts(_tab, opt), do: raise(ArgumentError, "unknown option: #{inspect(opt)}")
+    Enum.each(heirs, &Native.set_heir(ref, &1))
+    true
+  end
+
+  # `{:heir, :none}` and `{:heir, pid, data}` options, as :none or
+  # {pid, data}, all checked before any is set.
+  defp heir_options!(list, opts) do
+    unless Heft.Args.proper_list?(list) do
+      raise ArgumentError, "Heft.setopts/2 expects options, got: #{inspect(opts)}"
+    end
+
+    Enum.map(list, fn
+      {:heir, :none} -> :none
+      {:heir, pid, data} when is_pid(pid) and node(pid) == node() -> {pid, data}
+      opt -> raise ArgumentError, "Heft.setopts/2: unknown option #{inspect(opt)}"
+    end)
+  end
 
   ## Persistence
 
@@ -1167,7 +1194,7 @@ defmodule Heft do
       true
   """
   @spec open(Path.t(), keyword) :: {:ok, tab} | {:error, term}
-  def open(dir, opts \\ []) when is_list(opts), do: Heft.Persist.open(dir, opts)
+  def open(dir, opts \\ []), do: Heft.Persist.open(dir, opts)
 
   @doc """
   Closes a persistent table: syncs its log to disk, stops its threads,
@@ -1218,11 +1245,12 @@ defmodule Heft do
   Returns `:ok`. A dead subscriber is forgotten.
   """
   @spec subscribe(tab, pid) :: :ok
-  def subscribe(tab, pid \\ self()) when is_pid(pid),
-    do: Native.persist_subscribe(ref(tab), pid, true)
+  def subscribe(tab, pid \\ self()), do: Native.persist_subscribe(ref(tab), pid!(pid), true)
 
   @doc "Stops `subscribe/2`'s messages to `pid`. Returns `:ok`."
   @spec unsubscribe(tab, pid) :: :ok
-  def unsubscribe(tab, pid \\ self()) when is_pid(pid),
-    do: Native.persist_subscribe(ref(tab), pid, false)
+  def unsubscribe(tab, pid \\ self()), do: Native.persist_subscribe(ref(tab), pid!(pid), false)
+
+  defp pid!(pid) when is_pid(pid), do: pid
+  defp pid!(other), do: raise(ArgumentError, "not a pid: #{inspect(other)}")
 end

@@ -107,8 +107,10 @@ defmodule Heft.Select do
   defp valid_source?(:done), do: true
   defp valid_source?({:keys, keys}), do: proper_list?(keys)
 
-  defp valid_source?({:scan, dir, range, _cursor}) when dir in [:forward, :backward],
-    do: range == nil or match?({_lo, _hi}, range)
+  defp valid_source?({:scan, dir, range, cursor}) when dir in [:forward, :backward] do
+    (range == nil or match?({_lo, _hi}, range)) and
+      (cursor == :start or match?({hash, key} when is_integer(hash) and is_binary(key), cursor))
+  end
 
   defp valid_source?(_source), do: false
 

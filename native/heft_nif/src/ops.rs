@@ -711,8 +711,16 @@ fn update_counter_impl<'a>(
             if op.pos == keypos || op.pos > elems.len() {
                 return Err(badarg(format!("position {} cannot be updated", op.pos)));
             }
-            let cur = counter_int(elems[op.pos - 1])
-                .map_err(|_| badarg(format!("element {} is not an integer", op.pos)))?;
+            let element = elems[op.pos - 1];
+            if !element.is_integer() {
+                return Err(badarg(format!("element {} is not an integer", op.pos)));
+            }
+            let cur = element.decode::<i128>().map_err(|_| {
+                badarg(format!(
+                    "element {} is an integer beyond ±2^127, which Heft's counters do not support",
+                    op.pos
+                ))
+            })?;
             let mut new = cur
                 .checked_add(op.incr)
                 .ok_or_else(|| badarg("a counter beyond ±2^127, which Heft does not support"))?;
