@@ -81,9 +81,34 @@ defmodule Heft do
   >   `first/next` walk is safe while other processes write.
   > - `foldl/3` calls its function for every object, including one whose
   >   key is `:"$end_of_table"` (ETS's `foldl` skips that one).
-  > - Counters (`update_counter/3,4`) work up to ±2^127; ETS has no limit.
+  > - Counters (`update_counter/3,4`) work up to ±2^127; ETS has no limit
+  >   (`ArgumentError` naming the limit beyond, for an operand or a stored
+  >   element).
   > - Maps may nest at most 64 deep inside a key or a bag's object
-  >   (`ArgumentError` beyond): encoding them canonically recurses.
+  >   (`ArgumentError` beyond): encoding them canonically recurses. An
+  >   insert holding such an object raises and inserts nothing; such a key
+  >   is in no table, so `lookup/2`, `member/2`, `take/2`, `delete/2`,
+  >   `delete_object/2` and `update_element/3` answer as for a missing key.
+  >   The other elements of a set's or ordered_set's objects may nest maps
+  >   as deep as the VM allows, and every function handles them (objects
+  >   are compared with `=:=`).
+  > - `foldl/3` and `foldr/3` raise `ArgumentError` for a `fun` that is not
+  >   a function, even on an empty table (ETS returns the accumulator
+  >   there), and for a function of another arity once the table has an
+  >   object (ETS raises `FunctionClauseError` there; on an empty table
+  >   both return the accumulator).
+  > - A continuation of `select/3`, `select_reverse/3`, `match/3` or
+  >   `match_object/3` belongs to the table it walks: it raises
+  >   `ArgumentError` once that table is deleted, even when another table
+  >   took its name and even with results already buffered (ETS continues
+  >   a named ordered_set's walk in the new table), and it keeps working
+  >   after `rename/2`.
+  > - Bad file names and options of `tab2file/3`, `file2tab/2` and
+  >   `open/2` raise `ArgumentError` (ETS's `tab2file` and `file2tab`
+  >   return some of them as `{:error, reason}`). `insert/3` and
+  >   `insert_new/3` with `sync: :commit` raise, before writing, on a table
+  >   that is not persistent.
+  > - `setopts/2` sets only the heir (ETS also takes `{:protection, p}`).
   > - A bag compares a new object with each object of its key, inflating
   >   compressed ones of the same size, while holding the table's write
   >   lock: keys with thousands of objects make inserts slow (in ETS too,
@@ -1176,7 +1201,11 @@ defmodule Heft do
     * `{:unsupported_version, file, version}` - written by a newer Heft.
     * `:name_taken` - a named table with this name exists.
     * `:eacces`, `:eio`, `:enospc`... - a POSIX error.
-    * `{:badarg, message}` - an invalid option.
+    * `{:badarg, message}` - the options stored in `dir` are not valid
+      ones.
+
+  Raises `ArgumentError`, before it reads anything, if `dir` is not a
+  file name or an option is unknown or invalid.
 
   ## Examples
 

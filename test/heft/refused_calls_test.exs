@@ -66,6 +66,37 @@ defmodule Heft.RefusedCallsTest do
     end
   end
 
+  test "a key Heft cannot store is in no table: reads and deletes answer as ETS does for a missing key" do
+    key = deep_map(100)
+
+    for type <- [:set, :ordered_set, :bag, :duplicate_bag] do
+      h = Heft.new(:deep_key, [type, :public])
+      e = :ets.new(:deep_key, [type, :public])
+      for t <- [h, e], m = if(t == h, do: Heft, else: :ets), do: m.insert(t, {1, :a})
+
+      calls = [
+        &[&1.lookup(&2, key)],
+        &[&1.member(&2, key)],
+        &[&1.take(&2, key)],
+        &[&1.delete(&2, key)],
+        &[&1.delete_object(&2, {key, :a})],
+        &[&1.delete_object(&2, {1, key})]
+      ]
+
+      calls =
+        if type in [:set, :ordered_set],
+          do: [(&[&1.update_element(&2, key, {2, :b})]) | calls],
+          else: calls
+
+      for call <- calls do
+        assert call.(Heft, h) == call.(:ets, e), inspect({type, call.(:ets, e)})
+      end
+
+      assert_raise ArgumentError, fn -> Heft.lookup_element(h, key, 2) end
+      assert Heft.tab2list(h) == :ets.tab2list(e)
+    end
+  end
+
   # A file of the tab-file format (docs/tab-file.md) holding `objects`,
   # which Heft could not have written itself.
   defp tab_file(path, meta, objects) do
