@@ -99,20 +99,19 @@ defmodule Heft.MatchSpec do
   #
   # When every clause is bound (or, in an ordered_set, bound or partly
   # bound), ETS looks only there: an ordered_set walks from the smallest
-  # of those keys to the greatest (ignoring bound keys not in the table,
-  # which `present?` tells), running the whole spec on every object in
-  # between. Where a bound key holds a map, a map pattern of the spec
+  # of those keys to the greatest (OTP 25: whether the bound keys are in
+  # the table or not; one key alone is looked up), running the whole spec
+  # on every object in between. Where a bound key holds a map, a map pattern of the spec
   # then matches larger maps inside that walk and not outside it, so Heft
   # walks exactly that range (limited/3). When ETS walks the whole table,
   # Heft narrows the walk to what the clauses can match (widened/3).
-  @spec plan(t, pos_integer, boolean, (term -> boolean)) ::
-          :scan | {:lookup, [term]} | {:range, bound, bound}
-  def plan(spec, keypos, ordered \\ false, present? \\ fn _key -> true end) do
+  @spec plan(t, pos_integer, boolean) :: :scan | {:lookup, [term]} | {:range, bound, bound}
+  def plan(spec, keypos, ordered \\ false) do
     kinds = Enum.map(spec, &kind(&1, keypos, ordered))
 
     if :unlimited in kinds,
       do: widened(spec, keypos, ordered),
-      else: limited(kinds, ordered, present?)
+      else: limited(kinds, ordered)
   end
 
   # How ETS classes a clause: :none (it can match no object),
@@ -138,23 +137,25 @@ defmodule Heft.MatchSpec do
     end
   end
 
-  defp limited(kinds, false, _present?) do
+  defp limited(kinds, false) do
     {:lookup, Enum.uniq(for {:bound, key} <- kinds, do: key)}
   end
 
-  defp limited(kinds, true, present?) do
+  defp limited(kinds, true) do
     bound = for {:bound, key} <- kinds, do: key
     partial = for {:partial, key} <- kinds, do: key
-    maps? = Enum.any?(bound, &has_map?/1)
-    bound = if maps?, do: Enum.filter(bound, present?), else: bound
 
     cond do
       # Without maps, a bound key's clause matches that key only: the
       # lookups find what ETS's walk between them would match.
-      partial == [] and not maps? -> {:lookup, bound |> Enum.sort() |> dedup_equal()}
-      partial == [] and bound == [] -> {:lookup, []}
-      partial == [] and Enum.all?(bound, &(&1 == hd(bound))) -> {:lookup, [hd(bound)]}
-      true -> hull(Enum.map(bound, &{{&1, true}, {&1, true}}) ++ Enum.map(partial, &run/1))
+      partial == [] and not Enum.any?(bound, &has_map?/1) ->
+        {:lookup, bound |> Enum.sort() |> dedup_equal()}
+
+      partial == [] and Enum.all?(bound, &(&1 == hd(bound))) ->
+        {:lookup, [hd(bound)]}
+
+      true ->
+        hull(Enum.map(bound, &{{&1, true}, {&1, true}}) ++ Enum.map(partial, &run/1))
     end
   end
 

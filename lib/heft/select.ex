@@ -256,7 +256,7 @@ defmodule Heft.Select do
         :done
 
       _ ->
-        case MatchSpec.plan(spec, keypos, ordered, present?(ref)) do
+        case MatchSpec.plan(spec, keypos, ordered) do
           {:lookup, keys} when dir == :backward -> {:keys, Enum.reverse(keys)}
           {:lookup, keys} -> {:keys, keys}
           {:range, lo, hi} -> {:scan, dir, {lo, hi}, :start}
@@ -323,10 +323,6 @@ defmodule Heft.Select do
   def plan(ref, spec) do
     _ = MatchSpec.compile!(spec)
     {_size, keypos, ordered} = Native.select_access(ref, false)
-    MatchSpec.plan(spec, keypos, ordered, present?(ref))
+    MatchSpec.plan(spec, keypos, ordered)
   end
-
-  # Whether the table holds a key (MatchSpec.plan/4 asks about a few bound
-  # keys of an ordered_set, as ETS does before it walks between them).
-  defp present?(ref), do: fn key -> call(member(ref, key)) end
 end

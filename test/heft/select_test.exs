@@ -595,6 +595,52 @@ defmodule Heft.SelectTest do
     end
   end
 
+  describe "partly bound and map keys in an ordered_set, as ETS walks them" do
+    test "a list key with a bound head and an open tail finds every list with that head" do
+      pair =
+        pair([{~c"3", 0}, {~c"30", 1}, {~c"31", 2}, {~c"4", 3}, {[?3 | :x], 4}, {[], 5}], [
+          :ordered_set
+        ])
+
+      for spec <- [
+            [{{[?3 | :"$1"], :_}, [], [:"$1"]}],
+            [{{[?3, :_ | :_], :_}, [], [:"$_"]}],
+            [{{[:_ | :x], :_}, [], [:"$_"]}]
+          ] do
+        ordered(pair, & &1.select(&2, spec))
+        ordered(pair, & &1.select_reverse(&2, spec))
+        ordered(pair, &select_all(&1, &2, spec, :select))
+      end
+
+      same(pair, & &1.select_delete(&2, [{{[?3 | :_], :_}, [], [true]}]))
+      same(pair, & &1.tab2list(&2))
+    end
+
+    test "clauses bound to maps: one key is looked up, several are walked between" do
+      # ETS looks a key without variables up by equality, so the map
+      # pattern in it finds only that key when it is alone; with other
+      # bound or partly bound clauses it walks from the smallest to the
+      # greatest, where the map pattern also matches larger maps (OTP 25:
+      # whether the bound keys are in the table or not).
+      objects = [{{:a, %{x: 1, y: 2}}}, {{:b, 1}}, {{:c, %{x: 1}}}, {%{x: 1.0}}, {%{x: 1, y: 2}}]
+      pair = pair(objects, [:ordered_set])
+
+      for spec <- [
+            [{{{:a, %{x: 1}}}, [], [:"$_"]}],
+            [{{{:a, %{x: 1}}}, [], [:"$_"]}, {{{:b, :_}}, [], [:"$_"]}],
+            [{{{:a, %{x: 1}}}, [], [:"$_"]}, {{{:b, 1}}, [], [:"$_"]}],
+            [{{{:a, %{x: 1}}}, [], [:"$_"]}, {{{:a, %{x: 1.0}}}, [], [:"$_"]}],
+            [{{%{x: 1}}, [], [:"$_"]}],
+            [{{%{x: 1}}, [], [:"$_"]}, {{{:c, :_}}, [], [:"$_"]}],
+            [{{%{x: :_}}, [], [:"$_"]}, {{{:c, :_}}, [], [:"$_"]}]
+          ] do
+        ordered(pair, & &1.select(&2, spec))
+        ordered(pair, & &1.select_reverse(&2, spec))
+        ordered(pair, & &1.select_count(&2, Heft.MatchSpec.with_object(spec)))
+      end
+    end
+  end
+
   # Asserts equal results, order included.
   defp ordered({e, h}, fun), do: assert(fun.(Heft, h) == fun.(:ets, e))
 
