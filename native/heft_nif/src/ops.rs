@@ -578,7 +578,11 @@ fn delete_object_impl<'a>(
             return Ok(retry_cpu(env));
         }
     }
-    or_absent!(env, crate::select::delete_exact(env, &t, &mut enc, obj)?, true);
+    or_absent!(
+        env,
+        crate::select::delete_exact(env, &t, &mut enc, obj)?,
+        true
+    );
     Ok(true.encode(env))
 }
 

@@ -727,21 +727,19 @@ fn gen(r: &mut Rng, depth: u32) -> M {
     }
 }
 
+/// A copy of `es` with one element, drawn at random, replaced by `f` of it.
+fn with_one(r: &mut Rng, es: &[M], f: fn(&mut Rng, &M) -> M) -> Vec<M> {
+    let mut es = es.to_vec();
+    let i = r.below(es.len() as u64) as usize;
+    es[i] = f(r, &es[i]);
+    es
+}
+
 /// A copy of `m` with one leaf changed (or `m` itself), for near misses.
 fn mutate(r: &mut Rng, m: &M) -> M {
     match m {
-        T(es) if !es.is_empty() && r.below(3) != 0 => {
-            let mut es = es.clone();
-            let i = r.below(es.len() as u64) as usize;
-            es[i] = mutate(r, &es[i]);
-            T(es)
-        }
-        L(es, t) if r.below(3) != 0 => {
-            let mut es = es.clone();
-            let i = r.below(es.len() as u64) as usize;
-            es[i] = mutate(r, &es[i]);
-            L(es, t.clone())
-        }
+        T(es) if !es.is_empty() && r.below(3) != 0 => T(with_one(r, es, mutate)),
+        L(es, t) if r.below(3) != 0 => L(with_one(r, es, mutate), t.clone()),
         _ if r.below(2) == 0 => m.clone(),
         _ => gen(r, 1),
     }
@@ -838,25 +836,16 @@ fn contains_wild(m: &M) -> bool {
 /// wildcard: the bounds the match-spec planner makes of partly bound keys.
 fn wildify(r: &mut Rng, m: &M) -> M {
     match m {
-        T(es) if !es.is_empty() && r.below(4) != 0 => {
-            let mut es = es.clone();
-            let i = r.below(es.len() as u64) as usize;
-            es[i] = wildify(r, &es[i]);
-            T(es)
-        }
-        L(es, t) if r.below(4) != 0 => {
-            let i = r.below(es.len() as u64) as usize;
-            match r.below(3) {
-                // The rest of the list from cell i + 1 on.
-                0 => L(es[..=i].to_vec(), Box::new(wild())),
-                1 => {
-                    let mut es = es.clone();
-                    es[i] = wildify(r, &es[i]);
-                    L(es, t.clone())
-                }
-                _ => L(es.clone(), Box::new(wildify(r, t))),
+        T(es) if !es.is_empty() && r.below(4) != 0 => T(with_one(r, es, wildify)),
+        L(es, t) if r.below(4) != 0 => match r.below(3) {
+            // The rest of the list from some cell on.
+            0 => {
+                let i = r.below(es.len() as u64) as usize;
+                L(es[..=i].to_vec(), Box::new(wild()))
             }
-        }
+            1 => L(with_one(r, es, wildify), t.clone()),
+            _ => L(es.clone(), Box::new(wildify(r, t))),
+        },
         _ => wild(),
     }
 }
@@ -880,7 +869,10 @@ fn a_bound_with_wildcards_matches_one_run_of_keys_including_list_tails() {
         keys.push(L(vec![I(h), I(0)], Box::new(I(9))));
     }
     keys.sort_by(|x, y| model(x, y, false));
-    let encoded: Vec<Vec<u8>> = keys.iter().map(|k| value(k, &mut names).to_bytes()).collect();
+    let encoded: Vec<Vec<u8>> = keys
+        .iter()
+        .map(|k| value(k, &mut names).to_bytes())
+        .collect();
     let mut bounds: Vec<M> = (0..300)
         .map(|i| wildify(&mut r, &keys[i * 7 % keys.len()]))
         .collect();
@@ -907,6 +899,10 @@ fn a_bound_with_wildcards_matches_one_run_of_keys_including_list_tails() {
     ];
     for (k, want) in cases {
         let ek = value(&k, &mut names).to_bytes();
-        assert_eq!(compare_bound(&ek, &three, |id| names.name(id)), want, "{k:?}");
+        assert_eq!(
+            compare_bound(&ek, &three, |id| names.name(id)),
+            want,
+            "{k:?}"
+        );
     }
 }
