@@ -128,17 +128,19 @@ fn model(a: &M, b: &M, exact: bool) -> Ordering {
             if o != Equal {
                 return o;
             }
-            let rest = |es: &[M], t: &M| {
-                if es.len() > 1 {
-                    L(es[1..].to_vec(), Box::new(t.clone()))
-                } else {
-                    t.clone()
-                }
-            };
             model(&rest(x, xt), &rest(y, yt), exact)
         }
         (Bits(x, nx), Bits(y, ny)) => bits_of(x, *nx).cmp(&bits_of(y, *ny)),
         _ => unreachable!("same class"),
+    }
+}
+
+/// What follows a list's first cell: its other cells, or its tail.
+fn rest(es: &[M], t: &M) -> M {
+    if es.len() > 1 {
+        L(es[1..].to_vec(), Box::new(t.clone()))
+    } else {
+        t.clone()
     }
 }
 
@@ -809,13 +811,6 @@ fn model_bound(a: &M, b: &M) -> Ordering {
             if o != Equal || contains_wild(&y[0]) {
                 return o;
             }
-            let rest = |es: &[M], t: &M| {
-                if es.len() > 1 {
-                    L(es[1..].to_vec(), Box::new(t.clone()))
-                } else {
-                    t.clone()
-                }
-            };
             model_bound(&rest(x, xt), &rest(y, yt))
         }
         _ => model(a, b, false),
