@@ -97,9 +97,34 @@ defmodule Heft do
   >   their memory in bytes; `i/0` and `i/1` print terms with `inspect/1`.
   > - `foldl/3` calls its function for every object, including one whose
   >   key is `:"$end_of_table"` (ETS's `foldl` skips that one).
-  > - Counters (`update_counter/3,4`) work up to ±2^127; ETS has no limit.
+  > - Counters (`update_counter/3,4`) work up to ±2^127; ETS has no limit
+  >   (`ArgumentError` naming the limit beyond, for an operand or a stored
+  >   element).
   > - Maps may nest at most 64 deep inside a key or a bag's object
-  >   (`ArgumentError` beyond): encoding them canonically recurses.
+  >   (`ArgumentError` beyond): encoding them canonically recurses. An
+  >   insert holding such an object raises and inserts nothing; such a key
+  >   is in no table, so `lookup/2`, `member/2`, `take/2`, `delete/2`,
+  >   `delete_object/2` and `update_element/3` answer as for a missing key.
+  >   The other elements of a set's or ordered_set's objects may nest maps
+  >   as deep as the VM allows, and every function handles them (objects
+  >   are compared with `=:=`).
+  > - `foldl/3` and `foldr/3` raise `ArgumentError` for a `fun` that is not
+  >   a function, even on an empty table (ETS returns the accumulator
+  >   there), and for a function of another arity once the table has an
+  >   object (ETS raises `FunctionClauseError` there; on an empty table
+  >   both return the accumulator).
+  > - A continuation of `select/3`, `select_reverse/3`, `match/3` or
+  >   `match_object/3` belongs to the table it walks: it raises
+  >   `ArgumentError` once that table is deleted, even when another table
+  >   took its name and even with results already buffered (ETS continues
+  >   a named ordered_set's walk in the new table), and it keeps working
+  >   after `rename/2`.
+  > - Bad file names and options of `tab2file/3`, `file2tab/2` and
+  >   `open/2` raise `ArgumentError` (ETS's `tab2file` and `file2tab`
+  >   return some of them as `{:error, reason}`). `insert/3` and
+  >   `insert_new/3` with `sync: :commit` raise, before writing, on a table
+  >   that is not persistent.
+  > - `setopts/2` sets only the heir (ETS also takes `{:protection, p}`).
   > - A bag compares a new object with each object of its key, inflating
   >   compressed ones of the same size, while holding the table's write
   >   lock: keys with thousands of objects make inserts slow (in ETS too,
@@ -353,9 +378,10 @@ defmodule Heft do
     %{o | arena: {:file, Path.expand(dir)}}
   end
 
+  # As ETS: booleans, and :auto for :write_concurrency only.
   defp option({key, v}, o)
        when key in [:read_concurrency, :write_concurrency, :decentralized_counters] and
-              (is_boolean(v) or v == :auto),
+              (is_boolean(v) or (key == :write_concurrency and v == :auto)),
        do: o
 
   defp option({key, _} = opt, _o)
@@ -417,8 +443,8 @@ defmodule Heft do
   table's mode).
   """
   @spec insert(tab, object | [object], keyword) :: true | {:error, atom}
-  def insert(tab, objects, opts) when is_list(opts) do
-    commit_after(tab, opts, fn -> insert(tab, objects) end)
+  def insert(tab, objects, opts) do
+    commit_after(tab, opts, "Heft.insert/3", fn -> insert(tab, objects) end)
   end
 
   @doc """
@@ -433,16 +459,24 @@ defmodule Heft do
 
   @doc "`insert_new/2` with per-call options, as `insert/3`."
   @spec insert_new(tab, object | [object], keyword) :: boolean | {:error, atom}
-  def insert_new(tab, objects, opts) when is_list(opts) do
-    commit_after(tab, opts, fn -> insert_new(tab, objects) end)
+  def insert_new(tab, objects, opts) do
+    commit_after(tab, opts, "Heft.insert_new/3", fn -> insert_new(tab, objects) end)
   end
 
-  defp commit_after(tab, opts, write) do
+  # The options are checked, and a commit is possible (the table is
+  # persistent), before anything is written.
+  defp commit_after(tab, opts, fun, write) do
+    opts = Heft.Args.options!(opts, fun, sync: &(&1 in [:table, :commit]))
+
     case Keyword.get(opts, :sync, :table) do
       :table ->
         write.()
 
       :commit ->
+        if Native.persist_info(ref(tab)) == nil do
+          raise ArgumentError, "#{fun}: sync: :commit needs a persistent table"
+        end
+
         case write.() do
           {:error, _} = error ->
             error
@@ -453,9 +487,6 @@ defmodule Heft do
               error -> error
             end
         end
-
-      other ->
-        raise ArgumentError, "option :sync must be :table or :commit, got: #{inspect(other)}"
     end
   end
 
@@ -636,9 +667,9 @@ defmodule Heft do
   ordered_set.
   """
   @spec foldl((object, acc -> acc), acc, tab) :: acc when acc: term
-  def foldl(fun, acc, tab) when is_function(fun, 2) do
+  def foldl(fun, acc, tab) do
     ref = ref(tab)
-    fold_chunks(ref, :start, acc, fn records, acc -> List.foldl(records, acc, fun) end)
+    fold_chunks(ref, :start, acc, Heft.Args.folder(fun, "Heft.foldl/3"))
   end
 
   @doc """
@@ -647,9 +678,9 @@ defmodule Heft do
   `foldl/3`, as in ETS.
   """
   @spec foldr((object, acc -> acc), acc, tab) :: acc when acc: term
-  def foldr(fun, acc, tab) when is_function(fun, 2) do
+  def foldr(fun, acc, tab) do
     ref = ref(tab)
-    fold_back(ref, :start, acc, fn records, acc -> List.foldl(records, acc, fun) end)
+    fold_back(ref, :start, acc, Heft.Args.folder(fun, "Heft.foldr/3"))
   end
 
   @doc "All objects, as a list (in key order for an ordered_set)."
@@ -905,14 +936,13 @@ defmodule Heft do
   @spec tab2file(tab, Path.t(), keyword) :: :ok | {:error, File.posix()}
   def tab2file(tab, filename, opts \\ []) do
     ref = ref(tab)
+    filename = Heft.Args.filename!(filename, "Heft.tab2file/3")
 
-    for opt <- opts do
-      case opt do
-        {:sync, b} when is_boolean(b) -> :ok
-        {:extended_info, l} when is_list(l) -> :ok
-        other -> raise ArgumentError, "unknown tab2file option: #{inspect(other)}"
-      end
-    end
+    opts =
+      Heft.Args.options!(opts, "Heft.tab2file/3",
+        sync: &is_boolean/1,
+        extended_info: &Heft.Args.proper_list?/1
+      )
 
     Heft.TabFile.write(ref, filename, opts)
   end
@@ -931,6 +961,9 @@ defmodule Heft do
     * `{:corrupt, offset}` - the frame at byte `offset` fails its checksum
       or is malformed.
     * `:cannot_create_table` - a named table of the stored name exists.
+    * `{:unsupported_object, offset}` - the frame at byte `offset` holds an
+      object Heft cannot store (maps nested more than 64 deep in a key or
+      a bag's object).
 
   Options: `arena: :memory | {:file, dir}` for the new table (default
   `:memory`, as for `new/2`); `verify: boolean` is accepted for
@@ -939,13 +972,13 @@ defmodule Heft do
   """
   @spec file2tab(Path.t(), keyword) :: {:ok, tab} | {:error, Heft.TabFile.reason()}
   def file2tab(filename, opts \\ []) do
-    for opt <- opts do
-      case opt do
-        {:verify, b} when is_boolean(b) -> :ok
-        {:arena, _} -> :ok
-        other -> raise ArgumentError, "unknown file2tab option: #{inspect(other)}"
-      end
-    end
+    filename = Heft.Args.filename!(filename, "Heft.file2tab/2")
+
+    opts =
+      Heft.Args.options!(opts, "Heft.file2tab/2",
+        verify: &is_boolean/1,
+        arena: &(&1 == :memory or match?({:file, dir} when is_binary(dir) or is_list(dir), &1))
+      )
 
     Heft.TabFile.read(filename, opts)
   end
@@ -1548,13 +1581,32 @@ defmodule Heft do
   of them is accepted too, as by `:ets.setopts/2`). Owner only.
   """
   @spec setopts(tab, tuple | [tuple]) :: true
-  def setopts(tab, opts) when is_list(opts), do: Enum.each(opts, &setopts(tab, &1)) || true
-  def setopts(tab, {:heir, :none}), do: Native.set_heir(ref(tab), :none)
+  def setopts(tab, opts) do
+    ref = ref(tab)
+    heirs = opts |> List.wrap() |> heir_options!(opts)
 
-  def setopts(tab, {:heir, pid, data}) when is_pid(pid),
-    do: Native.set_heir(ref(tab), {pid, data})
+    # Nothing to set: the caller must still own the table (it exists).
+    if heirs == [] and Native.info(ref).owner != self() do
+      raise ArgumentError, "only the owner may set the table's options"
+    end
 
-  def setopts(_tab, opt), do: raise(ArgumentError, "unknown option: #{inspect(opt)}")
+    Enum.each(heirs, &Native.set_heir(ref, &1))
+    true
+  end
+
+  # `{:heir, :none}` and `{:heir, pid, data}` options, as :none or
+  # {pid, data}, all checked before any is set.
+  defp heir_options!(list, opts) do
+    unless Heft.Args.proper_list?(list) do
+      raise ArgumentError, "Heft.setopts/2 expects options, got: #{inspect(opts)}"
+    end
+
+    Enum.map(list, fn
+      {:heir, :none} -> :none
+      {:heir, pid, data} when is_pid(pid) and node(pid) == node() -> {pid, data}
+      opt -> raise ArgumentError, "Heft.setopts/2: unknown option #{inspect(opt)}"
+    end)
+  end
 
   ## Persistence
 
@@ -1583,7 +1635,11 @@ defmodule Heft do
     * `{:unsupported_version, file, version}` - written by a newer Heft.
     * `:name_taken` - a named table with this name exists.
     * `:eacces`, `:eio`, `:enospc`... - a POSIX error.
-    * `{:badarg, message}` - an invalid option.
+    * `{:badarg, message}` - the options stored in `dir` are not valid
+      ones.
+
+  Raises `ArgumentError`, before it reads anything, if `dir` is not a
+  file name or an option is unknown or invalid.
 
   ## Examples
 
@@ -1601,7 +1657,7 @@ defmodule Heft do
       true
   """
   @spec open(Path.t(), keyword) :: {:ok, tab} | {:error, term}
-  def open(dir, opts \\ []) when is_list(opts), do: Heft.Persist.open(dir, opts)
+  def open(dir, opts \\ []), do: Heft.Persist.open(dir, opts)
 
   @doc """
   Closes a persistent table: syncs its log to disk, stops its threads,
@@ -1652,11 +1708,12 @@ defmodule Heft do
   Returns `:ok`. A dead subscriber is forgotten.
   """
   @spec subscribe(tab, pid) :: :ok
-  def subscribe(tab, pid \\ self()) when is_pid(pid),
-    do: Native.persist_subscribe(ref(tab), pid, true)
+  def subscribe(tab, pid \\ self()), do: Native.persist_subscribe(ref(tab), pid!(pid), true)
 
   @doc "Stops `subscribe/2`'s messages to `pid`. Returns `:ok`."
   @spec unsubscribe(tab, pid) :: :ok
-  def unsubscribe(tab, pid \\ self()) when is_pid(pid),
-    do: Native.persist_subscribe(ref(tab), pid, false)
+  def unsubscribe(tab, pid \\ self()), do: Native.persist_subscribe(ref(tab), pid!(pid), false)
+
+  defp pid!(pid) when is_pid(pid), do: pid
+  defp pid!(other), do: raise(ArgumentError, "not a pid: #{inspect(other)}")
 end

@@ -102,27 +102,111 @@ defmodule Heft.MatchSpec do
   # Cartesian products of candidate keys larger than this give up (scan).
   @max_keys 64
 
+  # Stands for any term in a range bound (order::compare_bound).
+  @wild :"$heft_wildcard"
+
   @doc false
   # How select finds what a (valid) spec can match in a table whose key is
-  # element `keypos`: `{:lookup, keys}` when every clause can only match
-  # objects with one of a few keys, `:scan` otherwise. A clause that can
-  # match no object at all (its head is neither a variable nor a tuple of
-  # at least `keypos` elements) adds no key.
+  # element `keypos`: `{:lookup, keys}`, `{:range, lo, hi}` (an ordered_set,
+  # `ordered` true) or `:scan`. The spec still runs on every object found,
+  # so a plan must hold every object ETS would run the spec on and, for
+  # one quirk of ETS (below), no other.
+  #
+  # ETS reads each clause's key element (analyze_pattern and key_given in
+  # erl_db_hash.c and erl_db_tree.c):
+  #
+  # - no `:_` or `:"$N"` in it (map values included): a *bound* key,
+  #   looked up by key equality, not matched, so that a map in it finds
+  #   only a key equal to it, not the larger maps its pattern matches;
+  # - in an ordered_set, a *partly bound* key, with a variable inside and
+  #   no map (`{:user, :_}`, `[?3 | :"$1"]`): its keys are one run of the
+  #   term order (order::compare_bound);
+  # - anything else (a variable, a map with a variable, a head that is a
+  #   variable): the whole table.
+  #
+  # When every clause is bound (or, in an ordered_set, bound or partly
+  # bound), ETS looks only there: an ordered_set walks from the smallest
+  # of those keys to the greatest (OTP 25: whether the bound keys are in
+  # the table or not; one key alone is looked up), running the whole spec
+  # on every object in between. Where a bound key holds a map, a map pattern of the spec
+  # then matches larger maps inside that walk and not outside it, so Heft
+  # walks exactly that range (limited/3). When ETS walks the whole table,
+  # Heft narrows the walk to what the clauses can match (widened/3).
+  @spec plan(t, pos_integer, boolean) :: :scan | {:lookup, [term]} | {:range, bound, bound}
+  def plan(spec, keypos, ordered \\ false) do
+    kinds = Enum.map(spec, &kind(&1, keypos, ordered))
+
+    if :unlimited in kinds,
+      do: widened(spec, keypos, ordered),
+      else: limited(kinds, ordered)
+  end
+
+  # How ETS classes a clause: :none (it can match no object),
+  # {:bound, key}, {:partial, key} or :unlimited.
+  defp kind({head, _guards, _body}, keypos, ordered) do
+    cond do
+      head == :_ or variable?(head) ->
+        :unlimited
+
+      is_tuple(head) and tuple_size(head) >= keypos ->
+        key = elem(head, keypos - 1)
+
+        cond do
+          # A bound holding the planner's own wildcard atom: no range.
+          mentions_wild?(key) -> :unlimited
+          not has_variable?(key) -> {:bound, key}
+          ordered and not variable?(key) and key != :_ and not has_map?(key) -> {:partial, key}
+          true -> :unlimited
+        end
+
+      true ->
+        :none
+    end
+  end
+
+  defp limited(kinds, false) do
+    {:lookup, Enum.uniq(for {:bound, key} <- kinds, do: key)}
+  end
+
+  defp limited(kinds, true) do
+    bound = for {:bound, key} <- kinds, do: key
+    partial = for {:partial, key} <- kinds, do: key
+
+    cond do
+      # Without maps, a bound key's clause matches that key only: the
+      # lookups find what ETS's walk between them would match.
+      partial == [] and not Enum.any?(bound, &has_map?/1) ->
+        {:lookup, bound |> Enum.sort() |> dedup_equal()}
+
+      partial == [] and Enum.all?(bound, &(&1 == hd(bound))) ->
+        {:lookup, [hd(bound)]}
+
+      true ->
+        hull(Enum.map(bound, &{{&1, true}, {&1, true}}) ++ Enum.map(partial, &run/1))
+    end
+  end
+
+  # The run of keys a partly bound key stands for.
+  defp run(key) do
+    {:bound, b} = prefix(key)
+    {{b, true}, {b, true}}
+  end
+
+  # ETS walks the whole table: Heft looks up the keys guards pin, or walks
+  # the range that holds every clause's matches.
   #
   # A clause's keys come from its head's key element, with variables
   # resolved by guards that pin them: a top-level guard (or a conjunct of
   # `andalso`/`and` in one) `{:"=:=", var, c}` or `{:==, var, c}` where `c`
   # is a constant expression (`{:const, term}`, a literal, `{{...}}` of
   # constants). `==` pins a number to each number equal to it (1 and 1.0).
-  # A map anywhere in the key pattern means a scan: a map pattern matches
-  # larger maps.
+  # A map anywhere in the key pattern means no keys: ETS matches it here,
+  # and a map pattern matches larger maps.
   #
-  # In an ordered_set (`ordered` true) the keys come in term order, without
-  # two that are `==` (the table's same key), and a spec that binds no
-  # single key may still bind a key range: `{:range, lo, hi}` (see
-  # range/2), else `:scan`.
-  @spec plan(t, pos_integer, boolean) :: :scan | {:lookup, [term]} | {:range, bound, bound}
-  def plan(spec, keypos, ordered \\ false) do
+  # In an ordered_set the keys come in term order, without two that are
+  # `==` (the table's same key); a spec that pins no keys may still have
+  # a range (range/2), else `:scan`.
+  defp widened(spec, keypos, ordered) do
     Enum.reduce_while(spec, [], fn {head, guards, _body}, acc ->
       case clause_keys(head, guards, keypos) do
         :any -> {:halt, :scan}
@@ -141,6 +225,25 @@ defmodule Heft.MatchSpec do
   defp dedup_equal([a | rest]), do: [a | dedup_equal(rest)]
   defp dedup_equal([]), do: []
 
+  # ETS's db_has_variable: `:_` or a variable anywhere, in tuples, list
+  # cells and tails, and map values.
+  defp has_variable?(a) when is_atom(a), do: a == :_ or variable?(a)
+  defp has_variable?(t) when is_tuple(t), do: has_variable?(Tuple.to_list(t))
+  defp has_variable?([h | t]), do: has_variable?(h) or has_variable?(t)
+  defp has_variable?(%{} = m), do: has_variable?(Map.values(m))
+  defp has_variable?(_), do: false
+
+  defp has_map?(%{}), do: true
+  defp has_map?(t) when is_tuple(t), do: has_map?(Tuple.to_list(t))
+  defp has_map?([h | t]), do: has_map?(h) or has_map?(t)
+  defp has_map?(_), do: false
+
+  defp mentions_wild?(a) when is_atom(a), do: a == @wild
+  defp mentions_wild?(t) when is_tuple(t), do: mentions_wild?(Tuple.to_list(t))
+  defp mentions_wild?([h | t]), do: mentions_wild?(h) or mentions_wild?(t)
+  defp mentions_wild?(%{} = m), do: mentions_wild?(Map.to_list(m))
+  defp mentions_wild?(_), do: false
+
   ## Key ranges (ordered_set)
 
   @typedoc """
@@ -150,28 +253,89 @@ defmodule Heft.MatchSpec do
   """
   @type bound :: nil | {term, boolean}
 
-  @wild :"$heft_wildcard"
-
-  # The key range every clause's objects lie in, when all clauses agree on
-  # one, else :scan. A clause's range comes from its head's key element:
+  # The range holding every clause's matches, else :scan. A clause's range
+  # comes from its head's key element:
   #
+  # - a key with no variable in it: itself (its map patterns, if any, as
+  #   for a partly bound key);
   # - a partly bound key, `{:user, :_}` or `[:a | :"$1"]`: the keys that
-  #   begin as it does, `{:user, wildcard}` at both ends (ETS walks such a
-  #   key's range too). The key up to its first unbound part (a variable,
-  #   `:_`, or a map, since map patterns match larger maps) must be bound;
+  #   begin as it does, `{:user, wildcard}` at both ends. The key up to
+  #   its first unbound part (a variable, `:_`, or a map, since map
+  #   patterns match larger maps) is bound;
   # - a variable: the bounds its top-level guard conjuncts put on it,
   #   `{:>, :"$1", c}`, `{:"=<", c, :"$1"}` and so on with constant `c`
   #   (the tightest of each end). Term order is what both guards and the
   #   table use, so the range holds exactly the keys the guards let by.
-  #
-  # A range is only where to look: the spec still runs on every object
-  # in it.
   defp range(spec, keypos) do
-    case spec |> Enum.map(&clause_range(&1, keypos)) |> Enum.uniq() do
-      [{lo, hi}] when lo != nil or hi != nil -> {:range, lo, hi}
-      _ -> :scan
+    spec |> Enum.map(&clause_range(&1, keypos)) |> Enum.reject(&(&1 == :none)) |> hull()
+  end
+
+  # The smallest range holding all of `ranges`; :scan for the whole table.
+  defp hull([]), do: {:lookup, []}
+
+  defp hull([first | rest]) do
+    case Enum.reduce(rest, first, fn {lo, hi}, {lo0, hi0} ->
+           {wider(lo0, lo, :lo), wider(hi0, hi, :hi)}
+         end) do
+      {nil, nil} -> :scan
+      {lo, hi} -> {:range, lo, hi}
     end
   end
+
+  # The wider of two lower (`:lo`) or upper (`:hi`) ends.
+  defp wider(nil, _b, _end), do: nil
+  defp wider(_a, nil, _end), do: nil
+
+  defp wider({x, xi} = a, {_y, yi} = b, end_) do
+    case compare_ends(x, elem(b, 0), end_) do
+      o when o in [:eq, :stop] -> {x, xi or yi}
+      :lt when end_ == :lo -> a
+      :gt when end_ == :hi -> a
+      _ -> b
+    end
+  end
+
+  # Two ends in term order, a wildcard standing for the smallest term
+  # (`:lo`) or the greatest (`:hi`) from there: :lt, :gt, :eq, or :stop
+  # when both are equal up to a wildcard at the same place (what follows
+  # belongs to neither bound). Tuples by size then elements, lists head
+  # then tail, as order::compare_bound walks them.
+  defp compare_ends(a, b, end_) do
+    cond do
+      a === @wild and b === @wild ->
+        :stop
+
+      a === @wild ->
+        if end_ == :lo, do: :lt, else: :gt
+
+      b === @wild ->
+        if end_ == :lo, do: :gt, else: :lt
+
+      is_tuple(a) and is_tuple(b) and tuple_size(a) == tuple_size(b) ->
+        compare_seq(Tuple.to_list(a), Tuple.to_list(b), end_)
+
+      match?([_ | _], a) and match?([_ | _], b) ->
+        compare_seq([hd(a), tl(a)], [hd(b), tl(b)], end_)
+
+      a == b ->
+        :eq
+
+      a < b ->
+        :lt
+
+      true ->
+        :gt
+    end
+  end
+
+  defp compare_seq([x | xs], [y | ys], end_) do
+    case compare_ends(x, y, end_) do
+      :eq -> compare_seq(xs, ys, end_)
+      other -> other
+    end
+  end
+
+  defp compare_seq([], [], _end), do: :eq
 
   defp clause_range({head, guards, _body}, keypos)
        when is_tuple(head) and tuple_size(head) >= keypos do
@@ -189,7 +353,9 @@ defmodule Heft.MatchSpec do
     end
   end
 
-  defp clause_range(_clause, _keypos), do: {nil, nil}
+  defp clause_range({head, _guards, _body}, _keypos) do
+    if head == :_ or variable?(head), do: {nil, nil}, else: :none
+  end
 
   # `{:bound, b}` with everything from the first unbound part replaced by
   # the wildcard, or :any when the key is unbound from its start.
@@ -201,11 +367,13 @@ defmodule Heft.MatchSpec do
   end
 
   # {:done | :more, term}: :done once a wildcard was put in (what follows
-  # does not count).
+  # does not count, and is a wildcard too). Atoms that begin with `$` but
+  # are not variables are literals to ETS; the planner's own wildcard atom
+  # can only stand for itself here.
   defp prefix_of(%{}), do: {:done, @wild}
 
   defp prefix_of(a) when is_atom(a) do
-    if a == :_ or dollar?(a), do: {:done, @wild}, else: {:more, a}
+    if a == :_ or a == @wild or variable?(a), do: {:done, @wild}, else: {:more, a}
   end
 
   defp prefix_of(t) when is_tuple(t) do
@@ -217,15 +385,19 @@ defmodule Heft.MatchSpec do
   defp prefix_of(literal), do: {:more, literal}
 
   # Elements (and an improper tail) up to the first wildcard; the rest is
-  # kept as it is (a tuple's arity counts), never compared.
+  # never compared: wildcards (a tuple's arity counts).
   defp prefix_of_list([h | t]) do
     case prefix_of(h) do
-      {:done, b} -> {:done, [b | t]}
+      {:done, b} -> {:done, [b | wilds(t)]}
       {:more, b} -> t |> prefix_of_tail() |> then(fn {s, rest} -> {s, [b | rest]} end)
     end
   end
 
   defp prefix_of_list([]), do: {:more, []}
+
+  defp wilds([_ | t]), do: [@wild | wilds(t)]
+  defp wilds([]), do: []
+  defp wilds(_tail), do: @wild
 
   defp prefix_of_tail(t) when is_list(t), do: prefix_of_list(t)
   defp prefix_of_tail(t), do: prefix_of(t)

@@ -50,9 +50,9 @@ defmodule Heft.Persist do
     ArgumentError -> bad(opt)
   end
 
-  defp pair({:sync, mode}) when mode in [:none, :commit], do: {:sync, mode}
-
-  defp pair({:sync, {:interval, ms}} = opt) when is_integer(ms) and ms >= 1, do: opt
+  defp pair({:sync, mode} = opt) do
+    if valid_sync?(mode), do: opt, else: bad(opt)
+  end
 
   defp pair({k, n} = opt)
        when k in [:dump_log_write_threshold, :dump_log_time_threshold] and is_integer(n) and
@@ -102,10 +102,15 @@ defmodule Heft.Persist do
 
   defp check_compatible!(_unreadable, _meta, _dir), do: :ok
 
-  # Heft.open/2.
+  # Heft.open/2: raises ArgumentError for a bad argument or option, before
+  # it touches the directory.
   def open(dir, opts) do
-    dir = Path.expand(IO.chardata_to_string(dir))
+    dir = Path.expand(Heft.Args.filename!(dir, "Heft.open/2"))
+    opts = Heft.Args.options!(opts, "Heft.open/2", open_options())
+    open_checked(dir, opts)
+  end
 
+  defp open_checked(dir, opts) do
     with {:ok, blob} <- Native.persist_meta_io(dir),
          {:ok, m} <- decode_meta(blob) do
       name = Keyword.get(opts, :name, m.name)
@@ -139,6 +144,23 @@ defmodule Heft.Persist do
   rescue
     e in ArgumentError -> {:error, {:badarg, e.message}}
   end
+
+  defp open_options do
+    local_pid? = &(is_pid(&1) and node(&1) == node())
+
+    [
+      name: &is_atom/1,
+      heir:
+        &(&1 == :none or (match?({pid, _data} when is_pid(pid), &1) and local_pid?.(elem(&1, 0)))),
+      sync: &valid_sync?/1,
+      dump_log_write_threshold: &(is_integer(&1) and &1 >= 1),
+      dump_log_time_threshold: &(is_integer(&1) and &1 >= 1),
+      repair: &is_boolean/1
+    ]
+  end
+
+  defp valid_sync?(mode),
+    do: mode in [:none, :commit] or match?({:interval, ms} when is_integer(ms) and ms >= 1, mode)
 
   defp open_native(name, args, p, meta, create) do
     popts = {p.sync, p.dump_log_write_threshold, p.dump_log_time_threshold, p.repair, create}

@@ -23,8 +23,12 @@ defmodule Heft.Select do
   #
   # A continuation (select/3, match/3, match_object/3) is
   #   {:heft_select, ref, spec, ms, limit, source, pending}
-  # where `pending` holds results computed beyond the limit (at most one
-  # batch's worth): the next call returns them first.
+  # where `ref` is the table's own reference (a named table's too, so that
+  # the continuation belongs to that table and raises once it is deleted,
+  # even if another table takes its name) and `pending` holds results
+  # computed beyond the limit (at most one batch's worth): the next call
+  # returns them first. continue/1 checks every part, so that a forged
+  # continuation raises ArgumentError.
   #
   # select_delete and select_replace run the spec rewritten to return
   # `{result, object}` and then delete or replace each object atomically
@@ -59,25 +63,59 @@ defmodule Heft.Select do
     check_limit!(limit)
     ms = MatchSpec.compile!(spec)
     source = source(ref, spec, :read, dir)
-    next({:heft_select, ref, spec, ms, limit, source, []})
+    next({:heft_select, instance(ref), spec, ms, limit, source, []})
   end
+
+  # The reference of the table `ref` names now.
+  defp instance(name) when is_atom(name) do
+    case Native.whereis(name) do
+      %Heft.Table{ref: ref} -> ref
+      _ -> raise ArgumentError, "the table #{inspect(name)} does not exist"
+    end
+  end
+
+  defp instance(ref), do: ref
 
   @spec continue(term) :: {[term], term} | :"$end_of_table"
   def continue(:"$end_of_table"), do: :"$end_of_table"
 
-  def continue({:heft_select, ref, spec, ms, limit, _source, pending} = cont)
-      when is_integer(limit) and limit > 0 and is_list(pending) do
+  def continue({:heft_select, ref, spec, ms, limit, source, pending} = cont)
+      when is_reference(ref) and is_list(spec) and is_list(pending) do
+    unless small_limit?(limit) and valid_source?(source) and proper_list?(pending),
+      do: invalid_continuation!(cont)
+
     # A compiled spec does not survive every trip (another node, a file):
     # compile it again from the spec kept beside it.
-    ms = if ms == nil or :ets.is_compiled_ms(ms), do: ms, else: MatchSpec.compile!(spec)
+    ms =
+      if (ms == nil and spec == []) or (is_reference(ms) and :ets.is_compiled_ms(ms)),
+        do: ms,
+        else: MatchSpec.compile!(spec)
+
     # The table must still exist and be readable, even when the results
     # pending are enough.
     _ = Native.select_access(ref, false)
     next(put_elem(cont, 3, ms))
   end
 
-  def continue(other),
-    do: raise(ArgumentError, "not a select continuation: #{inspect(other, limit: 8)}")
+  def continue(other), do: invalid_continuation!(other)
+
+  defp invalid_continuation!(cont),
+    do: raise(ArgumentError, "not a select continuation: #{inspect(cont, limit: 8)}")
+
+  # The sources fetch/2 reads; cursors and range bounds are the NIF's to
+  # check (it raises ArgumentError for a bad one).
+  defp valid_source?(:done), do: true
+  defp valid_source?({:keys, keys}), do: proper_list?(keys)
+
+  defp valid_source?({:scan, dir, range, cursor}) when dir in [:forward, :backward] do
+    (range == nil or match?({_lo, _hi}, range)) and
+      (cursor == :start or match?({hash, key} when is_integer(hash) and is_binary(key), cursor))
+  end
+
+  defp valid_source?(_source), do: false
+
+  defp proper_list?([_ | t]), do: proper_list?(t)
+  defp proper_list?(l), do: l == []
 
   # repair_continuation/2 (lib/heft.ex): a continuation whose compiled spec
   # did not survive the external term format gets `spec` compiled again
@@ -123,10 +161,18 @@ defmodule Heft.Select do
     gather(ref, ms, source, got ++ results, n + length(results), limit)
   end
 
-  defp check_limit!(limit) when is_integer(limit) and limit > 0, do: :ok
+  # ETS takes a limit that is a positive small integer (below 2^59 on a
+  # 64-bit VM, 2^27 on a 32-bit one) and raises badarg for a bignum.
+  @max_limit Bitwise.bsl(1, 8 * :erlang.system_info(:wordsize) - 5) - 1
 
-  defp check_limit!(limit),
-    do: raise(ArgumentError, "the limit must be a positive integer, got: #{inspect(limit)}")
+  defp small_limit?(limit), do: is_integer(limit) and limit > 0 and limit <= @max_limit
+
+  defp check_limit!(limit) do
+    unless small_limit?(limit) do
+      raise ArgumentError,
+            "the limit must be an integer from 1 to #{@max_limit}, got: #{inspect(limit)}"
+    end
+  end
 
   @spec select_count(ref, MatchSpec.t()) :: non_neg_integer
   def select_count(ref, spec) do

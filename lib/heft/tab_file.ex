@@ -28,6 +28,7 @@ defmodule Heft.TabFile do
           | {:truncated, non_neg_integer}
           | {:corrupt, non_neg_integer}
           | :cannot_create_table
+          | {:unsupported_object, non_neg_integer}
 
   ## Writing
 
@@ -127,7 +128,8 @@ defmodule Heft.TabFile do
          {:ok, @tag_meta, 0, payload, offset} <- read_frame(io, @head_bytes, 0),
          {:ok, meta} <- decode_meta(payload, @head_bytes),
          {:ok, tab} <- create(meta, opts) do
-      case read_objects(io, tab, meta.keypos, offset, 1, 0) do
+      # Whatever stops the load, no table is left behind.
+      case load(io, tab, meta.keypos, offset) do
         :ok ->
           {:ok, tab}
 
@@ -280,11 +282,19 @@ defmodule Heft.TabFile do
     e in Heft.Error -> {:error, e.reason}
   end
 
+  defp load(io, tab, keypos, offset) do
+    read_objects(io, tab, keypos, offset, 1, 0)
+  rescue
+    e ->
+      Heft.delete(tab)
+      reraise e, __STACKTRACE__
+  end
+
   defp read_objects(io, tab, keypos, offset, seq, total) do
     case read_frame(io, offset, seq) do
       {:ok, @tag_objects, count, payload, next} ->
         with {:ok, objects} <- objects(payload, count, keypos, offset),
-             true <- Heft.insert(tab, objects) do
+             true <- insert(tab, objects, offset) do
           read_objects(io, tab, keypos, next, seq + 1, total + count)
         end
 
@@ -301,6 +311,14 @@ defmodule Heft.TabFile do
       error ->
         error
     end
+  end
+
+  # Objects Heft refuses (maps nested too deep in a key or a bag's
+  # object) make the file one this Heft cannot load.
+  defp insert(tab, objects, offset) do
+    Heft.insert(tab, objects)
+  rescue
+    ArgumentError -> {:error, {:unsupported_object, offset}}
   end
 
   defp objects(payload, count, keypos, offset) do

@@ -411,7 +411,11 @@ defmodule Heft.SelectTest do
         {[{{:"$1", :_, :_}, [{:"=:=", :"$1", 1}, {:"=:=", :"$1", 2}], [1]}], []},
         {[{:not_a_tuple, [], [1]}, {{}, [], [1]}], []},
         {fun2ms("fun({K, V, _}) when K =:= Wanted -> V end", Wanted: 77), [77]},
-        {fun2ms("fun({{user, N}, V}) when N == 42 -> V end"), [{:user, 42}, {:user, 42.0}]}
+        {fun2ms("fun({{user, N}, V}) when N == 42 -> V end"), [{:user, 42}, {:user, 42.0}]},
+        # A key without variables is looked up, maps included, as in ETS
+        # (which then finds only that key, not the larger maps it matches).
+        {[{{%{a: 1}, :_}, [], [1]}], [%{a: 1}]},
+        {[{{{:m, %{a: 1}}, :_}, [], [1]}], [{:m, %{a: 1}}]}
       ]
 
       for {spec, keys} <- cases do
@@ -423,7 +427,8 @@ defmodule Heft.SelectTest do
             [{{:_, :_, :_}, [], [:"$_"]}],
             [{:_, [], [:"$_"]}],
             [{{:"$1", :_, :_}, [{:orelse, {:"=:=", :"$1", 1}, {:"=:=", :"$1", 2}}], [1]}],
-            [{{%{a: 1}, :_}, [], [1]}],
+            [{{%{a: :"$2"}, :_}, [], [1]}],
+            [{{:"$1", :_}, [{:"=:=", :"$1", 2}], [1]}, {{%{a: 1}, :_}, [], [1]}],
             [{{1, :_, :_}, [], [1]}, {{:"$1", :_, :_}, [], [2]}],
             [{{:"$1", :"$2", :_}, [{:"=:=", :"$1", :"$2"}], [1]}]
           ] do
@@ -553,9 +558,16 @@ defmodule Heft.SelectTest do
       for {spec, plan} <- [
             {[{{{:user, :_}, :_}, [], [1]}], {:range, {{:user, w}, true}, {{:user, w}, true}}},
             {[{{{:a, :"$1", :c}, :_}, [], [1]}],
-             {:range, {{:a, w, :c}, true}, {{:a, w, :c}, true}}},
+             {:range, {{:a, w, w}, true}, {{:a, w, w}, true}}},
             {[{{[1, 2 | :_], :_}, [], [1]}], {:range, {[1, 2 | w], true}, {[1, 2 | w], true}}},
-            {[{{{:m, %{a: 1}}, :_}, [], [1]}], {:range, {{:m, w}, true}, {{:m, w}, true}}},
+            {[{{[?3 | :"$1"], :_}, [], [1]}], {:range, {[?3 | w], true}, {[?3 | w], true}}},
+            {[{{{:m, %{a: :_}}, :_}, [{:"=:=", 1, 1}], [1]}, {{{:m, 1}, :_}, [], [1]}],
+             {:range, {{:m, w}, true}, {{:m, w}, true}}},
+            # Clauses bound and partly bound: from the smallest to the greatest.
+            {[{{{:a, :_}, :_}, [], [1]}, {{{:b, :_}, :_}, [], [1]}],
+             {:range, {{:a, w}, true}, {{:b, w}, true}}},
+            {[{{{:b, 1, :_}, :_}, [], [1]}, {{{:a, :_}, :_}, [], [1]}, {{{:b, 2}, :_}, [], [1]}],
+             {:range, {{:a, w}, true}, {{:b, 1, w}, true}}},
             {[{{:"$1", :_}, [{:>, :"$1", 1}, {:>=, :"$1", 1.0}], [1]}],
              {:range, {1, false}, nil}},
             {[{{:"$1", :_}, [{:"=<", 9, :"$1"}, {:<, :"$1", :z}], [1]}],
@@ -570,7 +582,7 @@ defmodule Heft.SelectTest do
             [{{:"$1", :_}, [{:orelse, {:<, :"$1", 5}, {:>, :"$1", 9}}], [1]}],
             [{{:"$1", :"$2"}, [{:<, :"$1", :"$2"}], [1]}],
             [{{:_, :_}, [], [1]}],
-            [{{{:a, :_}, :_}, [], [1]}, {{{:b, :_}, :_}, [], [1]}]
+            [{{{:a, :_}, :_}, [], [1]}, {{:"$1", :_}, [], [1]}]
           ] do
         assert Select.plan(h.ref, spec) == :scan, inspect(spec)
       end
@@ -580,6 +592,52 @@ defmodule Heft.SelectTest do
       assert Select.plan(h.ref, spec) == {:lookup, [1, 2]}
       Heft.insert(h, [{1.0, :one}, {2, :two}])
       assert Heft.select(h, [{{:"$1", :_}, [{:==, :"$1", 1}], [:"$_"]}]) == [{1.0, :one}]
+    end
+  end
+
+  describe "partly bound and map keys in an ordered_set, as ETS walks them" do
+    test "a list key with a bound head and an open tail finds every list with that head" do
+      pair =
+        pair([{~c"3", 0}, {~c"30", 1}, {~c"31", 2}, {~c"4", 3}, {[?3 | :x], 4}, {[], 5}], [
+          :ordered_set
+        ])
+
+      for spec <- [
+            [{{[?3 | :"$1"], :_}, [], [:"$1"]}],
+            [{{[?3, :_ | :_], :_}, [], [:"$_"]}],
+            [{{[:_ | :x], :_}, [], [:"$_"]}]
+          ] do
+        ordered(pair, & &1.select(&2, spec))
+        ordered(pair, & &1.select_reverse(&2, spec))
+        ordered(pair, &select_all(&1, &2, spec, :select))
+      end
+
+      same(pair, & &1.select_delete(&2, [{{[?3 | :_], :_}, [], [true]}]))
+      same(pair, & &1.tab2list(&2))
+    end
+
+    test "clauses bound to maps: one key is looked up, several are walked between" do
+      # ETS looks a key without variables up by equality, so the map
+      # pattern in it finds only that key when it is alone; with other
+      # bound or partly bound clauses it walks from the smallest to the
+      # greatest, where the map pattern also matches larger maps (OTP 25:
+      # whether the bound keys are in the table or not).
+      objects = [{{:a, %{x: 1, y: 2}}}, {{:b, 1}}, {{:c, %{x: 1}}}, {%{x: 1.0}}, {%{x: 1, y: 2}}]
+      pair = pair(objects, [:ordered_set])
+
+      for spec <- [
+            [{{{:a, %{x: 1}}}, [], [:"$_"]}],
+            [{{{:a, %{x: 1}}}, [], [:"$_"]}, {{{:b, :_}}, [], [:"$_"]}],
+            [{{{:a, %{x: 1}}}, [], [:"$_"]}, {{{:b, 1}}, [], [:"$_"]}],
+            [{{{:a, %{x: 1}}}, [], [:"$_"]}, {{{:a, %{x: 1.0}}}, [], [:"$_"]}],
+            [{{%{x: 1}}, [], [:"$_"]}],
+            [{{%{x: 1}}, [], [:"$_"]}, {{{:c, :_}}, [], [:"$_"]}],
+            [{{%{x: :_}}, [], [:"$_"]}, {{{:c, :_}}, [], [:"$_"]}]
+          ] do
+        ordered(pair, & &1.select(&2, spec))
+        ordered(pair, & &1.select_reverse(&2, spec))
+        ordered(pair, & &1.select_count(&2, Heft.MatchSpec.with_object(spec)))
+      end
     end
   end
 

@@ -5,7 +5,12 @@ defmodule Heft.Test.MatchSpecGen do
   #
   # Values come from a small domain on purpose, so that patterns and
   # guards often match: integers and floats that are == but not =:=
-  # (1 and 1.0), atoms, binaries, small tuples and lists. Specs mix `:_`,
+  # (1 and 1.0), atoms, binaries, small and nested tuples, lists of every
+  # shape (empty, proper, improper, charlists that share prefixes such as
+  # ~c"3", ~c"30", ~c"31"), and small maps. Heads hold the partly bound
+  # shapes an ordered_set plans as a key range: lists with a bound head and
+  # an open or improper tail (`[?3 | :"$1"]`, `[1, :_ | :b]`), nested
+  # tuples, map patterns (which match larger maps). Specs mix `:_`,
   # `:"$N"` variables and literals in heads; guards use type tests,
   # comparisons (`==` and `=:=` pin keys, so the planner's lookups are
   # exercised), `andalso`/`orelse`/`not`; bodies are `:"$_"`, `:"$$"`,
@@ -16,6 +21,9 @@ defmodule Heft.Test.MatchSpecGen do
 
   @atoms [:a, :b, :c]
   @scalars [0, 1, 2, 3, 1.0, 2.0, 0.5, :a, :b, :c, "x", "y", []]
+  @charlists [~c"3", ~c"30", ~c"31", ~c"4", ~c"", [?3 | ?0], [?3 | :a], ~c"300"]
+  @heads [?3, ?4, ?0, 1, 1.0, :a]
+  @map_keys [:a, :b, 1]
 
   defp pick(list), do: Enum.at(list, :rand.uniform(length(list)) - 1)
   defp chance(p), do: :rand.uniform() < p
@@ -26,8 +34,24 @@ defmodule Heft.Test.MatchSpecGen do
       depth > 0 and chance(0.15) -> {:t, value(depth - 1)}
       depth > 0 and chance(0.1) -> {value(depth - 1), value(depth - 1)}
       depth > 0 and chance(0.05) -> [value(depth - 1), value(depth - 1)]
+      depth > 0 and chance(0.06) -> list_value(depth - 1)
+      depth > 0 and chance(0.05) -> map_value(depth - 1)
+      chance(0.08) -> pick(@charlists)
       true -> pick(@scalars)
     end
+  end
+
+  # A list of 0 to 3 elements, proper or with an improper tail.
+  defp list_value(depth) do
+    elems =
+      for _ <- 1..Enum.random(0..3)//1, do: if(chance(0.5), do: pick(@heads), else: value(depth))
+
+    tail = if elems != [] and chance(0.25), do: pick([:a, 1, {:t, 0}, "x"]), else: []
+    List.foldr(elems, tail, &[&1 | &2])
+  end
+
+  defp map_value(depth) do
+    Map.new(Enum.take_random(@map_keys, :rand.uniform(3)), fn k -> {k, value(depth)} end)
   end
 
   @doc "`n` objects of arity keypos..keypos+3 (keys may repeat)."
@@ -92,8 +116,35 @@ defmodule Heft.Test.MatchSpecGen do
       chance(0.35) -> :"$#{:rand.uniform(4)}"
       depth > 0 and chance(0.15) -> {:t, head_element(depth - 1)}
       depth > 0 and chance(0.05) -> [head_element(depth - 1), head_element(depth - 1)]
+      depth > 0 and chance(0.08) -> list_pattern(depth - 1)
+      depth > 0 and chance(0.05) -> {head_element(depth - 1), {:t, head_element(depth - 1)}}
+      depth > 0 and chance(0.05) -> map_pattern(depth - 1)
       true -> value(1)
     end
+  end
+
+  # `[h1, ... | tail]` with bound or open elements and a tail that is
+  # open (`:_`, a variable), `[]`, a further pattern or a non-list term.
+  defp list_pattern(depth) do
+    elems =
+      for _ <- 1..:rand.uniform(2),
+          do: if(chance(0.6), do: pick(@heads), else: head_element(depth))
+
+    tail =
+      cond do
+        chance(0.35) -> :_
+        chance(0.3) -> :"$#{:rand.uniform(4)}"
+        chance(0.3) -> []
+        chance(0.5) -> pick([:a, 1, ?0])
+        true -> [head_element(depth) | :_]
+      end
+
+    List.foldr(elems, tail, &[&1 | &2])
+  end
+
+  # A map pattern matches maps with at least these keys.
+  defp map_pattern(depth) do
+    Map.new(Enum.take_random(@map_keys, :rand.uniform(2)), fn k -> {k, head_element(depth)} end)
   end
 
   defp variables(head) do
@@ -106,6 +157,7 @@ defmodule Heft.Test.MatchSpecGen do
 
   defp collect_vars(t, acc) when is_tuple(t), do: collect_vars(Tuple.to_list(t), acc)
   defp collect_vars([h | t], acc), do: collect_vars(t, collect_vars(h, acc))
+  defp collect_vars(%{} = m, acc), do: collect_vars(Map.values(m), acc)
   defp collect_vars(_, acc), do: acc
 
   defp guards([]), do: []

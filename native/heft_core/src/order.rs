@@ -62,7 +62,10 @@ pub const WILDCARD: &str = "$heft_wildcard";
 /// far as the bound is known. The keys `Equal` to a bound are therefore
 /// contiguous in term order: `{user, '$heft_wildcard'}` is `Equal` to every
 /// 2-tuple whose first element is `== user`, `Less` than those below them
-/// and `Greater` than those above.
+/// and `Greater` than those above. A wildcard as a list's tail stands for
+/// the rest of the list, its further cells and their tail:
+/// `[3 | '$heft_wildcard']` is `Equal` to `[3]`, `[3, 0]`, `[3 | x]`, every
+/// list whose head is `== 3`.
 pub fn compare_bound<'n>(key: &[u8], bound: &[u8], atom_name: impl Fn(u32) -> &'n str) -> Ordering {
     let wild = |h: &Head| match h {
         Head::AtomId(id) => atom_name(*id) == WILDCARD,
@@ -355,6 +358,12 @@ impl Cmp<'_, '_> {
         Cur::at(self.owned.len() + 1)
     }
 
+    /// Whether `h`, a head of `b`, is a wildcard of [`compare_bound`] (never
+    /// inside the nested comparisons that sort map keys).
+    fn is_wild(&self, h: &Head) -> bool {
+        self.depth == 0 && self.wild.is_some_and(|wild| wild(h))
+    }
+
     fn run(&mut self, a: Cur, b: Cur, exact: bool) -> Result<Ordering, DecodeError> {
         let mut stack: Vec<Frame> = Vec::new();
         let mut top = Frame::seq(a, b, 1, exact, false);
@@ -505,6 +514,11 @@ impl Cmp<'_, '_> {
         let a_side = f.n == 0;
         let at = if a_side { f.a } else { f.b };
         let (h, len) = head(self.slice(at))?;
+        if !a_side && self.is_wild(&h) {
+            // The bound's tail is a wildcard: it stands for the key's
+            // remaining cells (and their tail), whatever they are.
+            return Ok(Step::Decided(Equal));
+        }
         match h {
             Head::List(k) => {
                 if a_side {
@@ -591,7 +605,7 @@ impl Cmp<'_, '_> {
         let (sa, sb) = (self.slice(a), self.slice(b));
         let (ha, la) = head(sa)?;
         let (hb, lb) = head(sb)?;
-        if self.depth == 0 && self.wild.is_some_and(|wild| wild(&hb)) {
+        if self.is_wild(&hb) {
             return Ok(Act::Decided(Equal));
         }
         if matches!(ha, Head::Foreign) || matches!(hb, Head::Foreign) {

@@ -190,6 +190,19 @@ macro_rules! encoded {
     };
 }
 
+/// [`encoded!`] of a key (or object), except that one Heft cannot store
+/// (maps nested too deep) answers `absent` from the enclosing function: no
+/// table holds it, so a lookup finds nothing and a delete has nothing to
+/// do, as in ETS.
+macro_rules! or_absent {
+    ($env:expr, $e:expr, $absent:expr) => {
+        match $e {
+            Err(EncodeError::TooDeep) => return Ok($absent.encode($env)),
+            r => encoded!($env, r),
+        }
+    };
+}
+
 /// Unwraps an encoding into `Ok(value)`, or `Err(retry marker)`.
 fn retry_or<'a, T>(env: Env<'a>, r: Result<T, EncodeError>) -> NifResult<Result<T, Term<'a>>> {
     match r {
@@ -465,7 +478,7 @@ fn lookup_impl<'a>(
     let t = open!(env, tab, sched, false);
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
     with_bufs(|buf, scratch, k| {
-        encoded!(env, enc.key_into(env, key, k));
+        or_absent!(env, enc.key_into(env, key, k), Vec::<Term>::new());
         t.core.get(t.core.hash(k), k, buf).map_err(errors::core)?;
         decode_all(env, sched, &t, buf, scratch)
     })
@@ -516,7 +529,7 @@ fn member_impl<'a>(
     let t = open!(env, tab, sched, false);
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
     with_bufs(|_, _, k| {
-        encoded!(env, enc.key_into(env, key, k));
+        or_absent!(env, enc.key_into(env, key, k), false);
         let found = t.core.contains(t.core.hash(k), k).map_err(errors::core)?;
         Ok(found.encode(env))
     })
@@ -525,7 +538,7 @@ fn member_impl<'a>(
 fn take_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, key: Term<'a>) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, true);
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
-    let k = encoded!(env, enc.key(env, key));
+    let k = or_absent!(env, enc.key(env, key), Vec::<Term>::new());
     let h = t.core.hash(&k);
     with_buf(|buf, scratch| {
         // Look first, so records too large to decode here are taken on a
@@ -550,7 +563,7 @@ fn delete_key_impl<'a>(
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, true);
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
-    let k = encoded!(env, enc.key(env, key));
+    let k = or_absent!(env, enc.key(env, key), true);
     let h = t.core.hash(&k);
     if too_many_objects(&t, sched, std::iter::once((h, k.as_slice())))? {
         return Ok(retry_cpu(env));
@@ -569,12 +582,16 @@ fn delete_object_impl<'a>(
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
     if t.core.kind().is_bag() {
         let elems = record_elems(obj, t.keypos)?;
-        let k = encoded!(env, enc.key(env, elems[t.keypos - 1]));
+        let k = or_absent!(env, enc.key(env, elems[t.keypos - 1]), true);
         if too_many_objects(&t, sched, std::iter::once((t.core.hash(&k), k.as_slice())))? {
             return Ok(retry_cpu(env));
         }
     }
-    encoded!(env, crate::select::delete_exact(env, &t, &mut enc, obj)?);
+    or_absent!(
+        env,
+        crate::select::delete_exact(env, &t, &mut enc, obj)?,
+        true
+    );
     Ok(true.encode(env))
 }
 
@@ -643,9 +660,14 @@ fn rewrite<'a, R>(
     mut edit: impl FnMut(&mut Vec<Term<'a>>) -> NifResult<R>,
 ) -> NifResult<Result<Option<R>, Term<'a>>> {
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
-    let k = match retry_or(env, enc.key(env, key))? {
-        Ok(k) => k,
-        Err(retry) => return Ok(Err(retry)),
+    let k = match enc.key(env, key) {
+        // A key Heft cannot store is missing (with a default, storing it
+        // is refused below).
+        Err(EncodeError::TooDeep) if default.is_none() => return Ok(Ok(None)),
+        r => match retry_or(env, r)? {
+            Ok(k) => k,
+            Err(retry) => return Ok(Err(retry)),
+        },
     };
     let h = t.core.hash(&k);
     let mut buf = RecordBuf::new();
@@ -721,8 +743,16 @@ fn update_counter_impl<'a>(
             if op.pos == keypos || op.pos > elems.len() {
                 return Err(badarg(format!("position {} cannot be updated", op.pos)));
             }
-            let cur = counter_int(elems[op.pos - 1])
-                .map_err(|_| badarg(format!("element {} is not an integer", op.pos)))?;
+            let element = elems[op.pos - 1];
+            if !element.is_integer() {
+                return Err(badarg(format!("element {} is not an integer", op.pos)));
+            }
+            let cur = element.decode::<i128>().map_err(|_| {
+                badarg(format!(
+                    "element {} is an integer beyond ±2^127, which Heft's counters do not support",
+                    op.pos
+                ))
+            })?;
             let mut new = cur
                 .checked_add(op.incr)
                 .ok_or_else(|| badarg("a counter beyond ±2^127, which Heft does not support"))?;

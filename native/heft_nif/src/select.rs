@@ -98,17 +98,18 @@ fn find_exact<'a>(
 ) -> NifResult<Result<Seen, EncodeError>> {
     let elems = record_elems(obj, t.keypos)?;
     let key = enc!(enc.key(env, elems[t.keypos - 1]));
-    let wanted = enc!(enc.key(env, obj));
     let hash = t.core.hash(&key);
     buf.clear();
     let mut item = None;
     t.core.get(hash, &key, buf).map_err(errors::core)?;
     // The key's first object that is `obj` exactly (a bag may hold several
-    // objects of a key).
+    // objects of a key): `=:=`, the VM's own comparison, which needs no
+    // canonical encoding of the whole object (values may nest maps deeper
+    // than a key may).
     let mut scratch = Vec::new();
     for it in buf.items() {
         let stored = decode_item(env, t, buf, it, &mut scratch)?;
-        if enc!(enc.key(env, stored)) == wanted {
+        if stored == obj {
             item = Some(*it);
             break;
         }

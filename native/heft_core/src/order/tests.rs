@@ -128,17 +128,19 @@ fn model(a: &M, b: &M, exact: bool) -> Ordering {
             if o != Equal {
                 return o;
             }
-            let rest = |es: &[M], t: &M| {
-                if es.len() > 1 {
-                    L(es[1..].to_vec(), Box::new(t.clone()))
-                } else {
-                    t.clone()
-                }
-            };
             model(&rest(x, xt), &rest(y, yt), exact)
         }
         (Bits(x, nx), Bits(y, ny)) => bits_of(x, *nx).cmp(&bits_of(y, *ny)),
         _ => unreachable!("same class"),
+    }
+}
+
+/// What follows a list's first cell: its other cells, or its tail.
+fn rest(es: &[M], t: &M) -> M {
+    if es.len() > 1 {
+        L(es[1..].to_vec(), Box::new(t.clone()))
+    } else {
+        t.clone()
     }
 }
 
@@ -727,21 +729,19 @@ fn gen(r: &mut Rng, depth: u32) -> M {
     }
 }
 
+/// A copy of `es` with one element, drawn at random, replaced by `f` of it.
+fn with_one(r: &mut Rng, es: &[M], f: fn(&mut Rng, &M) -> M) -> Vec<M> {
+    let mut es = es.to_vec();
+    let i = r.below(es.len() as u64) as usize;
+    es[i] = f(r, &es[i]);
+    es
+}
+
 /// A copy of `m` with one leaf changed (or `m` itself), for near misses.
 fn mutate(r: &mut Rng, m: &M) -> M {
     match m {
-        T(es) if !es.is_empty() && r.below(3) != 0 => {
-            let mut es = es.clone();
-            let i = r.below(es.len() as u64) as usize;
-            es[i] = mutate(r, &es[i]);
-            T(es)
-        }
-        L(es, t) if r.below(3) != 0 => {
-            let mut es = es.clone();
-            let i = r.below(es.len() as u64) as usize;
-            es[i] = mutate(r, &es[i]);
-            L(es, t.clone())
-        }
+        T(es) if !es.is_empty() && r.below(3) != 0 => T(with_one(r, es, mutate)),
+        L(es, t) if r.below(3) != 0 => L(with_one(r, es, mutate), t.clone()),
         _ if r.below(2) == 0 => m.clone(),
         _ => gen(r, 1),
     }
@@ -780,6 +780,124 @@ fn sorting_by_the_comparator_matches_sorting_the_model() {
             model(&terms[*i], &by_model[pos], false),
             Equal,
             "position {pos}"
+        );
+    }
+}
+
+/// The wildcard of [`compare_bound`], as a model atom.
+fn wild() -> M {
+    A(WILDCARD.to_string())
+}
+
+/// [`compare_bound`] in the model: term order until a wildcard of `b`,
+/// `Equal` from there (a wildcard as a list tail stands for the rest of
+/// the list).
+fn model_bound(a: &M, b: &M) -> Ordering {
+    if matches!(b, A(s) if s == WILDCARD) {
+        return Equal;
+    }
+    match (a, b) {
+        (T(x), T(y)) if x.len() == y.len() => {
+            for (p, q) in x.iter().zip(y) {
+                let o = model_bound(p, q);
+                if o != Equal || contains_wild(q) {
+                    return o;
+                }
+            }
+            Equal
+        }
+        (L(x, xt), L(y, yt)) => {
+            let o = model_bound(&x[0], &y[0]);
+            if o != Equal || contains_wild(&y[0]) {
+                return o;
+            }
+            model_bound(&rest(x, xt), &rest(y, yt))
+        }
+        _ => model(a, b, false),
+    }
+}
+
+fn contains_wild(m: &M) -> bool {
+    match m {
+        A(s) => s == WILDCARD,
+        T(es) => es.iter().any(contains_wild),
+        L(es, t) => es.iter().any(contains_wild) || contains_wild(t),
+        _ => false,
+    }
+}
+
+/// `m` with one subterm outside maps (a tuple element, a list element,
+/// the rest of a list from some cell on, or `m` itself) replaced by the
+/// wildcard: the bounds the match-spec planner makes of partly bound keys.
+fn wildify(r: &mut Rng, m: &M) -> M {
+    match m {
+        T(es) if !es.is_empty() && r.below(4) != 0 => T(with_one(r, es, wildify)),
+        L(es, t) if r.below(4) != 0 => match r.below(3) {
+            // The rest of the list from some cell on.
+            0 => {
+                let i = r.below(es.len() as u64) as usize;
+                L(es[..=i].to_vec(), Box::new(wild()))
+            }
+            1 => L(with_one(r, es, wildify), t.clone()),
+            _ => L(es.clone(), Box::new(wildify(r, t))),
+        },
+        _ => wild(),
+    }
+}
+
+/// Bounds built from partly bound list, tuple and improper-list keys agree
+/// with the model, and the keys `Equal` to each form one run of the term
+/// order (so that a range walk between the ends finds exactly them).
+#[test]
+fn a_bound_with_wildcards_matches_one_run_of_keys_including_list_tails() {
+    let mut r = Rng(0x5EED_B0D5);
+    let mut names = Names::default();
+    let mut keys: Vec<M> = (0..600).map(|_| gen(&mut r, 3)).collect();
+    // Lists sharing heads: [3], [3, 0], [3, 1], [3 | a], [4], ...
+    for h in [3, 4] {
+        keys.push(l(vec![I(h)]));
+        for t in [0, 1] {
+            keys.push(l(vec![I(h), I(t)]));
+            keys.push(l(vec![I(h), I(t), I(0)]));
+        }
+        keys.push(L(vec![I(h)], Box::new(a("a"))));
+        keys.push(L(vec![I(h), I(0)], Box::new(I(9))));
+    }
+    keys.sort_by(|x, y| model(x, y, false));
+    let encoded: Vec<Vec<u8>> = keys
+        .iter()
+        .map(|k| value(k, &mut names).to_bytes())
+        .collect();
+    let mut bounds: Vec<M> = (0..300)
+        .map(|i| wildify(&mut r, &keys[i * 7 % keys.len()]))
+        .collect();
+    bounds.push(L(vec![I(3)], Box::new(wild())));
+    bounds.push(L(vec![I(3), wild()], Box::new(Nil)));
+    for b in &bounds {
+        let eb = value(b, &mut names).to_bytes();
+        let got: Vec<Ordering> = encoded
+            .iter()
+            .map(|k| compare_bound(k, &eb, |id| names.name(id)))
+            .collect();
+        let want: Vec<Ordering> = keys.iter().map(|k| model_bound(k, b)).collect();
+        assert_eq!(got, want, "bound {b:?}");
+        // Less..., Equal..., Greater...: one run.
+        assert!(got.windows(2).all(|w| w[0] <= w[1]), "not one run: {b:?}");
+    }
+    let three = value(&bounds[300], &mut names).to_bytes();
+    let cases = [
+        (l(vec![I(3), I(0)]), Equal),
+        (L(vec![I(3)], Box::new(a("a"))), Equal),
+        (l(vec![I(3)]), Equal),
+        (l(vec![I(4)]), Greater),
+        (Nil, Less),
+    ];
+    for (k, want) in cases {
+        let ek = value(&k, &mut names).to_bytes();
+        assert_eq!(
+            compare_bound(&ek, &three, |id| names.name(id)),
+            want,
+            "{k:?}"
         );
     }
 }
