@@ -52,6 +52,9 @@ defmodule Heft.MixProject do
       compilers: [:heft_native | Mix.compilers()],
       deps: [],
       elixirc_paths: elixirc_paths(Mix.env()),
+      # Erlang modules: heft (the API for Erlang), heft_mnesia (the Mnesia
+      # storage backend) and its admin process.
+      erlc_paths: ["src"],
       test_paths: ["test"],
       aliases: aliases(),
       docs: [main: "Heft"]
