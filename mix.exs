@@ -55,6 +55,9 @@ defmodule Heft.MixProject do
       # Erlang modules: heft (the API for Erlang), heft_mnesia (the Mnesia
       # storage backend) and its admin process.
       erlc_paths: ["src"],
+      # Mnesia is the user's to start: heft_mnesia and its tests call it
+      # without making it a dependency of :heft.
+      xref: [exclude: [:mnesia, :mnesia_lib, :mnesia_schema, :mnesia_backend_type]],
       test_paths: ["test"],
       aliases: aliases(),
       docs: [main: "Heft"]

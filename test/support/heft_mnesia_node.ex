@@ -1,0 +1,50 @@
+defmodule Heft.Test.MnesiaNode do
+  # Mnesia set-ups for the heft_mnesia tests (test/mnesia/), usable in this
+  # VM and, by remote calls, in a child VM started with :peer (this module
+  # is compiled into the test ebin, which the child gets on its path).
+  @moduledoc false
+
+  @backends [heft_copies: :heft_mnesia, heft_ram_copies: :heft_mnesia]
+
+  @doc "Stops Mnesia, points it at `dir` and starts it, creating a schema with Heft's aliases if `dir` has none."
+  def start(dir) do
+    _ = :mnesia.stop()
+    :ok = :application.load(:mnesia) |> loaded()
+    :ok = :application.set_env(:mnesia, :dir, String.to_charlist(dir))
+
+    unless File.exists?(Path.join(dir, "schema.DAT")) do
+      :ok = :mnesia.create_schema([node()], backend_types: @backends)
+    end
+
+    :ok = :mnesia.start()
+    :ok
+  end
+
+  defp loaded(:ok), do: :ok
+  defp loaded({:error, {:already_loaded, :mnesia}}), do: :ok
+
+  @doc "Stops Mnesia."
+  def stop, do: :mnesia.stop()
+
+  @doc "Waits for tables to be loaded."
+  def wait(tabs), do: :mnesia.wait_for_tables(tabs, 30_000)
+
+  @doc "A transaction writing each record."
+  def write_all(records),
+    do: :mnesia.transaction(fn -> Enum.each(records, &:mnesia.write/1) end)
+
+  @doc "A transaction deleting each key of `tab`."
+  def delete_all(tab, keys),
+    do: :mnesia.transaction(fn -> Enum.each(keys, &:mnesia.delete({tab, &1})) end)
+
+  @doc "Every record of `tab` (sorted), read in a transaction."
+  def all(tab),
+    do: :mnesia.transaction(fn -> :mnesia.match_object({tab, :_, :_}) |> Enum.sort() end)
+
+  @doc "The keys of `tab` whose `attr` is `value`, by index."
+  def index_keys(tab, value, attr),
+    do: tab |> :mnesia.dirty_index_read(value, attr) |> Enum.map(&elem(&1, 1)) |> Enum.sort()
+
+  @doc "This OS process's pid."
+  def os_pid, do: String.to_integer(System.pid())
+end
