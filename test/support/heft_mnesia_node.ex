@@ -23,6 +23,15 @@ defmodule Heft.Test.MnesiaNode do
   defp loaded(:ok), do: :ok
   defp loaded({:error, {:already_loaded, :mnesia}}), do: :ok
 
+  @doc "Points Mnesia at `dir` (not started)."
+  def set_dir(dir) do
+    :ok = :application.load(:mnesia) |> loaded()
+    :application.set_env(:mnesia, :dir, String.to_charlist(dir))
+  end
+
+  @doc "A schema with Heft's aliases on `nodes` (each pointed at its directory, Mnesia stopped)."
+  def create_schema(nodes), do: :mnesia.create_schema(nodes, backend_types: @backends)
+
   @doc "Stops Mnesia."
   def stop, do: :mnesia.stop()
 
