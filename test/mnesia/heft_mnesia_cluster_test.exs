@@ -41,7 +41,9 @@ defmodule Heft.MnesiaClusterTest do
         ])
 
       # Replication: what one node commits, the other reads.
-      {:atomic, :ok} = call(a, MnesiaNode, :write_all, [for(i <- 1..300, do: {:rep, i, rem(i, 4)})])
+      {:atomic, :ok} =
+        call(a, MnesiaNode, :write_all, [for(i <- 1..300, do: {:rep, i, rem(i, 4)})])
+
       {:atomic, :ok} = call(b, MnesiaNode, :write_all, [[{:rep, 1000, 0}]])
       assert call(b, MnesiaNode, :all, [:rep]) == call(a, MnesiaNode, :all, [:rep])
       assert call(b, :mnesia, :dirty_read, [:rep, 7]) == [{:rep, 7, 3}]
@@ -53,7 +55,10 @@ defmodule Heft.MnesiaClusterTest do
       assert_receive {:DOWN, ^ref, _, _, _}, 10_000
 
       {:atomic, :ok} = call(a, MnesiaNode, :delete_all, [:rep, Enum.to_list(1..100)])
-      {:atomic, :ok} = call(a, MnesiaNode, :write_all, [for(i <- 101..150, do: {:rep, i, :moved})])
+
+      {:atomic, :ok} =
+        call(a, MnesiaNode, :write_all, [for(i <- 101..150, do: {:rep, i, :moved})])
+
       {:atomic, :ok} = call(a, MnesiaNode, :write_all, [for(i <- 301..350, do: {:rep, i, 1})])
       :ok = call(a, :mnesia, :dirty_delete, [:rep, 1000])
 
