@@ -128,12 +128,13 @@ delete_table(Alias, Tab) ->
 close_table(Alias, Tab) ->
     sync_close_table(Alias, Tab).
 
-sync_close_table(heft_copies, Tab) ->
+sync_close_table(heft_copies, Tab) when is_atom(Tab) ->
     case heft_mnesia_admin:handle(heft_copies, Tab) of
         undefined -> ok;
         T -> _ = heft:sync(T), ok
     end;
 sync_close_table(_Alias, _Tab) ->
+    %% A heft_ram_copies table, or an index or a retainer (in memory).
     ok.
 
 real_suffixes() -> [".heft"].
