@@ -365,8 +365,7 @@ defmodule Heft.MnesiaTest do
     # fixed after OTP 25). Going through ram_copies works (docs/mnesia.md).
     for path <- [
           [:disc_copies, :heft_copies],
-          [:heft_copies, :ram_copies, :disc_copies],
-          [:heft_copies, :disc_copies]
+          [:heft_copies, :ram_copies, :disc_copies]
         ] do
       test "a table changed #{Enum.join(path, " -> ")} is all there after a restart", %{dir: dir} do
         [from | steps] = unquote(path)
