@@ -54,6 +54,23 @@ defmodule Heft.Test.MnesiaNode do
   def index_keys(tab, value, attr),
     do: tab |> :mnesia.dirty_index_read(value, attr) |> Enum.map(&elem(&1, 1)) |> Enum.sort()
 
+  @doc "Runs `fun` as a mnesia_frag activity of `kind`."
+  def frag(kind, fun), do: :mnesia.activity(kind, fun, [], :mnesia_frag)
+
+  @doc "The fragments of `tab`."
+  def frag_names(tab), do: frag(:sync_dirty, fn -> :mnesia.table_info(tab, :frag_names) end)
+
+  @doc "Writes `records` into the fragmented table in one transaction."
+  def frag_write(records), do: frag(:transaction, fn -> Enum.each(records, &:mnesia.write/1) end)
+
+  @doc "Reads `keys` of the fragmented table `tab` (dirty)."
+  def frag_read(tab, keys),
+    do: frag(:sync_dirty, fn -> Enum.flat_map(keys, &:mnesia.read(tab, &1)) end)
+
+  @doc "Every record of the fragmented table `tab`, sorted."
+  def frag_all(tab),
+    do: frag(:transaction, fn -> :mnesia.match_object({tab, :_, :_}) end) |> Enum.sort()
+
   @doc "This OS process's pid."
   def os_pid, do: String.to_integer(System.pid())
 end
