@@ -359,6 +359,23 @@ defmodule Heft.MnesiaTest do
       :peer.stop(vm)
     end
 
+    test "a write Heft refuses after Mnesia's point of no return makes the node leave Mnesia",
+         %{dir: dir} do
+      vm = child()
+      :ok = call(vm, MnesiaNode, :start, [dir])
+      create_in(vm, :refused, [{:heft_copies, [node_of(vm)]}])
+      :ok = call(vm, :mnesia, :dirty_write, [{:refused, 1, :kept}])
+      :ok = call(vm, MnesiaNode, :inject_fault, [:heft_copies, :refused, :enospc, 1])
+
+      # The write is refused where Mnesia commits it (the writer, or
+      # mnesia_tm for a dirty write): mnesia_lib:fatal/2 reports, waits
+      # 10 s for its core dump and kills Mnesia on this node.
+      _ = call(vm, MnesiaNode, :try_call, [:mnesia, :dirty_write, [{:refused, 2, :lost}]])
+      assert call(vm, MnesiaNode, :await_not_running, [30_000]) == :no
+      :peer.stop(vm)
+      assert [_core] = Path.wildcard(Path.join(Path.dirname(dir), "MnesiaCore.*"))
+    end
+
     # heft_copies -> disc_copies directly loses the table at the next
     # restart on OTP 25: Mnesia does not write the new disc_copies table to
     # disc when converting from any external backend (erlang/otp#8706,

@@ -11,6 +11,8 @@ defmodule Heft.Test.MnesiaNode do
     _ = :mnesia.stop()
     :ok = :application.load(:mnesia) |> loaded()
     :ok = :application.set_env(:mnesia, :dir, String.to_charlist(dir))
+    # A fatal error's core dump goes beside the directory, not into the cwd.
+    :ok = :application.set_env(:mnesia, :core_dir, String.to_charlist(Path.dirname(dir)))
 
     unless File.exists?(Path.join(dir, "schema.DAT")) do
       :ok = :mnesia.create_schema([node()], backend_types: @backends)
@@ -70,6 +72,28 @@ defmodule Heft.Test.MnesiaNode do
   @doc "Every record of the fragmented table `tab`, sorted."
   def frag_all(tab),
     do: frag(:transaction, fn -> :mnesia.match_object({tab, :_, :_}) end) |> Enum.sort()
+
+  @doc "Makes the next `n` log writes of heft_mnesia's table `tab` fail with `fault` (Heft's fault injection)."
+  def inject_fault(alias, tab, fault, n) do
+    %Heft.Table{ref: ref} = :persistent_term.get({:heft_mnesia, alias, tab})
+    Heft.Native.persist_inject_fault(ref, fault, n)
+  end
+
+  @doc "Runs `{m, f, a}` and returns `{:ok, result}` or `{:exit, reason}`."
+  def try_call(m, f, a) do
+    {:ok, apply(m, f, a)}
+  catch
+    :exit, reason -> {:exit, reason}
+  end
+
+  @doc "Waits up to `ms` for Mnesia to stop running here; returns `mnesia:system_info(is_running)`."
+  def await_not_running(ms) do
+    case :mnesia.system_info(:is_running) do
+      :no -> :no
+      _ when ms <= 0 -> :mnesia.system_info(:is_running)
+      _ -> Process.sleep(100) && await_not_running(ms - 100)
+    end
+  end
 
   @doc "This OS process's pid."
   def os_pid, do: String.to_integer(System.pid())
