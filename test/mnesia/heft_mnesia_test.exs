@@ -300,6 +300,31 @@ defmodule Heft.MnesiaTest do
     end
   end
 
+  test "a checkpoint keeps what was there when it was activated (retainers); backup and restore both ways",
+       %{dir: dir} do
+    for {tab, alias} <- [bk1: :heft_copies, bk2: :heft_ram_copies] do
+      create(tab, alias, index: [:v])
+      {:atomic, :ok} = MnesiaNode.write_all(for i <- 1..50, do: {tab, i, rem(i, 2)})
+    end
+
+    before = for tab <- [:bk1, :bk2], do: MnesiaNode.all(tab)
+    {:ok, :cp, _} = :mnesia.activate_checkpoint(name: :cp, max: [:bk1, :bk2])
+    # Changes after activation go to the live tables; the retainers keep
+    # the old records for the backup.
+    {:atomic, :ok} = MnesiaNode.write_all(for i <- 1..10, do: {:bk1, i, :changed})
+    {:atomic, :ok} = MnesiaNode.delete_all(:bk2, [1, 2, 3])
+    file = String.to_charlist(Path.join(Path.dirname(dir), "backup.bup"))
+    :ok = :mnesia.backup_checkpoint(:cp, file)
+    :ok = :mnesia.deactivate_checkpoint(:cp)
+
+    for op <- [:clear_tables, :recreate_tables] do
+      {:atomic, :ok} = MnesiaNode.delete_all(:bk1, Enum.to_list(1..50))
+      assert {:atomic, [_, _]} = :mnesia.restore(file, default_op: op)
+      assert for(tab <- [:bk1, :bk2], do: MnesiaNode.all(tab)) == before
+      assert MnesiaNode.index_keys(:bk1, 1, :v) == Enum.to_list(1..50//2)
+    end
+  end
+
   describe "in a child VM" do
     setup %{dir: dir} do
       # The child owns the directory; this VM's Mnesia lets it go.
