@@ -105,8 +105,8 @@ create_table(Alias, Tab, Props) ->
 %% from an empty table, so that keys deleted while this node was away do
 %% not survive the reload.
 load_table(Alias, Tab, {net_load, _Node}, Props) ->
-    T = open(Alias, Tab, Props),
-    written(Alias, Tab, heft:delete_all_objects(T));
+    _ = open(Alias, Tab, Props),
+    write(Alias, Tab, fun heft:delete_all_objects/1);
 load_table(Alias, Tab, _Reason, Props) ->
     _ = open(Alias, Tab, Props),
     ok.
@@ -190,7 +190,7 @@ receiver_first_message(Sender, {first, Size}, Alias, Tab) ->
     {Size, {Alias, Tab, Sender}}.
 
 receive_data(Data, Alias, Tab, _Sender, State) ->
-    ok = written(Alias, Tab, heft:insert(h(Alias, Tab), Data)),
+    ok = write(Alias, Tab, fun(T) -> heft:insert(T, Data) end),
     {more, State}.
 
 receive_done(_Alias, _Tab, _Sender, _State) -> ok.
@@ -198,16 +198,16 @@ receive_done(_Alias, _Tab, _Sender, _State) -> ok.
 %%% Records
 
 insert(Alias, Tab, Obj) ->
-    written(Alias, Tab, heft:insert(h(Alias, Tab), Obj)).
+    write(Alias, Tab, fun(T) -> heft:insert(T, Obj) end).
 
 lookup(Alias, Tab, Key) ->
     heft:lookup(h(Alias, Tab), Key).
 
 delete(Alias, Tab, Key) ->
-    written(Alias, Tab, heft:delete(h(Alias, Tab), Key)).
+    write(Alias, Tab, fun(T) -> heft:delete(T, Key) end).
 
 match_delete(Alias, Tab, Pattern) ->
-    written(Alias, Tab, heft:match_delete(h(Alias, Tab), Pattern)).
+    write(Alias, Tab, fun(T) -> heft:match_delete(T, Pattern) end).
 
 %% @doc Atomic, also for a missing key and a negative result, as Mnesia's
 %% dirty_update_counter wants it (a missing counter starts at 0, a result
@@ -280,12 +280,25 @@ repair_continuation(Cont, _Ms) -> Cont.
 
 %%% Internals
 
-%% The open table; opened on first use if Mnesia knows it (a callback may
-%% come before create_table/3 or load_table/4 on this node).
+%% The open table. A callback may come before create_table/3 or
+%% load_table/4 on this node: the table is then opened on first use, if
+%% Mnesia says this node holds it with this alias. Otherwise (a replica
+%% deleted or moved to another storage meanwhile) it raises no_exists,
+%% which Mnesia's commit ignores for a replica it no longer has.
 h(Alias, Tab) ->
     case heft_mnesia_admin:handle(Alias, Tab) of
-        undefined -> open(Alias, Tab, []);
-        T -> T
+        undefined ->
+            case local_storage(main_tab(Tab)) of
+                {ext, Alias, ?MODULE} -> open(Alias, Tab, []);
+                _ -> error({no_exists, Tab})
+            end;
+        T ->
+            T
+    end.
+
+local_storage(Tab) ->
+    try mnesia_lib:val({Tab, storage_type})
+    catch _:_ -> unknown
     end.
 
 open(Alias, Tab, Props) ->
@@ -342,11 +355,22 @@ record_name(_) ->
     undefined.
 
 %% A write comes after Mnesia's point of no return: if Heft refuses it
-%% (a full disk, a failed fsync), this replica would silently differ from
-%% the others, so the node leaves Mnesia instead.
+%% (a full disk, a failed fsync) or raises, this replica would silently
+%% differ from the others (Mnesia's commit ignores a failed update), so
+%% the node leaves Mnesia instead.
+write(Alias, Tab, Write) ->
+    T = h(Alias, Tab),
+    try Write(T) of
+        Result -> written(Alias, Tab, Result)
+    catch
+        Class:Reason:Stack -> failed(Alias, Tab, {Class, Reason, Stack})
+    end.
+
 written(_Alias, _Tab, true) -> ok;
 written(_Alias, _Tab, N) when is_integer(N) -> ok;
-written(Alias, Tab, {error, Reason}) ->
-    mnesia_lib:fatal("heft_mnesia: a write to ~tp (~p) failed: ~p; "
+written(Alias, Tab, Other) -> failed(Alias, Tab, Other).
+
+failed(Alias, Tab, Why) ->
+    mnesia_lib:fatal("heft_mnesia: a write to ~tp (~p) failed: ~tp; "
                      "this replica can no longer follow the others~n",
-                     [Tab, Alias, Reason]).
+                     [Tab, Alias, Why]).
