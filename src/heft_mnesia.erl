@@ -111,12 +111,18 @@ load_table(Alias, Tab, _Reason, Props) ->
     _ = open(Alias, Tab, Props),
     ok.
 
-%% @doc Deletes the table and its files (also when it is not open).
+%% @doc Deletes the table and its files (also when it is not open), and
+%% with a table its indexes: Mnesia 4.21 deletes the index tables of an
+%% external table only for disc_only_copies semantics, so a
+%% heft_ram_copies table's would outlive its del_table_copy.
 delete_table(Alias, Tab) ->
     ok = heft_mnesia_admin:close(Alias, Tab, delete),
-    case {Alias, Tab} of
-        {heft_copies, _} when is_atom(Tab) ->
-            _ = file:del_dir_r(dir(Tab)),
+    case Tab of
+        _ when is_atom(Tab) ->
+            _ = [ok = heft_mnesia_admin:close(A, Ix, delete)
+                 || {A, {T, index, _} = Ix} <- heft_mnesia_admin:tables(),
+                    A =:= Alias, T =:= Tab],
+            _ = Alias =:= heft_copies andalso file:del_dir_r(dir(Tab)),
             ok;
         _ ->
             ok

@@ -94,6 +94,15 @@ defmodule Heft.MnesiaClusterTest do
 
       assert call(b, MnesiaNode, :index_keys, [:rep, :moved, :v]) == Enum.to_list(101..150)
 
+      # A copy removed and added again is sent whole by its peer.
+      {:atomic, :ok} = call(a, :mnesia, :del_table_copy, [:rep, nb])
+      assert call(b, :heft_mnesia_admin, :tables, []) == []
+      {:atomic, :ok} = call(a, :mnesia, :add_table_copy, [:rep, nb, alias])
+      assert call(b, MnesiaNode, :all, [:rep]) == expected
+
+      assert call(b, MnesiaNode, :index_keys, [:rep, 3, :v]) ==
+               call(a, MnesiaNode, :index_keys, [:rep, 3, :v])
+
       for vm <- [a, b], do: :peer.stop(vm)
     end
   end

@@ -108,6 +108,24 @@ defmodule Heft.MnesiaTest do
     end
   end
 
+  for alias <- @aliases, type <- [:set, :bag] do
+    test "#{alias} #{type}: dirty_slot walks every key once" do
+      tab = :"slot_#{unquote(alias)}_#{unquote(type)}"
+      create(tab, unquote(alias), type: unquote(type))
+      records = for i <- 1..40, j <- 1..2, do: {tab, i, j}
+      {:atomic, :ok} = MnesiaNode.write_all(records)
+
+      slots =
+        Stream.iterate(0, &(&1 + 1))
+        |> Stream.map(&:mnesia.dirty_slot(tab, &1))
+        |> Enum.take_while(&(&1 != :"$end_of_table"))
+
+      assert length(slots) == 40
+      expected = if unquote(type) == :bag, do: records, else: for(i <- 1..40, do: {tab, i, 2})
+      assert slots |> Enum.concat() |> Enum.sort() == expected
+    end
+  end
+
   test "select with a limit walks every match once, in transactions and async_dirty" do
     create(:sel, :heft_copies, type: :ordered_set)
     {:atomic, :ok} = MnesiaNode.write_all(for i <- 1..1000, do: {:sel, i, i * 2})
@@ -256,12 +274,16 @@ defmodule Heft.MnesiaTest do
     assert :opts_bad not in :mnesia.system_info(:tables)
   end
 
-  test "delete_table removes the table's directory", %{dir: dir} do
-    create(:gone, :heft_copies)
-    {:atomic, :ok} = MnesiaNode.write_all([{:gone, 1, 1}])
+  test "delete_table removes the table's directory and its index tables", %{dir: dir} do
+    create(:gone, :heft_copies, index: [:v])
+    create(:gone_ram, :heft_ram_copies, index: [:v])
+    {:atomic, :ok} = MnesiaNode.write_all([{:gone, 1, 1}, {:gone_ram, 1, 1}])
     assert File.dir?(Path.join(dir, "gone.heft"))
+    assert length(:heft_mnesia_admin.tables()) == 4
     assert {:atomic, :ok} = :mnesia.delete_table(:gone)
+    assert {:atomic, :ok} = :mnesia.delete_table(:gone_ram)
     refute File.exists?(Path.join(dir, "gone.heft"))
+    assert :heft_mnesia_admin.tables() == []
   end
 
   test "delete_schema removes the .heft directories", %{dir: dir} do
