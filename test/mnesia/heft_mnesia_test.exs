@@ -126,6 +126,19 @@ defmodule Heft.MnesiaTest do
     end
   end
 
+  for alias <- @aliases do
+    test "#{alias}: add_table_index indexes what is there, del_table_index drops the index table" do
+      tab = :"addix_#{unquote(alias)}"
+      create(tab, unquote(alias))
+      {:atomic, :ok} = MnesiaNode.write_all(for i <- 1..60, do: {tab, i, rem(i, 4)})
+      assert {:atomic, :ok} = :mnesia.add_table_index(tab, :v)
+      assert MnesiaNode.index_keys(tab, 3, :v) == Enum.to_list(3..60//4)
+      assert length(:heft_mnesia_admin.tables()) == 2
+      assert {:atomic, :ok} = :mnesia.del_table_index(tab, :v)
+      assert :heft_mnesia_admin.tables() == [{unquote(alias), tab}]
+    end
+  end
+
   test "select with a limit walks every match once, in transactions and async_dirty" do
     create(:sel, :heft_copies, type: :ordered_set)
     {:atomic, :ok} = MnesiaNode.write_all(for i <- 1..1000, do: {:sel, i, i * 2})
