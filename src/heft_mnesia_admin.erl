@@ -103,9 +103,23 @@ handle_cast(_Msg, S) ->
 handle_info(_Msg, S) ->
     {noreply, S}.
 
-terminate(_Reason, _S) ->
+%% Stopped by mnesia_ext_sup (Mnesia stops), or crashed. After a crash
+%% Mnesia would run on with its tables closed under it: the node leaves
+%% Mnesia instead (mnesia_lib:fatal/2, from another process since it
+%% waits 10 s and then kills Mnesia's processes).
+terminate(Reason, _S) ->
     [do_close(A, T, close) || {A, T} <- tables()],
-    ok.
+    case Reason of
+        normal -> ok;
+        shutdown -> ok;
+        {shutdown, _} -> ok;
+        _ ->
+            _ = spawn(fun() ->
+                          mnesia_lib:fatal("heft_mnesia_admin, the owner of heft_mnesia's tables, "
+                                           "crashed: ~tp; its tables are closed~n", [Reason])
+                      end),
+            ok
+    end.
 
 do_close(Alias, Tab, How) ->
     case handle(Alias, Tab) of

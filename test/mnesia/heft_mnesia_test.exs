@@ -436,6 +436,26 @@ defmodule Heft.MnesiaTest do
       assert [_core] = Path.wildcard(Path.join(Path.dirname(dir), "MnesiaCore.*"))
     end
 
+    test "a crash of the tables' owner makes the node leave Mnesia; the table is intact after a restart",
+         %{dir: dir} do
+      vm = child()
+      :ok = call(vm, MnesiaNode, :start, [dir])
+      create_in(vm, :owned, [{:heft_copies, [node_of(vm)]}])
+      :ok = call(vm, :mnesia, :dirty_write, [{:owned, 1, :kept}])
+      # A request it does not know crashes it.
+      assert {:exit, _} =
+               call(vm, MnesiaNode, :try_call, [:gen_server, :call, [:heft_mnesia_admin, :bogus]])
+
+      assert call(vm, MnesiaNode, :await_not_running, [30_000]) == :no
+      :peer.stop(vm)
+
+      vm = child()
+      :ok = call(vm, MnesiaNode, :start, [dir])
+      :ok = call(vm, MnesiaNode, :wait, [[:owned]])
+      assert call(vm, :mnesia, :dirty_read, [:owned, 1]) == [{:owned, 1, :kept}]
+      :peer.stop(vm)
+    end
+
     # heft_copies -> disc_copies directly loses the table at the next
     # restart on OTP 25: Mnesia does not write the new disc_copies table to
     # disc when converting from any external backend (erlang/otp#8706,
