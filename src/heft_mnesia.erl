@@ -38,7 +38,6 @@
          first/2, last/2, next/3, prev/3, slot/3,
          select/1, select/3, select/4, repair_continuation/2]).
 
--define(ALIASES, [heft_copies, heft_ram_copies]).
 -define(TYPES, [set, ordered_set, bag]).
 %% Objects a chunk of a table transfer to another node.
 -define(TRANSFER_CHUNK, 256).
@@ -54,8 +53,12 @@ add_aliases(_Aliases) -> ok.
 
 remove_aliases(_Aliases) -> ok.
 
-semantics(heft_copies, storage) -> disc_only_copies;
-semantics(heft_ram_copies, storage) -> ram_copies;
+semantics(Alias, storage) ->
+    case kind(Alias) of
+        heft_copies -> disc_only_copies;
+        heft_ram_copies -> ram_copies;
+        undefined -> undefined
+    end;
 semantics(_Alias, types) -> ?TYPES;
 semantics(_Alias, index_types) -> [ordered, bag];
 semantics(_Alias, _Item) -> undefined.
@@ -65,7 +68,7 @@ check_definition(Alias, Tab, _Nodes, Props) ->
     Type = proplists:get_value(type, Props, set),
     case lists:member(Type, ?TYPES) of
         false -> {error, {unsupported_type, Tab, Type}};
-        true -> check_options(Alias, heft_options(Props))
+        true -> check_options(kind(Alias), heft_options(Props))
     end.
 
 check_options(Alias, Opts) when is_list(Opts) ->
@@ -122,7 +125,7 @@ delete_table(Alias, Tab) ->
             _ = [ok = heft_mnesia_admin:close(A, Ix, delete)
                  || {A, {T, index, _} = Ix} <- heft_mnesia_admin:tables(),
                     A =:= Alias, T =:= Tab],
-            _ = Alias =:= heft_copies andalso file:del_dir_r(dir(Tab)),
+            _ = kind(Alias) =:= heft_copies andalso file:del_dir_r(dir(Tab)),
             ok;
         _ ->
             ok
@@ -134,14 +137,12 @@ delete_table(Alias, Tab) ->
 close_table(Alias, Tab) ->
     sync_close_table(Alias, Tab).
 
-sync_close_table(heft_copies, Tab) when is_atom(Tab) ->
-    case heft_mnesia_admin:handle(heft_copies, Tab) of
-        undefined -> ok;
-        T -> _ = heft:sync(T), ok
-    end;
-sync_close_table(_Alias, _Tab) ->
-    %% A heft_ram_copies table, or an index or a retainer (in memory).
-    ok.
+sync_close_table(Alias, Tab) ->
+    case {kind(Alias), is_atom(Tab), heft_mnesia_admin:handle(Alias, Tab)} of
+        {heft_copies, true, T} when T =/= undefined -> _ = heft:sync(T), ok;
+        %% Not open, or in memory: a heft_ram_copies table, an index, a retainer.
+        _ -> ok
+    end.
 
 real_suffixes() -> [".heft"].
 
@@ -340,7 +341,7 @@ heft_new(Alias, Tab, Props) when is_atom(Tab) ->
     Opts = heft_options(Props),
     Common = [Type, public, {keypos, 2}
               | [O || {K, _} = O <- Opts, K =:= compression orelse K =:= compression_level]],
-    case Alias of
+    case kind(Alias) of
         heft_ram_copies ->
             {Tab, Common};
         heft_copies ->
@@ -348,6 +349,24 @@ heft_new(Alias, Tab, Props) when is_atom(Tab) ->
                             lists:member(K, [sync, dump_log_write_threshold,
                                              dump_log_time_threshold])],
             {Tab, [{persist, unicode:characters_to_binary(dir(Tab))} | Persist] ++ Common}
+    end.
+
+%% What an alias stands for: heft_copies or heft_ram_copies, or another
+%% name mapped to one of them in the application environment,
+%% `{heft, [{mnesia_aliases, [{Alias, heft_copies | heft_ram_copies}]}]}'
+%% (test/otp_mnesia runs OTP's Mnesia suite so, with Heft standing in for
+%% its test backend's aliases).
+kind(heft_copies) -> heft_copies;
+kind(heft_ram_copies) -> heft_ram_copies;
+kind(Alias) ->
+    case application:get_env(heft, mnesia_aliases) of
+        {ok, Map} when is_list(Map) ->
+            case lists:keyfind(Alias, 1, Map) of
+                {_, K} when K =:= heft_copies; K =:= heft_ram_copies -> K;
+                _ -> undefined
+            end;
+        _ ->
+            undefined
     end.
 
 dir(Tab) ->
