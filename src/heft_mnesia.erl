@@ -359,6 +359,9 @@ heft_new(Alias, Tab, Props) when is_atom(Tab) ->
 kind(heft_copies) -> heft_copies;
 kind(heft_ram_copies) -> heft_ram_copies;
 kind(Alias) ->
+    %% Loaded for its environment (`-heft mnesia_aliases ...' on the
+    %% command line, or ERL_AFLAGS, reaches every node started after).
+    _ = application:load(heft),
     case application:get_env(heft, mnesia_aliases) of
         {ok, Map} when is_list(Map) ->
             case lists:keyfind(Alias, 1, Map) of

@@ -103,16 +103,21 @@ handle_cast(_Msg, S) ->
 handle_info(_Msg, S) ->
     {noreply, S}.
 
-%% Stopped by mnesia_ext_sup (Mnesia stops), or crashed. After a crash
-%% Mnesia would run on with its tables closed under it: the node leaves
-%% Mnesia instead (mnesia_lib:fatal/2, from another process since it
-%% waits 10 s and then kills Mnesia's processes).
+%% Stopped by mnesia_ext_sup (Mnesia stops or is killed: its exit
+%% reason then reaches here), or crashed. After a crash Mnesia would run
+%% on with its tables closed under it: the node leaves Mnesia instead
+%% (mnesia_lib:fatal/2, from another process since it waits 10 s and then
+%% kills Mnesia's processes).
 terminate(Reason, _S) ->
     [do_close(A, T, close) || {A, T} <- tables()],
+    Sup = whereis(mnesia_ext_sup),
+    MnesiaRuns = is_pid(Sup) andalso is_process_alive(Sup),
     case Reason of
         normal -> ok;
         shutdown -> ok;
         {shutdown, _} -> ok;
+        killed -> ok;
+        _ when not MnesiaRuns -> ok;
         _ ->
             _ = spawn(fun() ->
                           mnesia_lib:fatal("heft_mnesia_admin, the owner of heft_mnesia's tables, "
