@@ -52,6 +52,12 @@ defmodule Heft.MixProject do
       compilers: [:heft_native | Mix.compilers()],
       deps: [],
       elixirc_paths: elixirc_paths(Mix.env()),
+      # Erlang modules: heft (the API for Erlang), heft_mnesia (the Mnesia
+      # storage backend) and its admin process.
+      erlc_paths: ["src"],
+      # Mnesia is the user's to start: heft_mnesia and its tests call it
+      # without making it a dependency of :heft.
+      xref: [exclude: [:mnesia, :mnesia_lib, :mnesia_schema, :mnesia_backend_type]],
       test_paths: ["test"],
       aliases: aliases(),
       docs: [main: "Heft"]

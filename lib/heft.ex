@@ -7,7 +7,8 @@ defmodule Heft do
   costs 16,872 bytes per record on a 64-bit VM; Heft stores the same record
   in under 100. Heft speaks ETS's API: the same function names, arguments,
   return values and `ArgumentError`s, so porting code is mostly replacing
-  `:ets` with `Heft`. Erlang code calls the same functions as `'Elixir.Heft'`.
+  `:ets` with `Heft`. Erlang code calls the same functions in the `heft`
+  module (src/heft.erl).
 
   ## Usage
 
@@ -23,9 +24,9 @@ defmodule Heft do
 
   From Erlang:
 
-      T = 'Elixir.Heft':new(users, [set, public]),
-      true = 'Elixir.Heft':insert(T, {1, <<"Ada">>}),
-      [{1, <<"Ada">>}] = 'Elixir.Heft':lookup(T, 1).
+      T = heft:new(users, [set, public]),
+      true = heft:insert(T, {1, <<"Ada">>}),
+      [{1, <<"Ada">>}] = heft:lookup(T, 1).
 
   ## How records are stored
 

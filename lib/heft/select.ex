@@ -136,6 +136,27 @@ defmodule Heft.Select do
   def repair(other, _spec),
     do: raise(ArgumentError, "not a select continuation: #{inspect(other, limit: 8)}")
 
+  # For heft_mnesia, whose continuations cross nodes by RPC and must be
+  # plain data: `portable/1` drops what only this VM can use (the table's
+  # resource and the compiled spec), `resume/2` puts a table back in and
+  # continues (the spec is compiled again from the copy kept beside it).
+  @doc false
+  @spec portable(term) :: term
+  def portable(:"$end_of_table"), do: :"$end_of_table"
+
+  def portable({:heft_select, _ref, spec, _ms, limit, source, pending}),
+    do: {:heft_select, nil, spec, nil, limit, source, pending}
+
+  @doc false
+  @spec resume(Heft.Table.t(), term) :: {[term], term} | :"$end_of_table"
+  def resume(_tab, :"$end_of_table"), do: :"$end_of_table"
+
+  def resume(%Heft.Table{ref: ref}, {:heft_select, nil, spec, nil, _, _, _} = cont),
+    do: cont |> put_elem(1, ref) |> put_elem(3, MatchSpec.compile!(spec)) |> continue()
+
+  def resume(_tab, other),
+    do: raise(ArgumentError, "not a portable select continuation: #{inspect(other, limit: 8)}")
+
   defp next({:heft_select, ref, _spec, ms, limit, source, pending} = cont) do
     {results, source} = gather(ref, ms, source, pending, length(pending), limit)
 

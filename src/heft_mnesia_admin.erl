@@ -1,0 +1,148 @@
+%% @doc The owner of heft_mnesia's tables: a small gen_server started
+%% under Mnesia's `mnesia_ext_sup', so that the tables live as long as
+%% Mnesia does (a Heft table dies, or a persistent one is closed, when its
+%% owner exits).
+%%
+%% It only opens, closes and deletes tables. Each open table's handle is
+%% published in persistent_term under `{heft_mnesia, Alias, Tab}', where
+%% heft_mnesia's data operations read it without a message to this
+%% process. persistent_term is written only when a table is opened or
+%% closed (a global GC each time, as for any persistent_term update).
+%%
+%% When Mnesia stops, mnesia_ext_sup stops this process: it closes every
+%% persistent table (its log synced, its files kept) and deletes the
+%% memory ones, as Mnesia drops its ram_copies.
+-module(heft_mnesia_admin).
+-behaviour(gen_server).
+
+-export([ensure_started/0, start_link/0, open/3, close/3, handle/2, tables/0]).
+-export([init/1, handle_call/3, handle_cast/2, handle_info/2, terminate/2]).
+
+-define(KEY(Alias, Tab), {heft_mnesia, Alias, Tab}).
+
+%% @doc Starts the admin process under mnesia_ext_sup unless it runs.
+%% Mnesia may never call init_backend/0 on a node, so every callback that
+%% opens a table calls this first.
+-spec ensure_started() -> ok.
+ensure_started() ->
+    case whereis(?MODULE) of
+        undefined ->
+            case mnesia_ext_sup:start_proc(?MODULE, ?MODULE, start_link, []) of
+                {ok, _} -> ok;
+                {ok, _, _} -> ok;
+                {error, {already_started, _}} -> ok;
+                {error, Reason} -> error({heft_mnesia_admin_not_started, Reason})
+            end;
+        _ ->
+            ok
+    end.
+
+-spec start_link() -> {ok, pid()} | {error, term()}.
+start_link() ->
+    gen_server:start_link({local, ?MODULE}, ?MODULE, [], []).
+
+%% @doc The handle of an open table, or `undefined'.
+-spec handle(atom(), term()) -> heft:tab() | undefined.
+handle(Alias, Tab) ->
+    persistent_term:get(?KEY(Alias, Tab), undefined).
+
+%% @doc Opens the table (creating it if needed: `heft:new/2' with
+%% `Opts') unless it is open; never truncates. Returns its handle.
+-spec open(atom(), term(), {atom(), list()}) -> heft:tab().
+open(Alias, Tab, {Name, Opts}) ->
+    case handle(Alias, Tab) of
+        undefined ->
+            ensure_started(),
+            case gen_server:call(?MODULE, {open, Alias, Tab, Name, Opts}, infinity) of
+                {ok, T} -> T;
+                {error, Reason} -> error({heft_mnesia_open_failed, Tab, Reason})
+            end;
+        T ->
+            T
+    end.
+
+%% @doc Closes (`close': files kept) or deletes (`delete': files removed)
+%% an open table; `ok' if it is not open.
+-spec close(atom(), term(), close | delete) -> ok.
+close(Alias, Tab, How) ->
+    case whereis(?MODULE) of
+        undefined -> ok;
+        _ -> gen_server:call(?MODULE, {close, Alias, Tab, How}, infinity)
+    end.
+
+%% @doc Every open table, as `{Alias, Tab}'.
+-spec tables() -> [{atom(), term()}].
+tables() ->
+    [{A, T} || {?KEY(A, T), _} <- persistent_term:get()].
+
+%%% gen_server
+
+init([]) ->
+    process_flag(trap_exit, true),
+    {ok, #{}}.
+
+handle_call({open, Alias, Tab, Name, Opts}, _From, S) ->
+    case handle(Alias, Tab) of
+        undefined ->
+            try heft:new(Name, Opts) of
+                T ->
+                    persistent_term:put(?KEY(Alias, Tab), T),
+                    {reply, {ok, T}, S}
+            catch
+                error:E -> {reply, {error, reason(E)}, S}
+            end;
+        T ->
+            {reply, {ok, T}, S}
+    end;
+handle_call({close, Alias, Tab, How}, _From, S) ->
+    {reply, do_close(Alias, Tab, How), S}.
+
+handle_cast(_Msg, S) ->
+    {noreply, S}.
+
+handle_info(_Msg, S) ->
+    {noreply, S}.
+
+%% Stopped by mnesia_ext_sup (Mnesia stops or is killed: its exit
+%% reason then reaches here), or crashed. After a crash Mnesia would run
+%% on with its tables closed under it: the node leaves Mnesia instead
+%% (mnesia_lib:fatal/2, from another process since it waits 10 s and then
+%% kills Mnesia's processes).
+terminate(Reason, _S) ->
+    [do_close(A, T, close) || {A, T} <- tables()],
+    Sup = whereis(mnesia_ext_sup),
+    MnesiaRuns = is_pid(Sup) andalso is_process_alive(Sup),
+    case Reason of
+        normal -> ok;
+        shutdown -> ok;
+        {shutdown, _} -> ok;
+        killed -> ok;
+        _ when not MnesiaRuns -> ok;
+        _ ->
+            _ = spawn(fun() ->
+                          mnesia_lib:fatal("heft_mnesia_admin, the owner of heft_mnesia's tables, "
+                                           "crashed: ~tp; its tables are closed~n", [Reason])
+                      end),
+            ok
+    end.
+
+do_close(Alias, Tab, How) ->
+    case handle(Alias, Tab) of
+        undefined ->
+            ok;
+        T ->
+            persistent_term:erase(?KEY(Alias, Tab)),
+            _ = try
+                    case {How, heft:info(T, persist)} of
+                        {close, Dir} when Dir =/= undefined -> heft:close(T);
+                        _ -> heft:delete(T)
+                    end
+                catch
+                    error:_ -> ok
+                end,
+            ok
+    end.
+
+reason(#{'__exception__' := true, '__struct__' := 'Elixir.Heft.Error', reason := R}) -> R;
+reason(#{'__exception__' := true} = E) -> 'Elixir.Exception':message(E);
+reason(E) -> E.
