@@ -26,6 +26,7 @@ pub mod compress;
 pub mod crc;
 pub mod deflate;
 pub mod etf;
+pub mod files;
 pub mod hash;
 pub mod index;
 pub mod order;

@@ -18,9 +18,11 @@ use std::time::Duration;
 
 use heft_core::codec::Value;
 use heft_core::persist::{Config, Event, Events, Failure, Opened, Persisted, SyncMode};
-use heft_core::recovery::{segment_name, OpenError};
+use heft_core::recovery::{read_manifest, segment_name, write_manifest, OpenError};
 use heft_core::table::{Error as TableError, Kind, RecordBuf};
-use heft_core::wal::{end_frame, parse_header, FileKind, FrameBuf, Op, END_RESERVE, HEADER_LEN};
+use heft_core::wal::{
+    end_frame, parse_header, FileKind, FrameBuf, Op, END_RESERVE, HEADER_LEN, START_FRAME_LEN,
+};
 use heft_core::{Backing, Compression, Options, Table};
 
 #[derive(Default)]
@@ -174,6 +176,19 @@ fn contents(t: &Table) -> Vec<(Vec<u8>, Vec<u8>)> {
     out
 }
 
+/// Where a segment's first write batch starts: after its header and its
+/// start frame.
+const FIRST_FRAME: usize = HEADER_LEN + START_FRAME_LEN;
+
+/// Makes a table closed cleanly look like one whose VM died: its MANIFEST
+/// no longer says it was closed (what the tests of torn tails need, since
+/// a crash is what tears a tail).
+fn crashed(dir: &Path) {
+    let mut m = read_manifest(dir).unwrap().expect("a manifest");
+    m.clean = false;
+    write_manifest(dir, &m).unwrap();
+}
+
 fn segments(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(dir)
         .unwrap()
@@ -222,18 +237,19 @@ fn truncated_tail_is_cut() {
     // Offsets where frames end: reopen at every cut and check the table
     // holds exactly the whole batches before it.
     // Every byte near a frame boundary, and a stride through the rest.
-    let mut ends = vec![HEADER_LEN];
+    let mut ends = vec![FIRST_FRAME];
     while let Some(h) = full.get(*ends.last().unwrap()..).filter(|h| h.len() >= 8) {
         let len = u32::from_le_bytes(h[..4].try_into().unwrap()) as usize;
         ends.push(ends.last().unwrap() + 8 + len);
     }
     assert_eq!(*ends.last().unwrap(), full.len(), "closed: cut to its log");
-    let cuts = (HEADER_LEN..full.len()).filter(|c| c % 7 == 0 || (c - HEADER_LEN) % 419 < 3);
+    let cuts = (FIRST_FRAME..full.len()).filter(|c| c % 7 == 0 || (c - FIRST_FRAME) % 419 < 3);
     for cut in cuts {
         fs::write(&seg, &full[..cut]).unwrap();
         for s in segments(&d.0).iter().skip(1) {
             fs::remove_file(d.join(s)).unwrap();
         }
+        crashed(&d.0);
         let o = reopen(&d.0, false).unwrap_or_else(|e| panic!("cut {cut}: {e}"));
         let n = o.table.len().unwrap();
         assert_eq!(
@@ -272,8 +288,8 @@ fn checksum_mismatch_in_the_middle_is_corrupt() {
     let seg = d.join(&name);
     let mut bytes = fs::read(&seg).unwrap();
     let first_frame_end = {
-        let len = u32::from_le_bytes(bytes[HEADER_LEN..HEADER_LEN + 4].try_into().unwrap());
-        HEADER_LEN + 8 + len as usize
+        let len = u32::from_le_bytes(bytes[FIRST_FRAME..FIRST_FRAME + 4].try_into().unwrap());
+        FIRST_FRAME + 8 + len as usize
     };
     bytes[first_frame_end + 20] ^= 0x40; // inside the second frame
     fs::write(&seg, &bytes).unwrap();
@@ -315,6 +331,9 @@ fn checksum_mismatch_in_the_last_frame_is_a_torn_tail() {
     let n = bytes.len();
     bytes[n - 5] ^= 1;
     fs::write(&seg, &bytes).unwrap();
+    // After a clean close that is damage; after a crash, a torn tail.
+    assert!(matches!(reopen(&d.0, false), Err(OpenError::Corrupt { .. })));
+    crashed(&d.0);
     let o = reopen(&d.0, false).unwrap();
     assert_eq!(o.table.len().unwrap(), 10);
     assert!(o.persisted.stats().recovery.torn_bytes > 0);
@@ -402,8 +421,8 @@ fn zero_length_files() {
     close(o);
     fs::write(d.join(&segment_name(7)), b"").unwrap();
     let o = reopen(&d.0, false);
-    // Segment 7 does not follow segment 1 or 2: that is a missing log.
-    assert!(matches!(o, Err(OpenError::Corrupt { .. })));
+    // Segment 7 does not follow segment 1: 2 to 6 are missing.
+    assert!(matches!(o, Err(OpenError::Missing(name)) if name == segment_name(2)));
     fs::remove_file(d.join(&segment_name(7))).unwrap();
     fs::write(d.join(&segment_name(2)), b"").unwrap();
     let o = reopen(&d.0, false).unwrap();
@@ -412,7 +431,7 @@ fn zero_length_files() {
     // The empty segment was dropped and its number reused.
     let reused = fs::read(d.join(&segment_name(2))).unwrap();
     assert_eq!(parse_header(&reused, FileKind::Log), Ok(2));
-    assert!(reused[HEADER_LEN..].iter().all(|&b| b == 0));
+    assert!(reused[FIRST_FRAME..].iter().all(|&b| b == 0));
     close(o);
     // A zero-length snapshot or META is damage.
     let d2 = TempDir::new();
@@ -452,7 +471,7 @@ fn missing_log() {
     }
     assert!(matches!(
         reopen(&d.0, false),
-        Err(OpenError::Corrupt { .. })
+        Err(OpenError::Missing(name)) if name == segment_name(2)
     ));
     // A gap between segments.
     let d = TempDir::new();
@@ -467,7 +486,7 @@ fn missing_log() {
     let segs = segments(&d.0);
     fs::remove_file(d.join(&segs[1])).unwrap();
     match reopen(&d.0, false) {
-        Err(OpenError::Corrupt { file, offset: 0 }) => assert_eq!(file, segs[1]),
+        Err(OpenError::Missing(file)) => assert_eq!(file, segs[1]),
         other => panic!("{:?}", other.err()),
     }
     let o = reopen(&d.0, true).unwrap();
@@ -567,7 +586,7 @@ fn a_frame_ending_exactly_at_a_segments_end_then_rotation() {
     let (o, _) = create(&d.0, c);
     // One record whose frame fills the first segment to the byte: the
     // 24-byte header, the frame, the end frame's reserve.
-    let room = 8192 - HEADER_LEN - END_RESERVE as usize;
+    let room = 8192 - FIRST_FRAME - END_RESERVE as usize;
     let frame_len = |rec: &[u8]| {
         let mut f = FrameBuf::new();
         f.push(Op::Put(rec));
@@ -790,6 +809,7 @@ fn a_spare_segment_and_free_space_left_by_a_crash_end_the_log() {
     let mut spare = heft_core::wal::header(FileKind::Log, 2).to_vec();
     spare.resize(65536, 0);
     fs::write(d.join(&segment_name(2)), &spare).unwrap();
+    crashed(&d.0);
     let o = reopen(&d.0, false).unwrap();
     assert_eq!(o.table.len().unwrap(), 10);
     let st = o.persisted.stats();
@@ -864,7 +884,7 @@ fn a_vm_killed_in_the_middle_of_an_append_leaves_a_torn_tail() {
     close(o);
     let seg = d.join(&segments(&d.0)[0]);
     let full = fs::read(&seg).unwrap();
-    let mut at = HEADER_LEN;
+    let mut at = FIRST_FRAME;
     let mut starts = Vec::new();
     while at < full.len() {
         starts.push(at);
@@ -875,6 +895,7 @@ fn a_vm_killed_in_the_middle_of_an_append_leaves_a_torn_tail() {
     let mut bytes = full[..last + (starts[3] - last) / 2].to_vec();
     bytes.resize(1 << 20, 0);
     fs::write(&seg, &bytes).unwrap();
+    crashed(&d.0);
     let o = reopen(&d.0, false).unwrap();
     assert_eq!(o.table.len().unwrap(), 20);
     assert_eq!(
