@@ -391,7 +391,7 @@ impl<E: Events> Persisted<E> {
         let first = FIRST_SEGMENT.min(config.segment_bytes);
         // On a full disk the table opens without a segment (readable; a
         // write makes one, or fails with ENOSPC).
-        let segment = match new_segment(dir, rec.next_seq, first, 0, &rec.id) {
+        let mut segment = match new_segment(dir, rec.next_seq, first, 0, &rec.id) {
             Ok(seg) => Some(seg),
             Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => None,
             Err(e) => return Err(e.into()),
@@ -399,14 +399,27 @@ impl<E: Events> Persisted<E> {
         let log_start = rec.segments.first().copied().unwrap_or(rec.next_seq);
         // What must exist from now on: written before the table takes a
         // write, so a segment it appends to is never unaccounted for.
-        let manifest = recovery::Manifest {
+        let mut manifest = recovery::Manifest {
             id: rec.id,
             first: log_start,
             last: segment.as_ref().map_or(rec.next_seq - 1, |s| s.seq),
             snapshot: rec.snapshot,
             clean: false,
         };
-        recovery::write_manifest(dir, &manifest)?;
+        match recovery::write_manifest(dir, &manifest) {
+            Ok(()) => {}
+            // A full disk: the table opens without a segment, as when it
+            // has no room for one; the manifest is written before one is
+            // made (`ensure_spare`; `clean` forces that write).
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                if let Some(seg) = segment.take() {
+                    discard(dir, seg);
+                }
+                manifest.last = rec.next_seq - 1;
+                manifest.clean = true;
+            }
+            Err(e) => return Err(e.into()),
+        }
         if rewrite {
             recovery::write_meta(dir, new)?;
         }
@@ -856,6 +869,12 @@ impl<E: Events> Shared<E> {
         }
         let seg = new_segment(&self.dir, seq, want, need, &self.recovery.id)
             .map_err(|e| Failure::io(&e))?;
+        // (Only after an open on a full disk: the manifest still says the
+        // log ended.)
+        if let Err(e) = self.update_manifest(|m| m.clean = false) {
+            discard(&self.dir, seg);
+            return Err(Failure::io(&e));
+        }
         let mut log = self.log.lock();
         if log.closed {
             drop(log);

@@ -17,7 +17,7 @@ use crate::compress::Codec;
 use crate::files;
 use crate::hash::KeyedHash;
 use crate::record::Header;
-use crate::snapshot::{sync_dir, SNAPSHOT, SNAPSHOT_TMP};
+use crate::snapshot::{sync_dir, SNAPSHOT};
 use crate::table::{Bulk, Error as TableError, Table};
 use crate::wal::{
     self, Damage, FileKind, FrameBuf, FrameError, HeaderError, Op, TableId, HEADER_LEN,
@@ -27,8 +27,6 @@ use crate::wal::{
 pub const META: &str = "META";
 /// What must exist in the directory (docs/persistence-format.md).
 pub const MANIFEST: &str = "MANIFEST";
-/// Temporary files of version 2 (now `<name>.tmp-<random>`).
-const META_TMP: &str = "META.tmp";
 /// The lock file, flock'ed while the table is open.
 pub const LOCK: &str = "LOCK";
 const SEGMENT_PREFIX: &str = "wal-";
@@ -218,10 +216,10 @@ pub fn write_manifest(dir: &Path, m: &Manifest) -> io::Result<()> {
 /// True for a temporary file Heft makes in a table directory (left over
 /// by a crash: removed at open).
 fn is_temporary(name: &str) -> bool {
-    [SNAPSHOT, META, HASH_KEY, MANIFEST]
-        .iter()
-        .any(|base| name.starts_with(&files::temp_prefix(base)))
-        || [SNAPSHOT_TMP, META_TMP, HASH_KEY_TMP].contains(&name)
+    [SNAPSHOT, META, HASH_KEY, MANIFEST].iter().any(|base| {
+        name.starts_with(&files::temp_prefix(base))
+            || name.strip_suffix(".tmp") == Some(base) // version 2's names
+    })
 }
 
 /// Writes the META file atomically (temporary file, fsync, rename, fsync
@@ -234,7 +232,6 @@ pub fn write_meta(dir: &Path, blob: &[u8]) -> io::Result<()> {
 /// CRC-32C of those 24 bytes (little-endian u32). See
 /// docs/persistence-format.md.
 pub const HASH_KEY: &str = "HASHKEY";
-const HASH_KEY_TMP: &str = "HASHKEY.tmp";
 const HASH_KEY_MAGIC: &[u8; 8] = b"HEFTHKEY";
 
 /// The hash key stored in `dir`, if there is a sound one.

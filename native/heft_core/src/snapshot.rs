@@ -24,9 +24,6 @@ use crate::wal::{self, FileKind, FrameBuf, Op};
 
 /// The current snapshot's file name.
 pub const SNAPSHOT: &str = "snapshot";
-/// Where a snapshot was written before it was renamed into place, in
-/// version 2 (now `snapshot.tmp-<random>`): removed when found at open.
-pub const SNAPSHOT_TMP: &str = "snapshot.tmp";
 
 /// Payload bytes per frame the writer aims for.
 const FRAME_TARGET: usize = 256 * 1024;

@@ -27,6 +27,8 @@ mod atoms {
         enotdir,
         erofs,
         edquot,
+        eloop,
+        eperm,
         einval,
         poisoned,
     }
@@ -104,6 +106,8 @@ pub fn posix(e: &io::Error) -> rustler::Atom {
         Some(libc::EROFS) => atoms::erofs(),
         Some(libc::EDQUOT) => atoms::edquot(),
         Some(libc::EINVAL) => atoms::einval(),
+        Some(libc::ELOOP) => atoms::eloop(),
+        Some(libc::EPERM) => atoms::eperm(),
         _ => atoms::eio(),
     }
 }
