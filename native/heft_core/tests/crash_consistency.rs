@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use heft_core::codec::Value;
+use heft_core::codec::{decode, Value, ValueBuilder};
 use heft_core::persist::{Config, Event, Events, Failure, Opened, Persisted, SyncMode};
 use heft_core::recovery::{read_manifest, segment_name, write_manifest, OpenError};
 use heft_core::table::{Error as TableError, Kind, RecordBuf};
@@ -916,4 +916,191 @@ fn a_vm_killed_in_the_middle_of_an_append_leaves_a_torn_tail() {
         reopen(&d.0, false),
         Err(OpenError::Corrupt { offset, .. }) if offset as usize == full.len()
     ));
+}
+
+// Damage the MANIFEST exists to catch (docs/persistence-format.md,
+// "Damage, mode by mode"); the same modes from the VM are in
+// test/heft/persist_corruption_test.exs.
+
+/// Puts `key -> {key, atom}` with `atom` interned in the table's
+/// dictionary, as the NIF does.
+fn put_atom(o: &Open, i: i64, atom: &str) {
+    let id = o.table.atoms().write().intern(atom);
+    let b = Value::Tuple(vec![Value::Int(i), Value::Atom(id)]).to_bytes();
+    write(o, |t| t.insert(&[t.prepare(&key(i), &b)])).unwrap();
+}
+
+/// The atom name each record's body names, by key.
+fn atom_values(o: &Open) -> Vec<(i64, String)> {
+    let atoms = o.table.atoms().read();
+    let mut out: Vec<(i64, String)> = contents(&o.table)
+        .into_iter()
+        .map(|(k, b)| {
+            let Ok(Value::Tuple(v)) = decode(&b, Some(&k), &mut ValueBuilder) else {
+                panic!("tuple bodies")
+            };
+            let Value::Int(k) = v[0] else {
+                panic!("int keys")
+            };
+            let Value::Atom(id) = v[1] else {
+                panic!("atom values")
+            };
+            (k, atoms.name(id).expect("a defined atom").to_owned())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn emptied_snapshot_repair_drops_records_naming_lost_atoms() {
+    let d = TempDir::new();
+    let (o, _) = create(&d.0, config());
+    put_atom(&o, 1, "apple");
+    dump_and_wait(&o);
+    put_atom(&o, 4, "apple"); // logs no atom: the snapshot defined it
+    put_atom(&o, 5, "banana"); // logs atom 1 = banana
+    close(o);
+    fs::write(d.join("snapshot"), b"").unwrap();
+    assert!(matches!(
+        reopen(&d.0, false),
+        Err(OpenError::Corrupt { file, offset: 0 }) if file == "snapshot"
+    ));
+    let o = reopen(&d.0, true).unwrap();
+    let st = o.persisted.stats();
+    assert_eq!(st.recovery.records_dropped, 1);
+    assert_eq!(st.recovery.dropped.as_ref().unwrap().file, "snapshot");
+    assert_eq!(atom_values(&o), vec![(5, "banana".to_owned())]);
+    // A new atom never takes the lost id 0.
+    put_atom(&o, 6, "zebra");
+    assert_ne!(o.table.atoms().write().intern("zebra"), 0);
+    close(o);
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(
+        atom_values(&o),
+        vec![(5, "banana".to_owned()), (6, "zebra".to_owned())]
+    );
+    close(o);
+}
+
+#[test]
+fn deleted_last_segment_is_missing() {
+    let d = TempDir::new();
+    let segs = sessions(&d, 3);
+    fs::remove_file(d.join(&segs[2])).unwrap();
+    assert!(matches!(reopen(&d.0, false), Err(OpenError::Missing(f)) if f == segs[2]));
+    let o = reopen(&d.0, true).unwrap();
+    assert_eq!(o.table.len().unwrap(), 20);
+    let dropped = o.persisted.stats().recovery.dropped.unwrap();
+    assert_eq!((dropped.file.as_str(), dropped.offset), (segs[2].as_str(), 0));
+    close(o);
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 20);
+    close(o);
+}
+
+#[test]
+fn truncated_last_segment_of_a_closed_table_is_corrupt() {
+    let d = TempDir::new();
+    let segs = sessions(&d, 2);
+    let last = d.join(&segs[1]);
+    let bytes = fs::read(&last).unwrap();
+    let unsealed = bytes.len() - end_frame(10, 0).len();
+    fs::write(&last, &bytes[..unsealed]).unwrap();
+    match reopen(&d.0, false) {
+        Err(OpenError::Corrupt { file, offset }) => {
+            assert_eq!((file.as_str(), offset as usize), (segs[1].as_str(), unsealed))
+        }
+        other => panic!("{:?}", other.err()),
+    }
+    // The same cut after a crash is the end of the log.
+    crashed(&d.0);
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 20);
+    close(o);
+}
+
+#[test]
+fn segment_of_another_table_is_corrupt() {
+    let a = TempDir::new();
+    let b = TempDir::new();
+    let segs = sessions(&a, 1);
+    sessions(&b, 1);
+    fs::copy(b.join(&segs[0]), a.join(&segs[0])).unwrap();
+    assert!(matches!(
+        reopen(&a.0, false),
+        Err(OpenError::Corrupt { file, offset: 0 }) if file == segs[0]
+    ));
+}
+
+#[test]
+fn stale_snapshot_is_corrupt() {
+    let d = TempDir::new();
+    let (o, _) = create(&d.0, config());
+    put_batch(&o, 0..10, 1);
+    dump_and_wait(&o);
+    let old = fs::read(d.join("snapshot")).unwrap();
+    put_batch(&o, 10..20, 1);
+    dump_and_wait(&o);
+    put_batch(&o, 20..30, 1);
+    close(o);
+    fs::write(d.join("snapshot"), &old).unwrap();
+    assert!(matches!(
+        reopen(&d.0, false),
+        Err(OpenError::Corrupt { file, offset: 0 }) if file == "snapshot"
+    ));
+    let o = reopen(&d.0, true).unwrap();
+    assert_eq!(contents(&o.table).len(), 10, "the log after the last dump");
+    close(o);
+}
+
+#[test]
+fn missing_manifest_is_refused_and_repaired() {
+    let d = TempDir::new();
+    sessions(&d, 2);
+    fs::remove_file(d.join("MANIFEST")).unwrap();
+    assert!(matches!(reopen(&d.0, false), Err(OpenError::Missing(f)) if f == "MANIFEST"));
+    let o = reopen(&d.0, true).unwrap();
+    assert_eq!(o.table.len().unwrap(), 20);
+    assert_eq!(o.persisted.stats().recovery.dropped.unwrap().file, "MANIFEST");
+    close(o);
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 20);
+    close(o);
+}
+
+/// Rewrites a version 3 file's header as version 2.
+fn as_version_2(path: &Path, drop_start: bool) {
+    let mut bytes = fs::read(path).unwrap();
+    bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let crc = heft_core::crc::crc32c(&bytes[..20]);
+    bytes[20..24].copy_from_slice(&crc.to_le_bytes());
+    if drop_start {
+        bytes.drain(HEADER_LEN..FIRST_FRAME);
+    }
+    fs::write(path, &bytes).unwrap();
+}
+
+#[test]
+fn a_version_2_directory_opens_and_is_upgraded() {
+    let d = TempDir::new();
+    let segs = sessions(&d, 2);
+    // What Heft 2 left: no MANIFEST, version 2 headers, no start frames.
+    fs::remove_file(d.join("MANIFEST")).unwrap();
+    as_version_2(&d.join("META"), false);
+    for s in &segs {
+        as_version_2(&d.join(s), true);
+    }
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 20);
+    assert!(o.persisted.stats().recovery.dropped.is_none());
+    put(&o, 100, 1);
+    close(o);
+    // Upgraded: a MANIFEST, a version 3 META.
+    assert!(read_manifest(&d.0).unwrap().is_some());
+    let meta = fs::read(d.join("META")).unwrap();
+    assert_eq!(u32::from_le_bytes(meta[8..12].try_into().unwrap()), 3);
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 21);
+    close(o);
 }
