@@ -11,7 +11,8 @@ defmodule Heft.PersistCorruptionTest do
 
   defp dir(%{tmp_dir: tmp}, name \\ "t"), do: Path.join(tmp, name)
 
-  defp wals(d), do: d |> File.ls!() |> Enum.filter(&String.starts_with?(&1, "wal-")) |> Enum.sort()
+  defp wals(d),
+    do: d |> File.ls!() |> Enum.filter(&String.starts_with?(&1, "wal-")) |> Enum.sort()
 
   defp contents(t), do: t |> Heft.tab2list() |> Enum.sort()
 
@@ -175,7 +176,10 @@ defmodule Heft.PersistCorruptionTest do
     assert Heft.info(t, :recovered_torn_bytes) == 0
     # Whole batches only: the four before the cut one.
     assert Heft.info(t, :size) == 40
-    assert contents(t) == Enum.sort(for i <- 1..4, j <- 1..10, do: {{i, j}, :binary.copy("x", 50)})
+
+    assert contents(t) ==
+             Enum.sort(for i <- 1..4, j <- 1..10, do: {{i, j}, :binary.copy("x", 50)})
+
     :ok = Heft.close(t)
   end
 

@@ -95,7 +95,11 @@ impl Temp {
         let dir = dest.parent().unwrap_or(Path::new("."));
         loop {
             let r: [u8; 8] = random_bytes()?;
-            let path = dir.join(format!("{}{:016x}", temp_prefix(name), u64::from_le_bytes(r)));
+            let path = dir.join(format!(
+                "{}{:016x}",
+                temp_prefix(name),
+                u64::from_le_bytes(r)
+            ));
             match create_new(&path, mode) {
                 Ok(file) => {
                     let temp = Temp {
@@ -103,7 +107,8 @@ impl Temp {
                         path,
                         dest: dest.to_path_buf(),
                     };
-                    temp.file().set_permissions(fs::Permissions::from_mode(mode))?;
+                    temp.file()
+                        .set_permissions(fs::Permissions::from_mode(mode))?;
                     return Ok(temp);
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
@@ -114,7 +119,9 @@ impl Temp {
 
     /// The open file.
     pub fn file(&self) -> &File {
-        self.file.as_ref().expect("a temporary file is open until committed")
+        self.file
+            .as_ref()
+            .expect("a temporary file is open until committed")
     }
 
     /// Its path.

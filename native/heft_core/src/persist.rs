@@ -1253,7 +1253,13 @@ fn lower_priority() {
 /// Creates log segment `seq` in `dir` with `want` bytes, or fewer if the
 /// disk is too full for that (halving down to `need`), and syncs the
 /// directory.
-fn new_segment(dir: &Path, seq: u64, want: u64, need: u64, id: &wal::TableId) -> io::Result<Segment> {
+fn new_segment(
+    dir: &Path,
+    seq: u64,
+    want: u64,
+    need: u64,
+    id: &wal::TableId,
+) -> io::Result<Segment> {
     let path = dir.join(recovery::segment_name(seq));
     let need = need.max(wal::MIN_CAPACITY);
     let mut size = want.max(need).next_multiple_of(4096);

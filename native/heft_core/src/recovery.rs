@@ -217,8 +217,8 @@ pub fn write_manifest(dir: &Path, m: &Manifest) -> io::Result<()> {
 /// by a crash: removed at open).
 fn is_temporary(name: &str) -> bool {
     [SNAPSHOT, META, HASH_KEY, MANIFEST].iter().any(|base| {
-        name.starts_with(&files::temp_prefix(base))
-            || name.strip_suffix(".tmp") == Some(base) // version 2's names
+        name.starts_with(&files::temp_prefix(base)) || name.strip_suffix(".tmp") == Some(base)
+        // version 2's names
     })
 }
 
@@ -638,7 +638,11 @@ fn snapshot_seq(dir: &Path) -> Result<Option<u64>, OpenError> {
 /// Reads the snapshot through without loading it: `None` if it is whole,
 /// else how many atoms its frames before the damage define (its
 /// dictionary is ids 0 to n-1 in order).
-fn prescan_snapshot(dir: &Path, table: &Table, expect: &mut Expect) -> Result<Option<u64>, OpenError> {
+fn prescan_snapshot(
+    dir: &Path,
+    table: &Table,
+    expect: &mut Expect,
+) -> Result<Option<u64>, OpenError> {
     let (_, version, len, r) = match open_file(&dir.join(SNAPSHOT), FileKind::Snapshot, SNAPSHOT) {
         Ok(o) => o,
         Err(Load::Failed(e)) => return Err(e),
@@ -860,7 +864,7 @@ fn check(
                 }
                 let keep = defined
                     .as_ref()
-                    .is_none_or(|d| atoms_defined(bytes, &h, d, &mut c.buf));
+                    .map_or(true, |d| atoms_defined(bytes, &h, d, &mut c.buf));
                 c.dropped += u64::from(!keep);
                 c.puts.push(CheckedPut {
                     header: h,
@@ -932,12 +936,10 @@ fn load_snapshot(
                     Err(FrameError::Damaged(_, at)) => Err(damaged(at)),
                     Err(FrameError::Io(e)) => Err(e.into()),
                     // A version 3 snapshot starts by naming its table.
-                    Ok(Some(p)) if std::mem::take(&mut start) => {
-                        match wal::start_of(p) {
-                            Some(id) if expect.accept(id) => continue,
-                            _ => Err(damaged(at)),
-                        }
-                    }
+                    Ok(Some(p)) if std::mem::take(&mut start) => match wal::start_of(p) {
+                        Some(id) if expect.accept(id) => continue,
+                        _ => Err(damaged(at)),
+                    },
                     Ok(Some(_)) => {
                         let (spare, mut checked) = back_rx.try_recv().unwrap_or_default();
                         let payload = frames.take_payload(spare);
@@ -1120,8 +1122,9 @@ fn unused_segment(dir: &Path, seq: u64) -> io::Result<bool> {
     let bytes = files::read(&dir.join(segment_name(seq)))?;
     let head = &bytes[..bytes.len().min(HEADER_LEN)];
     let header = wal::parse_header_version(head, FileKind::Log);
-    let header_ok =
-        wal::all_zeros(head) || head.len() < HEADER_LEN || header.as_ref().is_ok_and(|h| h.0 == seq);
+    let header_ok = wal::all_zeros(head)
+        || head.len() < HEADER_LEN
+        || header.as_ref().is_ok_and(|h| h.0 == seq);
     let mut rest = bytes.get(HEADER_LEN..).unwrap_or_default();
     if header.is_ok_and(|(_, version)| version >= 3) {
         // A version 3 segment's start frame is written with its header.
@@ -1233,8 +1236,14 @@ impl<'t> Applier<'t> {
 
     fn apply(&mut self, payload: &[u8], snapshot: bool) -> Result<Applied, Apply> {
         let mut checked = std::mem::take(&mut self.checked);
-        let applied = check(self.table, payload, snapshot, self.lossy.as_ref(), &mut checked)
-            .and_then(|()| self.apply_checked(payload, &checked));
+        let applied = check(
+            self.table,
+            payload,
+            snapshot,
+            self.lossy.as_ref(),
+            &mut checked,
+        )
+        .and_then(|()| self.apply_checked(payload, &checked));
         if applied.is_ok() {
             self.dropped += checked.dropped;
         }
@@ -1379,10 +1388,7 @@ pub fn remove_table_files(dir: &Path) -> io::Result<()> {
         let Some(name) = name.to_str() else { continue };
         let ours = segment_seq(name).is_some()
             || name.starts_with(LOST_PREFIX)
-            || [
-                SNAPSHOT, META, LOCK, HASH_KEY, MANIFEST,
-            ]
-            .contains(&name)
+            || [SNAPSHOT, META, LOCK, HASH_KEY, MANIFEST].contains(&name)
             || is_temporary(name);
         if ours {
             fs::remove_file(entry.path())?;

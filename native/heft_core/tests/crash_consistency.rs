@@ -332,7 +332,10 @@ fn checksum_mismatch_in_the_last_frame_is_a_torn_tail() {
     bytes[n - 5] ^= 1;
     fs::write(&seg, &bytes).unwrap();
     // After a clean close that is damage; after a crash, a torn tail.
-    assert!(matches!(reopen(&d.0, false), Err(OpenError::Corrupt { .. })));
+    assert!(matches!(
+        reopen(&d.0, false),
+        Err(OpenError::Corrupt { .. })
+    ));
     crashed(&d.0);
     let o = reopen(&d.0, false).unwrap();
     assert_eq!(o.table.len().unwrap(), 10);
@@ -992,7 +995,10 @@ fn deleted_last_segment_is_missing() {
     let o = reopen(&d.0, true).unwrap();
     assert_eq!(o.table.len().unwrap(), 20);
     let dropped = o.persisted.stats().recovery.dropped.unwrap();
-    assert_eq!((dropped.file.as_str(), dropped.offset), (segs[2].as_str(), 0));
+    assert_eq!(
+        (dropped.file.as_str(), dropped.offset),
+        (segs[2].as_str(), 0)
+    );
     close(o);
     let o = reopen(&d.0, false).unwrap();
     assert_eq!(o.table.len().unwrap(), 20);
@@ -1009,7 +1015,10 @@ fn truncated_last_segment_of_a_closed_table_is_corrupt() {
     fs::write(&last, &bytes[..unsealed]).unwrap();
     match reopen(&d.0, false) {
         Err(OpenError::Corrupt { file, offset }) => {
-            assert_eq!((file.as_str(), offset as usize), (segs[1].as_str(), unsealed))
+            assert_eq!(
+                (file.as_str(), offset as usize),
+                (segs[1].as_str(), unsealed)
+            )
         }
         other => panic!("{:?}", other.err()),
     }
@@ -1062,7 +1071,10 @@ fn missing_manifest_is_refused_and_repaired() {
     assert!(matches!(reopen(&d.0, false), Err(OpenError::Missing(f)) if f == "MANIFEST"));
     let o = reopen(&d.0, true).unwrap();
     assert_eq!(o.table.len().unwrap(), 20);
-    assert_eq!(o.persisted.stats().recovery.dropped.unwrap().file, "MANIFEST");
+    assert_eq!(
+        o.persisted.stats().recovery.dropped.unwrap().file,
+        "MANIFEST"
+    );
     close(o);
     let o = reopen(&d.0, false).unwrap();
     assert_eq!(o.table.len().unwrap(), 20);
