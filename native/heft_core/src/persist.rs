@@ -323,7 +323,9 @@ impl<E: Events> Persisted<E> {
     ///
     /// Errors: [`OpenError::Locked`] if the table is open (here or in
     /// another OS process); `Io(NotFound)` without `create` if `dir` holds
-    /// no table; `Corrupt` / `Version` for damaged or newer files.
+    /// no table; `Io(EPERM)` if `dir` belongs to another user, `Io(ELOOP)`
+    /// for a link planted at a table file; `Corrupt` / `Missing` /
+    /// `Version` for damaged, missing or newer files.
     pub fn open(
         dir: &Path,
         meta: &[u8],
