@@ -54,6 +54,14 @@ defmodule Heft.PersistFilesTest do
     assert mode(dest) == 0o600
   end
 
+  test "tab2file over a directory fails with :eisdir and leaves no temporary file", ctx do
+    t = Heft.new(:tab_dir, [])
+    target = Path.join(ctx.tmp_dir, "adir")
+    File.mkdir_p!(target)
+    assert Heft.tab2file(t, target) == {:error, :eisdir}
+    assert File.ls!(ctx.tmp_dir) |> Enum.filter(&String.contains?(&1, ".tmp-")) == []
+  end
+
   test "tab2file output is 0600 whatever the umask allows", ctx do
     t = Heft.new(:tab_mode, [])
     dest = Path.join(ctx.tmp_dir, "plain.tab")

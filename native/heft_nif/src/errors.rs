@@ -29,6 +29,7 @@ mod atoms {
         edquot,
         eloop,
         eperm,
+        eisdir,
         einval,
         poisoned,
     }
@@ -108,6 +109,7 @@ pub fn posix(e: &io::Error) -> rustler::Atom {
         Some(libc::EINVAL) => atoms::einval(),
         Some(libc::ELOOP) => atoms::eloop(),
         Some(libc::EPERM) => atoms::eperm(),
+        Some(libc::EISDIR) => atoms::eisdir(),
         _ => atoms::eio(),
     }
 }
