@@ -192,8 +192,13 @@ defmodule Heft do
   Opening a directory loads the snapshot and replays the log. A torn tail
   (the last write, cut short by a crash) is cut off and counted in
   `info(tab, :recovered_torn_bytes)`; damage before it makes `open/2`
-  return `{:error, {:corrupt, file, offset}}` unless `repair: true`.
-  Files are mode 0600 in a 0700 directory, and the directory is locked
+  return `{:error, {:corrupt, file, offset}}` (or `{:error, {:missing,
+  file}}` for a file the table's MANIFEST says must exist) unless
+  `repair: true`; a table closed cleanly has no torn tail, so a cut at the
+  end of its log is damage too. docs/persistence-format.md lists every kind
+  of damage and what each gets.
+  Files are mode 0600 in a 0700 directory, never opened through a symbolic
+  link, and the directory is locked
   while open (`{:error, :locked}` for a second open, even in the same VM).
   File formats: docs/persistence-format.md.
 
@@ -263,7 +268,9 @@ defmodule Heft do
   Persistence (see "Persistence" in the module doc):
 
     * `persist: dir` - keep the table on disk in `dir` (created, mode
-      0700, if missing). If `dir` already holds a Heft table, it is loaded
+      0700, if missing; an existing one open to its group or others is
+      tightened to 0700, one owned by another user is refused with
+      `:eperm`). If `dir` already holds a Heft table, it is loaded
       (its type and keypos must match these options; the other options
       given here replace the stored ones). The working copy stays in
       memory, so `:arena` cannot be given.
@@ -915,8 +922,11 @@ defmodule Heft do
   Writes the table to `filename`: its options (name, type, keypos,
   protection, compression, whether it is named) and every object, in the
   checksummed format of docs/tab-file.md. The file is written beside its
-  destination and renamed over it when complete, so `filename` never holds
-  half a table.
+  destination, under a random name, created exclusively and never through
+  a symbolic link, and renamed over `filename` when complete (a link at
+  `filename` is replaced, not written through), so `filename` never holds
+  half a table. It is created with mode 0600, whatever the umask
+  (`:ets.tab2file/2` gives 0666 minus the umask): chmod it to share it.
 
   Options:
 
@@ -1622,7 +1632,13 @@ defmodule Heft do
   `:dump_log_write_threshold`, `:dump_log_time_threshold`, and also
   `heir: {pid, data}` and `repair: true` (keep everything before damage in
   the middle of the log, set the rest aside as `lost-*` files, and report
-  it in `info(tab, :repaired)`).
+  it in `info(tab, :repaired)` as `%{file: f, offset: o, bytes: n,
+  records_dropped: r}`: the first damage, the bytes set aside or lost, and
+  the records not loaded because they name atoms whose definitions were
+  lost with a damaged or missing snapshot; a repair never keeps a record
+  it cannot decode as it was written). A damaged META cannot be repaired
+  by `open/2`, which needs the options it holds: `new/2` with the table's
+  options and `repair: true` rewrites it.
 
   Returns `{:ok, tab}` or `{:error, reason}`:
 
@@ -1632,7 +1648,14 @@ defmodule Heft do
       waits for a close under way in this VM, so that the directory opens
       once its owner's `DOWN` or `EXIT` has arrived.
     * `{:corrupt, file, offset}` - `file` (a name in `dir`) is damaged at
-      byte `offset`, before the end of the log; `repair: true` opens it.
+      byte `offset`: before the end of the log, anywhere in a table closed
+      cleanly, or a file of another table; `repair: true` opens it.
+    * `{:missing, file}` - a file the table needs is gone: a log segment,
+      the snapshot, or the `MANIFEST` that says which exist;
+      `repair: true` opens what is left.
+    * `:eloop` - a symbolic link was planted at a table file's name (never
+      followed).
+    * `:eperm` - the directory belongs to another user.
     * `{:unsupported_version, file, version}` - written by a newer Heft.
     * `:name_taken` - a named table with this name exists.
     * `:eacces`, `:eio`, `:enospc`... - a POSIX error.

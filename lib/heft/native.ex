@@ -154,5 +154,7 @@ defmodule Heft.Native do
 
   # Match specifications and table files (select.rs, tab_file.rs)
   def select_access(_tab, _write), do: :erlang.nif_error(:heft_nif_not_loaded)
-  def fsync_dir(_path), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def tmp_create(_dest, _mode), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def tmp_write(_tmp, _bytes), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def tmp_finish(_tmp, _commit, _sync), do: :erlang.nif_error(:heft_nif_not_loaded)
 end

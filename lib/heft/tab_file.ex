@@ -37,30 +37,24 @@ defmodule Heft.TabFile do
     sync = Keyword.get(opts, :sync, false)
     info = Native.info(ref)
     _ = Native.select_access(ref, false)
-    filename = IO.chardata_to_string(filename)
-    tmp = "#{filename}.tmp-#{System.unique_integer([:positive])}"
+    filename = filename |> IO.chardata_to_string() |> Path.expand()
 
-    with {:ok, io} <- :file.open(tmp, [:write, :raw, :binary, {:delayed_write, 1 <<< 18, 2000}]) do
-      result =
-        try do
-          write_all(io, ref, info, sync)
-        after
-          :file.close(io)
-        end
+    # A temporary file next to the destination, created exclusively under
+    # a random name (never through a link), mode 0600; renamed over the
+    # destination when whole (tab_file.rs).
+    with {:ok, io} <- Native.tmp_create(filename, 0o600) do
+      case write_all(io, ref, info) do
+        :ok ->
+          Native.tmp_finish(io, true, sync)
 
-      with :ok <- result,
-           :ok <- :file.rename(tmp, filename),
-           :ok <- if(sync, do: Native.fsync_dir(Path.dirname(Path.expand(filename))), else: :ok) do
-        :ok
-      else
         error ->
-          _ = :file.delete(tmp)
+          _ = Native.tmp_finish(io, false, false)
           error
       end
     end
   end
 
-  defp write_all(io, ref, info, sync) do
+  defp write_all(io, ref, info) do
     compress = if info.compression == :none, do: [], else: [compressed: 1]
 
     meta = %{
@@ -72,13 +66,14 @@ defmodule Heft.TabFile do
       compression: info.compression
     }
 
-    with :ok <- :file.write(io, [@magic, <<@version::little-16>>]),
-         :ok <- :file.write(io, frame(@tag_meta, 0, 0, :erlang.term_to_binary(meta))),
-         {:ok, seq, total} <- write_objects(io, ref, :start, 1, 0, compress),
-         :ok <- :file.write(io, frame(@tag_end, seq, 0, <<total::little-64>>)) do
-      if sync, do: :file.sync(io), else: :ok
+    with :ok <- put(io, [@magic, <<@version::little-16>>]),
+         :ok <- put(io, frame(@tag_meta, 0, 0, :erlang.term_to_binary(meta))),
+         {:ok, seq, total} <- write_objects(io, ref, :start, 1, 0, compress) do
+      put(io, frame(@tag_end, seq, 0, <<total::little-64>>))
     end
   end
+
+  defp put(io, iodata), do: Native.tmp_write(io, IO.iodata_to_binary(iodata))
 
   defp write_objects(_io, _ref, :"$end_of_table", seq, total, _compress), do: {:ok, seq, total}
 
@@ -93,7 +88,7 @@ defmodule Heft.TabFile do
         n = length(objects)
         payload = :erlang.term_to_binary(objects, compress)
 
-        with :ok <- :file.write(io, frame(@tag_objects, seq, n, payload)) do
+        with :ok <- put(io, frame(@tag_objects, seq, n, payload)) do
           write_objects(io, ref, next, seq + 1, total + n, compress)
         end
     end

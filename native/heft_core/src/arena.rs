@@ -19,10 +19,9 @@
 //! the table's lock guarantees.
 
 use std::ffi::CString;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -117,14 +116,15 @@ impl Arena {
             Backing::Memory => (memfd(&format!("heft:{label}"), INITIAL_BYTES)?, None),
             Backing::File(dir) => {
                 remove_stale_files(dir);
+                // Created exclusively (a link planted there is not
+                // followed), under a name no one can take in advance.
                 let seq = FILE_SEQ.fetch_add(1, Ordering::Relaxed);
-                let path = dir.join(format!("heft-{}-{label}-{seq}.arena", std::process::id()));
-                let file = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(&path)?;
+                let r = u64::from_le_bytes(crate::files::random_bytes()?);
+                let path = dir.join(format!(
+                    "heft-{}-{label}-{seq}-{r:016x}.arena",
+                    std::process::id()
+                ));
+                let file = crate::files::create_new(&path, crate::files::FILE_MODE)?;
                 (file, Some(path))
             }
         };

@@ -578,6 +578,32 @@ pub fn skip(bytes: &[u8]) -> Result<usize, DecodeError> {
     Ok(r.position())
 }
 
+/// Calls `ok` with the id of every atom in the encoded terms `bytes` (one
+/// term or several in a row, walked in order); false as soon as it says
+/// false.
+pub fn atoms_all(bytes: &[u8], ok: &mut impl FnMut(u64) -> bool) -> Result<bool, DecodeError> {
+    let mut r = Reader::new(bytes);
+    while r.remaining() > 0 {
+        let t = bytes[r.position()];
+        let id = if t == tag::ATOM {
+            r.u8()?;
+            r.varint()?
+        } else if (tag::SMALL_ATOM..tag::SMALL_INT).contains(&t) {
+            r.u8()?;
+            u64::from(t & 0x3f)
+        } else {
+            // Everything else is a leaf or a compound's header: its
+            // children follow in order.
+            part(&mut r)?;
+            continue;
+        };
+        if !ok(id) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// The canonical encoding (docs/term-format.md, "Keys") of the encoded term
 /// `bytes`: map pairs sorted by their encoded keys, a `KEY` tag replaced by
 /// `key` (itself made canonical), and with `normalize_zero` every `-0.0`

@@ -17,6 +17,8 @@
 //! - [`persist`]: persistent tables: write-ahead log, group commit, dumps
 //!   ([`wal`] frames, [`snapshot`] writing, [`recovery`] loading, [`crc`]);
 //!   formats in docs/persistence-format.md.
+//! - [`files`]: how Heft creates and opens its files (no links followed,
+//!   exclusive random-named temporaries, private modes).
 
 pub mod accounting;
 pub mod arena;
@@ -26,6 +28,7 @@ pub mod compress;
 pub mod crc;
 pub mod deflate;
 pub mod etf;
+pub mod files;
 pub mod hash;
 pub mod index;
 pub mod order;

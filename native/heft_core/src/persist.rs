@@ -276,6 +276,9 @@ struct Shared<E: Events> {
     c: Counters,
     recovery: Recovery,
     signal: Arc<CloseSignal>,
+    /// The MANIFEST as last written (lock order: after `log`, never held
+    /// while taking it).
+    manifest: Mutex<recovery::Manifest>,
 }
 
 /// Lets an open of a directory wait for this VM's own close of it (an
@@ -320,7 +323,9 @@ impl<E: Events> Persisted<E> {
     ///
     /// Errors: [`OpenError::Locked`] if the table is open (here or in
     /// another OS process); `Io(NotFound)` without `create` if `dir` holds
-    /// no table; `Corrupt` / `Version` for damaged or newer files.
+    /// no table; `Io(EPERM)` if `dir` belongs to another user, `Io(ELOOP)`
+    /// for a link planted at a table file; `Corrupt` / `Missing` /
+    /// `Version` for damaged, missing or newer files.
     pub fn open(
         dir: &Path,
         meta: &[u8],
@@ -331,9 +336,12 @@ impl<E: Events> Persisted<E> {
     ) -> Result<Opened<E>, OpenError> {
         if create {
             DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-        } else if !dir.join(META).exists() {
+        } else if fs::symlink_metadata(dir.join(META)).is_err() {
             return Err(OpenError::Io(io::ErrorKind::NotFound.into()));
         }
+        // Ours alone: tightened to 0700 if others may enter it, refused
+        // (EPERM) if it belongs to another user.
+        crate::files::private_dir(dir)?;
         let canonical = dir.canonicalize()?;
         let signal = claim(&canonical)?;
         let opened = Self::open_locked(dir, &canonical, meta, opts, config, events, &signal);
@@ -355,20 +363,16 @@ impl<E: Events> Persisted<E> {
     ) -> Result<Opened<E>, OpenError> {
         let lock_file = lock(dir)?;
         // `open` checked that META exists unless creating.
-        let fresh = match recovery::read_meta(dir) {
-            Ok(stored) if stored == new => false,
-            Ok(_) => {
-                recovery::write_meta(dir, new)?;
-                false
-            }
+        // A META of an older format version is rewritten once the
+        // directory has been upgraded (below), so that a version 3 META
+        // tells that a MANIFEST must exist.
+        let (fresh, meta_version, rewrite) = match recovery::read_meta_version(dir) {
+            Ok((stored, v)) => (false, v, stored != new || v < wal::VERSION),
             Err(OpenError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
                 recovery::write_meta(dir, new)?;
-                true
+                (true, wal::VERSION, false)
             }
-            Err(OpenError::Corrupt { .. }) if config.repair => {
-                recovery::write_meta(dir, new)?;
-                false
-            }
+            Err(OpenError::Corrupt { .. }) if config.repair => (false, wal::VERSION, true),
             Err(e) => return Err(e),
         };
         let meta = new.to_vec();
@@ -385,15 +389,42 @@ impl<E: Events> Persisted<E> {
             }
         }
         let table = Arc::new(table);
-        let rec = recovery::recover(dir, &table, config.repair, fresh)?;
+        let rec = recovery::recover(dir, &table, config.repair, fresh, meta_version)?;
         let first = FIRST_SEGMENT.min(config.segment_bytes);
         // On a full disk the table opens without a segment (readable; a
         // write makes one, or fails with ENOSPC).
-        let segment = match new_segment(dir, rec.next_seq, first, 0) {
+        let mut segment = match new_segment(dir, rec.next_seq, first, 0, &rec.id) {
             Ok(seg) => Some(seg),
             Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => None,
             Err(e) => return Err(e.into()),
         };
+        let log_start = rec.segments.first().copied().unwrap_or(rec.next_seq);
+        // What must exist from now on: written before the table takes a
+        // write, so a segment it appends to is never unaccounted for.
+        let mut manifest = recovery::Manifest {
+            id: rec.id,
+            first: log_start,
+            last: segment.as_ref().map_or(rec.next_seq - 1, |s| s.seq),
+            snapshot: rec.snapshot,
+            clean: false,
+        };
+        match recovery::write_manifest(dir, &manifest) {
+            Ok(()) => {}
+            // A full disk: the table opens without a segment, as when it
+            // has no room for one; the manifest is written before one is
+            // made (`ensure_spare`; `clean` forces that write).
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                if let Some(seg) = segment.take() {
+                    discard(dir, seg);
+                }
+                manifest.last = rec.next_seq - 1;
+                manifest.clean = true;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        if rewrite {
+            recovery::write_meta(dir, new)?;
+        }
         let started = u64::from(segment.is_some());
         let atoms = table.atoms().clone();
         let logged_atoms = atoms.read().len();
@@ -408,7 +439,7 @@ impl<E: Events> Persisted<E> {
             log: Mutex::new(LogInner {
                 segment,
                 first_seq: rec.next_seq,
-                log_start: rec.segments.first().copied().unwrap_or(rec.next_seq),
+                log_start,
                 closed: false,
                 spare: None,
                 retired: Vec::new(),
@@ -447,6 +478,7 @@ impl<E: Events> Persisted<E> {
             },
             recovery: rec,
             signal: signal.clone(),
+            manifest: Mutex::new(manifest),
         });
         if repaired {
             // Leave a clean directory: a snapshot of what was kept.
@@ -646,7 +678,8 @@ fn lock(dir: &Path) -> Result<File, OpenError> {
         .write(true)
         .create(true)
         .truncate(false)
-        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(crate::files::FILE_MODE)
         .open(dir.join(LOCK))?;
     // SAFETY: flock only acts on the descriptor, which `f` keeps open.
     let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
@@ -774,6 +807,18 @@ impl<E: Events> Journal for Shared<E> {
 }
 
 impl<E: Events> Shared<E> {
+    /// Changes the MANIFEST and rewrites it if that changed anything.
+    fn update_manifest(&self, change: impl FnOnce(&mut recovery::Manifest)) -> io::Result<()> {
+        let mut m = self.manifest.lock();
+        let mut new = m.clone();
+        change(&mut new);
+        if new != *m {
+            recovery::write_manifest(&self.dir, &new)?;
+            *m = new;
+        }
+        Ok(())
+    }
+
     fn begin_close(&self) {
         self.signal.closing.store(true, Ordering::Release);
         self.stop.store(true, Ordering::Release);
@@ -800,7 +845,7 @@ impl<E: Events> Shared<E> {
     /// bytes; makes one if not (a file created, preallocated and synced).
     fn ensure_spare(&self, frame: u64) -> Result<(), Failure> {
         let _one_at_a_time = self.creating.lock();
-        let need = frame + HEADER_LEN as u64 + END_RESERVE;
+        let need = frame + (HEADER_LEN + wal::START_FRAME_LEN) as u64 + END_RESERVE;
         let (seq, want, small) = {
             let mut log = self.log.lock();
             if log.closed {
@@ -818,7 +863,14 @@ impl<E: Events> Shared<E> {
         if let Some(small) = small {
             discard(&self.dir, small);
         }
-        let seg = new_segment(&self.dir, seq, want, need).map_err(|e| Failure::io(&e))?;
+        let seg = new_segment(&self.dir, seq, want, need, &self.recovery.id)
+            .map_err(|e| Failure::io(&e))?;
+        // (Only after an open on a full disk: the manifest still says the
+        // log ended.)
+        if let Err(e) = self.update_manifest(|m| m.clean = false) {
+            discard(&self.dir, seg);
+            return Err(Failure::io(&e));
+        }
         let mut log = self.log.lock();
         if log.closed {
             drop(log);
@@ -954,11 +1006,12 @@ impl<E: Events> Shared<E> {
         if self.poisoned.load(Ordering::Acquire) {
             return Err(Failure::Poisoned);
         }
-        let (retired, file, target) = {
+        let (retired, file, target, current_seq) = {
             let mut log = self.log.lock();
             let retired = std::mem::take(&mut log.retired);
             let file = log.segment.as_ref().map(|s| s.file().clone());
-            (retired, file, self.appended.load(Ordering::SeqCst))
+            let seq = log.segment.as_ref().map(|s| s.seq);
+            (retired, file, self.appended.load(Ordering::SeqCst), seq)
         };
         let fail = |e: &io::Error| {
             // The kernel may have dropped the dirty pages: what was
@@ -969,6 +1022,12 @@ impl<E: Events> Shared<E> {
         for seg in retired {
             self.c.fsyncs.fetch_add(1, Ordering::Relaxed);
             seg.finish(&self.faults).map_err(|e| fail(&e))?;
+        }
+        if let Some(seq) = current_seq {
+            // Writes moved on to a segment the manifest does not name yet:
+            // name it before a sync acknowledges any of them.
+            self.update_manifest(|m| m.last = m.last.max(seq))
+                .map_err(|e| fail(&e))?;
         }
         if !current || target <= self.synced.load(Ordering::Acquire) {
             return Ok(());
@@ -1060,11 +1119,19 @@ impl<E: Events> Shared<E> {
             break seq;
         };
         self.wake_flusher(true);
-        let written =
-            snapshot::write(&self.dir, &table, next, &self.stop).map_err(|e| match e {
+        let written = snapshot::write(&self.dir, &table, next, &self.recovery.id, &self.stop)
+            .map_err(|e| match e {
                 SnapshotError::Stopped | SnapshotError::Deleted => Failure::Closed,
                 SnapshotError::Io(e) => Failure::io(&e),
             })?;
+        // The log now starts at `next` (the segments below it are removed
+        // only once the manifest says so).
+        self.update_manifest(|m| {
+            m.first = next;
+            m.last = m.last.max(next);
+            m.snapshot = true;
+        })
+        .map_err(|e| Failure::io(&e))?;
         // The snapshot covers every earlier segment, synced or not.
         let covered: Vec<Segment> = {
             let mut log = self.log.lock();
@@ -1116,17 +1183,39 @@ impl<E: Events> Shared<E> {
             // again and again leaves no trail of empty segments.
             let mut segments = std::mem::take(&mut log.retired);
             let mut unused: Vec<Segment> = log.spare.take().into_iter().collect();
+            let mut drop_last = None;
             if let Some(mut last) = log.segment.take() {
                 if last.is_empty() && last.seq > log.log_start {
-                    unused.push(last);
+                    drop_last = Some(last);
                 } else {
                     last.seal();
                     segments.push(last);
                 }
             }
             log.closed = true;
+            let mut synced = !self.poisoned.load(Ordering::Acquire);
             for seg in segments {
-                let _ = seg.finish(&self.faults);
+                synced &= seg.finish(&self.faults).is_ok();
+            }
+            // Closed cleanly: the manifest says the log ends, sealed, with
+            // the last segment kept, so that losing its end is noticed.
+            let clean = synced
+                && self
+                    .update_manifest(|m| {
+                        if let Some(dropped) = &drop_last {
+                            m.last = dropped.seq - 1;
+                        }
+                        m.clean = true;
+                    })
+                    .is_ok();
+            match drop_last {
+                Some(seg) if clean => unused.push(seg),
+                Some(mut seg) => {
+                    // The manifest still names it: keep it, sealed.
+                    seg.seal();
+                    let _ = seg.finish(&self.faults);
+                }
+                None => {}
             }
             for seg in unused {
                 discard(&self.dir, seg);
@@ -1160,12 +1249,18 @@ fn lower_priority() {
 /// Creates log segment `seq` in `dir` with `want` bytes, or fewer if the
 /// disk is too full for that (halving down to `need`), and syncs the
 /// directory.
-fn new_segment(dir: &Path, seq: u64, want: u64, need: u64) -> io::Result<Segment> {
+fn new_segment(
+    dir: &Path,
+    seq: u64,
+    want: u64,
+    need: u64,
+    id: &wal::TableId,
+) -> io::Result<Segment> {
     let path = dir.join(recovery::segment_name(seq));
     let need = need.max(wal::MIN_CAPACITY);
     let mut size = want.max(need).next_multiple_of(4096);
     let seg = loop {
-        match Segment::create(&path, seq, size) {
+        match Segment::create(&path, seq, size, id) {
             Ok(seg) => break seg,
             Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && size / 2 >= need => {
                 size = (size / 2).next_multiple_of(4096);

@@ -8,20 +8,25 @@
 //! MiB) ahead of the thread that places its records (`load_snapshot`).
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 use std::sync::mpsc;
 
+use crate::compress::Codec;
+use crate::files;
 use crate::hash::KeyedHash;
 use crate::record::Header;
-use crate::snapshot::{create_private, sync_dir, SNAPSHOT, SNAPSHOT_TMP};
+use crate::snapshot::{sync_dir, SNAPSHOT};
 use crate::table::{Bulk, Error as TableError, Table};
-use crate::wal::{self, Damage, FileKind, FrameBuf, FrameError, HeaderError, Op, HEADER_LEN};
+use crate::wal::{
+    self, Damage, FileKind, FrameBuf, FrameError, HeaderError, Op, TableId, HEADER_LEN,
+};
 
 /// The stored options of the table (an opaque blob to heft_core).
 pub const META: &str = "META";
-const META_TMP: &str = "META.tmp";
+/// What must exist in the directory (docs/persistence-format.md).
+pub const MANIFEST: &str = "MANIFEST";
 /// The lock file, flock'ed while the table is open.
 pub const LOCK: &str = "LOCK";
 const SEGMENT_PREFIX: &str = "wal-";
@@ -54,6 +59,10 @@ pub enum OpenError {
     Corrupt { file: String, offset: u64 },
     /// A file written by a newer format version.
     Version { file: String, version: u32 },
+    /// A file the table needs is not there: a log segment the manifest or
+    /// the snapshot names, the snapshot the manifest names, or the
+    /// MANIFEST of a table that holds data.
+    Missing(String),
 }
 
 impl From<io::Error> for OpenError {
@@ -74,6 +83,7 @@ impl std::fmt::Display for OpenError {
                     "{file} has format version {version}, newer than this Heft's"
                 )
             }
+            OpenError::Missing(file) => write!(f, "{file} is missing"),
         }
     }
 }
@@ -89,18 +99,29 @@ fn corrupt(file: &str, offset: u64) -> OpenError {
 
 /// Reads the META file's blob.
 pub fn read_meta(dir: &Path) -> Result<Vec<u8>, OpenError> {
-    let bytes = fs::read(dir.join(META))?;
-    let fail = |offset| corrupt(META, offset);
-    match wal::parse_header(&bytes, FileKind::Meta) {
-        Ok(_) => {}
+    read_single(dir, META, FileKind::Meta).map(|(blob, _)| blob)
+}
+
+/// Reads the META file's blob and its header's format version.
+pub fn read_meta_version(dir: &Path) -> Result<(Vec<u8>, u32), OpenError> {
+    read_single(dir, META, FileKind::Meta)
+}
+
+/// Reads a file of a header and one frame (META, MANIFEST): the payload
+/// and the header's version.
+fn read_single(dir: &Path, name: &str, kind: FileKind) -> Result<(Vec<u8>, u32), OpenError> {
+    let bytes = files::read(&dir.join(name))?;
+    let fail = |offset| corrupt(name, offset);
+    let version = match wal::parse_header_version(&bytes, kind) {
+        Ok((_, version)) => version,
         Err(HeaderError::Version(version)) => {
             return Err(OpenError::Version {
-                file: META.into(),
+                file: name.into(),
                 version,
             })
         }
         Err(_) => return Err(fail(0)),
-    }
+    };
     let body = bytes.get(HEADER_LEN..).unwrap_or_default();
     let mut r = wal::FrameReader::new(body, HEADER_LEN as u64, bytes.len() as u64);
     let blob = match r.next_frame() {
@@ -112,35 +133,110 @@ pub fn read_meta(dir: &Path) -> Result<Vec<u8>, OpenError> {
     if r.offset() != bytes.len() as u64 {
         return Err(fail(r.offset()));
     }
-    Ok(blob)
+    Ok((blob, version))
+}
+
+/// Writes a file of a header and one frame atomically (temporary file,
+/// fsync, rename, fsync of the directory).
+fn write_single(dir: &Path, name: &str, kind: FileKind, blob: &[u8]) -> io::Result<()> {
+    let mut frame = FrameBuf::new();
+    let mut bytes = wal::header(kind, 0).to_vec();
+    frame.push_raw(blob);
+    bytes.extend_from_slice(frame.seal().ok_or(io::ErrorKind::InvalidInput)?);
+    files::write_atomic(&dir.join(name), &bytes, true)
+}
+
+/// What must exist in a table's directory: the MANIFEST (see
+/// docs/persistence-format.md).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Manifest {
+    /// The table's identity, in every segment's and snapshot's start frame.
+    pub id: TableId,
+    /// The first segment of the log (the snapshot's, or 1).
+    pub first: u64,
+    /// The last segment that must exist.
+    pub last: u64,
+    /// A snapshot must exist.
+    pub snapshot: bool,
+    /// The table was closed: `last` ends the log, sealed.
+    pub clean: bool,
+}
+
+const MANIFEST_SNAPSHOT: u8 = 1;
+const MANIFEST_CLEAN: u8 = 2;
+
+impl Manifest {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = self.id.to_vec();
+        crate::codec::put_varint(&mut out, self.first);
+        crate::codec::put_varint(&mut out, self.last);
+        let flags = if self.snapshot { MANIFEST_SNAPSHOT } else { 0 }
+            | if self.clean { MANIFEST_CLEAN } else { 0 };
+        out.push(flags);
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Manifest> {
+        let mut r = crate::codec::Reader::new(bytes);
+        let mut id = TableId::default();
+        id.copy_from_slice(r.bytes(16).ok()?);
+        let first = r.varint().ok()?;
+        let last = r.varint().ok()?;
+        let flags = r.u8().ok()?;
+        let sound = r.remaining() == 0
+            && flags & !(MANIFEST_SNAPSHOT | MANIFEST_CLEAN) == 0
+            && first >= 1
+            && last + 1 >= first;
+        sound.then_some(Manifest {
+            id,
+            first,
+            last,
+            snapshot: flags & MANIFEST_SNAPSHOT != 0,
+            clean: flags & MANIFEST_CLEAN != 0,
+        })
+    }
+}
+
+/// Reads the MANIFEST: `None` if there is none.
+pub fn read_manifest(dir: &Path) -> Result<Option<Manifest>, OpenError> {
+    match read_single(dir, MANIFEST, FileKind::Manifest) {
+        Ok((blob, _)) => Manifest::decode(&blob)
+            .map(Some)
+            .ok_or_else(|| corrupt(MANIFEST, HEADER_LEN as u64)),
+        Err(OpenError::Io(e)) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes the MANIFEST atomically.
+pub fn write_manifest(dir: &Path, m: &Manifest) -> io::Result<()> {
+    write_single(dir, MANIFEST, FileKind::Manifest, &m.encode())
+}
+
+/// True for a temporary file Heft makes in a table directory (left over
+/// by a crash: removed at open).
+fn is_temporary(name: &str) -> bool {
+    [SNAPSHOT, META, HASH_KEY, MANIFEST].iter().any(|base| {
+        name.starts_with(&files::temp_prefix(base)) || name.strip_suffix(".tmp") == Some(base)
+        // version 2's names
+    })
 }
 
 /// Writes the META file atomically (temporary file, fsync, rename, fsync
 /// of the directory).
 pub fn write_meta(dir: &Path, blob: &[u8]) -> io::Result<()> {
-    let mut frame = FrameBuf::new();
-    frame.reset();
-    let mut bytes = wal::header(FileKind::Meta, 0).to_vec();
-    frame.push_raw(blob);
-    bytes.extend_from_slice(frame.seal().ok_or(io::ErrorKind::InvalidInput)?);
-    let tmp = dir.join(META_TMP);
-    let f = create_private(&tmp)?;
-    io::Write::write_all(&mut &f, &bytes)?;
-    f.sync_all()?;
-    fs::rename(&tmp, dir.join(META))?;
-    sync_dir(dir)
+    write_single(dir, META, FileKind::Meta, blob)
 }
 
 /// The table's hash key: `"HEFTHKEY"`, two little-endian u64 halves, the
 /// CRC-32C of those 24 bytes (little-endian u32). See
 /// docs/persistence-format.md.
 pub const HASH_KEY: &str = "HASHKEY";
-const HASH_KEY_TMP: &str = "HASHKEY.tmp";
 const HASH_KEY_MAGIC: &[u8; 8] = b"HEFTHKEY";
 
 /// The hash key stored in `dir`, if there is a sound one.
 pub fn read_hash_key(dir: &Path) -> Option<KeyedHash> {
-    let bytes = fs::read(dir.join(HASH_KEY)).ok()?;
+    let bytes = files::read(&dir.join(HASH_KEY)).ok()?;
     let (body, crc) = bytes.split_at_checked(24)?;
     let crc = u32::from_le_bytes(crc.try_into().ok()?);
     if !body.starts_with(HASH_KEY_MAGIC) || crate::crc::crc32c(body) != crc {
@@ -160,10 +256,7 @@ pub fn write_hash_key(dir: &Path, hash: &KeyedHash) -> io::Result<()> {
     bytes.extend_from_slice(&b.to_le_bytes());
     let crc = crate::crc::crc32c(&bytes);
     bytes.extend_from_slice(&crc.to_le_bytes());
-    let tmp = dir.join(HASH_KEY_TMP);
-    let f = create_private(&tmp)?;
-    io::Write::write_all(&mut &f, &bytes)?;
-    fs::rename(&tmp, dir.join(HASH_KEY))
+    files::write_atomic(&dir.join(HASH_KEY), &bytes, false)
 }
 
 /// What was dropped by a repair.
@@ -173,7 +266,8 @@ pub struct Dropped {
     pub file: String,
     /// Where the damage starts.
     pub offset: u64,
-    /// Bytes set aside from there on, this file's and later segments'.
+    /// Bytes set aside or lost from there on, this file's and later
+    /// segments'.
     pub bytes: u64,
 }
 
@@ -194,16 +288,43 @@ pub struct Recovery {
     pub next_seq: u64,
     /// Segments replayed (they hold the log since the snapshot).
     pub segments: Vec<u64>,
+    /// Records a repair did not load because they name atoms whose
+    /// definitions were lost with a damaged or missing snapshot (they
+    /// could not be decoded correctly).
+    pub records_dropped: u64,
+    /// A sound snapshot was loaded.
+    pub snapshot: bool,
+    /// The table's identity.
+    pub id: TableId,
+}
+
+impl Recovery {
+    /// Reports damage found by a repair: the first damage is the one
+    /// named, the bytes add up.
+    fn note(&mut self, file: &str, offset: u64, bytes: u64) {
+        match self.dropped.as_mut() {
+            Some(d) => d.bytes += bytes,
+            None => {
+                self.dropped = Some(Dropped {
+                    file: file.to_owned(),
+                    offset,
+                    bytes,
+                })
+            }
+        }
+    }
 }
 
 /// Loads the snapshot and replays the log into the empty `table`.
 /// `fresh`: the table was just created (its META just written), so having
-/// no log segment yet is expected.
+/// no log segment yet is expected. `meta_version`: the version of the
+/// META file found; a version 3 table must have a MANIFEST.
 pub fn recover(
     dir: &Path,
     table: &Table,
     repair: bool,
     fresh: bool,
+    meta_version: u32,
 ) -> Result<Recovery, OpenError> {
     let mut segments = BTreeMap::new();
     let mut has_snapshot = false;
@@ -215,34 +336,102 @@ pub fn recover(
             segments.insert(seq, ());
         } else if name == SNAPSHOT {
             has_snapshot = true;
-        } else if name == SNAPSHOT_TMP || name == META_TMP || name == HASH_KEY_TMP {
+        } else if is_temporary(name) {
             fs::remove_file(entry.path())?;
         }
     }
     let mut rec = Recovery::default();
-    let mut applier = Applier::new(table);
-    // The first segment the log must start with.
-    let mut first = 1;
-    let mut snapshot_clean = false;
-    if has_snapshot {
-        match load_snapshot(dir, &mut applier) {
-            Ok((seq, records)) => {
-                first = seq;
-                rec.snapshot_records = records;
-                snapshot_clean = true;
+    let manifest = match read_manifest(dir) {
+        Ok(m) => m,
+        Err(OpenError::Corrupt { file, offset }) if repair => {
+            let len = fs::symlink_metadata(dir.join(&file)).map_or(0, |m| m.len());
+            rec.note(&file, offset, len.saturating_sub(offset));
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    if manifest.is_none() && rec.dropped.is_none() && meta_version >= 3 && !fresh {
+        // A version 3 table writes its MANIFEST before anything else: only
+        // one that never held data (a crash while it was created) may
+        // lack it.
+        let mut holds_data = has_snapshot;
+        for &seq in segments.keys() {
+            holds_data = holds_data || !unused_segment(dir, seq)?;
+        }
+        if holds_data {
+            if !repair {
+                return Err(OpenError::Missing(MANIFEST.into()));
             }
-            Err(Load::Failed(e)) => return Err(e),
-            Err(Load::Damaged { offset, seq, len }) if repair => {
-                rec.dropped = Some(Dropped {
-                    file: SNAPSHOT.into(),
-                    offset,
-                    bytes: len.saturating_sub(offset),
-                });
-                first = seq.unwrap_or_else(|| segments.keys().next().copied().unwrap_or(1));
-            }
-            Err(Load::Damaged { offset, .. }) => return Err(corrupt(SNAPSHOT, offset)),
+            rec.note(MANIFEST, 0, 0);
         }
     }
+    let mut expect = Expect {
+        id: manifest.as_ref().map(|m| m.id),
+    };
+    let mut applier = Applier::new(table);
+    // The first segment the log must start with.
+    let mut first = manifest.as_ref().map_or(1, |m| m.first);
+    let mut snapshot_clean = false;
+    if has_snapshot {
+        let len = fs::symlink_metadata(dir.join(SNAPSHOT))?.len();
+        let seq = snapshot_seq(dir)?;
+        // A snapshot older than the log the manifest names (a stale copy:
+        // the segments it needs were removed) or newer than its end.
+        let fits = match (&manifest, seq) {
+            (Some(m), Some(s)) => s >= m.first && s <= m.last + 1,
+            _ => true,
+        };
+        let limit = if repair {
+            // Repair reads the snapshot twice: first to find where it is
+            // damaged and how many of its atoms come before that, then to
+            // load what precedes the damage, keeping only the records
+            // whose atoms all survived.
+            prescan_snapshot(dir, table, &mut expect)?
+        } else {
+            None
+        };
+        if !fits {
+            if !repair {
+                return Err(corrupt(SNAPSHOT, 0));
+            }
+            rec.note(SNAPSHOT, 0, len);
+            applier.lossy = Some(Defined::default());
+        } else {
+            applier.lossy = limit.map(|atoms| Defined {
+                limit: atoms,
+                holes: Vec::new(),
+            });
+            match load_snapshot(dir, &mut applier, &mut expect) {
+                Ok((seq, records)) => {
+                    first = seq;
+                    rec.snapshot_records = records;
+                    snapshot_clean = true;
+                    applier.lossy = None;
+                }
+                Err(Load::Failed(e)) => return Err(e),
+                Err(Load::Damaged { offset, seq, len }) if repair => {
+                    rec.note(SNAPSHOT, offset, len.saturating_sub(offset));
+                    if manifest.is_none() {
+                        first = seq.unwrap_or_else(|| segments.keys().next().copied().unwrap_or(1));
+                    }
+                    // Atoms defined only in the lost part are lost: the
+                    // dictionary is what was read before the damage.
+                    applier.lossy = Some(Defined {
+                        limit: table.atoms().read().len() as u64,
+                        holes: Vec::new(),
+                    });
+                }
+                Err(Load::Damaged { offset, .. }) => return Err(corrupt(SNAPSHOT, offset)),
+            }
+        }
+    } else if manifest.as_ref().is_some_and(|m| m.snapshot) {
+        if !repair {
+            return Err(OpenError::Missing(SNAPSHOT.into()));
+        }
+        rec.note(SNAPSHOT, 0, 0);
+        applier.lossy = Some(Defined::default());
+    }
+    rec.records_dropped = applier.dropped;
     // Segments the snapshot covers are left over from a dump that stopped
     // after renaming its snapshot.
     let covered: Vec<u64> = segments.range(..first).map(|(s, _)| *s).collect();
@@ -253,18 +442,27 @@ pub fn recover(
         }
     }
     let mut seqs: Vec<u64> = segments.keys().copied().collect();
+    // The last segment that must exist, and whether it must end the log
+    // sealed (the table was closed).
+    let (must, clean) = manifest.as_ref().map_or((0, false), |m| (m.last, m.clean));
     // Segments made ahead of time and never written to, last in the log
     // (a crash left them): removed, their numbers reused.
     while let [.., before, last] = seqs[..] {
-        if last != before + 1 || !unused_segment(dir, last)? {
+        if last != before + 1 || last <= must || !unused_segment(dir, last)? {
             break;
         }
         fs::remove_file(dir.join(segment_name(last)))?;
         seqs.pop();
     }
-    if seqs.is_empty() && !repair && !fresh {
+    if let ([last], true) = (&seqs[..], manifest.is_some()) {
+        if *last > must && unused_segment(dir, *last)? {
+            fs::remove_file(dir.join(segment_name(*last)))?;
+            seqs.pop();
+        }
+    }
+    if seqs.is_empty() && !repair && !fresh && (manifest.is_none() || must >= first) {
         // A table always has a log segment to replay from (docs).
-        return Err(corrupt(&segment_name(first), 0));
+        return Err(OpenError::Missing(segment_name(first)));
     }
     // The segment to append to next, what a repair sets aside, and the
     // last segment kept.
@@ -277,18 +475,23 @@ pub fn recover(
             // A missing segment: what follows it cannot be replayed.
             let missing = segment_name(next);
             if !repair {
-                return Err(corrupt(&missing, 0));
+                return Err(OpenError::Missing(missing));
             }
-            rec.dropped.get_or_insert(Dropped {
-                file: missing,
-                offset: 0,
-                bytes: 0,
-            });
+            rec.note(&missing, 0, 0);
+            aside = Some((i, 0));
+            break;
+        }
+        if clean && seq > must {
+            // After a clean close nothing follows the last segment.
+            if !repair {
+                return Err(corrupt(&name, 0));
+            }
+            rec.note(&name, 0, 0);
             aside = Some((i, 0));
             break;
         }
         let last = i + 1 == seqs.len();
-        match replay_segment(dir, &name, seq, &mut applier, &mut rec) {
+        match replay_segment(dir, &name, seq, &mut applier, &mut rec, &mut expect) {
             Ok(r) => {
                 rec.segments.push(seq);
                 next = seq + 1;
@@ -299,9 +502,18 @@ pub fn recover(
                     atoms: applier.seg_atoms,
                     sealed: r.sealed,
                 });
+                if clean && seq == must && !(r.sealed && r.end == r.len) {
+                    // Closed cleanly, yet its end frame is gone: cut.
+                    if !repair {
+                        return Err(corrupt(&name, r.end));
+                    }
+                    rec.note(&name, r.end, r.len.saturating_sub(r.end));
+                    aside = Some((i + 1, 0));
+                    break;
+                }
                 if r.sealed && !last && r.end < r.len {
                     // Sealed, but a crash came before it was cut to its log.
-                    let f = OpenOptions::new().write(true).open(dir.join(&name))?;
+                    let f = files::open_rw(&dir.join(&name))?;
                     f.set_len(r.end)?;
                     f.sync_all()?;
                 }
@@ -313,11 +525,7 @@ pub fn recover(
                 if !repair {
                     return Err(corrupt(&name, r.end));
                 }
-                rec.dropped.get_or_insert(Dropped {
-                    file: name.clone(),
-                    offset: r.end,
-                    bytes: 0,
-                });
+                rec.note(&name, r.end, 0);
                 aside = Some((i + 1, 0));
                 break;
             }
@@ -330,7 +538,14 @@ pub fn recover(
                     atoms: applier.seg_atoms,
                     sealed: applier.seg_sealed,
                 };
-                if last && applier.last_damage == Some(Damage::Torn) {
+                // A torn tail is what a crash leaves: never in a segment
+                // of a table closed cleanly, nor a lost header in one the
+                // manifest names (its header was synced first).
+                let torn = last
+                    && applier.last_damage == Some(Damage::Torn)
+                    && !clean
+                    && (offset > 0 || seq > must);
+                if torn {
                     // A torn tail: cut it (or drop a segment whose header
                     // was never written whole), keep the rest.
                     rec.torn_bytes += applier.torn_end.min(len).saturating_sub(offset);
@@ -347,11 +562,7 @@ pub fn recover(
                 if !repair {
                     return Err(corrupt(&name, offset));
                 }
-                rec.dropped.get_or_insert(Dropped {
-                    file: name.clone(),
-                    offset,
-                    bytes: 0,
-                });
+                rec.note(&name, offset, 0);
                 aside = Some((i, offset));
                 if offset > 0 {
                     tail = Some(cut);
@@ -363,6 +574,14 @@ pub fn recover(
                 break;
             }
         }
+    }
+    if aside.is_none() && manifest.is_some() && next <= must {
+        // The log ends before the last segment the manifest names.
+        let missing = segment_name(next);
+        if !repair {
+            return Err(OpenError::Missing(missing));
+        }
+        rec.note(&missing, 0, 0);
     }
     if let Some((i, offset)) = aside {
         let moved = set_aside(dir, &seqs[i..], offset)?;
@@ -378,7 +597,90 @@ pub fn recover(
         Apply::Bad => corrupt(SNAPSHOT, 0),
     })?;
     rec.next_seq = next;
+    rec.records_dropped = applier.dropped;
+    rec.snapshot = snapshot_clean;
+    rec.id = match expect.id {
+        Some(id) => id,
+        None => files::random_bytes()?,
+    };
     Ok(rec)
+}
+
+/// What the files must agree on while loading.
+struct Expect {
+    /// The table's id: from the manifest, or (without one) the first
+    /// start frame read.
+    id: Option<TableId>,
+}
+
+impl Expect {
+    /// True if `id` (a start frame's) is the table's; the first one seen
+    /// is taken when there was no manifest.
+    fn accept(&mut self, id: TableId) -> bool {
+        *self.id.get_or_insert(id) == id
+    }
+}
+
+/// The sequence number in the snapshot's header, if it is sound.
+fn snapshot_seq(dir: &Path) -> Result<Option<u64>, OpenError> {
+    let mut h = [0u8; HEADER_LEN];
+    let got = read_up_to(&mut files::open_read(&dir.join(SNAPSHOT))?, &mut h)?;
+    match wal::parse_header(&h[..got], FileKind::Snapshot) {
+        Ok(seq) => Ok(Some(seq)),
+        Err(HeaderError::Version(version)) => Err(OpenError::Version {
+            file: SNAPSHOT.into(),
+            version,
+        }),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Reads the snapshot through without loading it: `None` if it is whole,
+/// else how many atoms its frames before the damage define (its
+/// dictionary is ids 0 to n-1 in order).
+fn prescan_snapshot(
+    dir: &Path,
+    table: &Table,
+    expect: &mut Expect,
+) -> Result<Option<u64>, OpenError> {
+    let (_, version, len, r) = match open_file(&dir.join(SNAPSHOT), FileKind::Snapshot, SNAPSHOT) {
+        Ok(o) => o,
+        Err(Load::Failed(e)) => return Err(e),
+        Err(Load::Damaged { .. }) => return Ok(Some(0)),
+    };
+    let mut frames = wal::FrameReader::new(r, HEADER_LEN as u64, len);
+    let mut checked = Checked::default();
+    let mut atoms = 0u64;
+    let mut first = version >= 3;
+    loop {
+        let payload = match frames.next_frame() {
+            Ok(Some(p)) => p,
+            Ok(None) | Err(FrameError::Damaged(..)) => return Ok(Some(atoms)),
+            Err(FrameError::Io(e)) => return Err(e.into()),
+        };
+        if std::mem::take(&mut first) {
+            match wal::start_of(payload) {
+                Some(id) if expect.accept(id) => continue,
+                _ => return Ok(Some(atoms)),
+            }
+        }
+        if check(table, payload, true, None, &mut checked).is_err() {
+            return Ok(Some(atoms));
+        }
+        let mut end = None;
+        for op in wal::ops(payload).flatten() {
+            match op {
+                Op::Atom { id, .. } if id == atoms => atoms += 1,
+                Op::End { records, atoms } => end = Some((records, atoms)),
+                _ => {}
+            }
+        }
+        if end.is_some() {
+            // Whole if its counts hold and nothing follows: the load
+            // checks that again.
+            return Ok((frames.offset() != len).then_some(atoms));
+        }
+    }
 }
 
 /// Moves the damaged tail of `seqs[0]` from `offset` (the whole file when
@@ -391,12 +693,10 @@ fn set_aside(dir: &Path, seqs: &[u64], offset: u64) -> io::Result<u64> {
         let path = dir.join(&name);
         let lost = dir.join(format!("{LOST_PREFIX}{name}"));
         if i == 0 && offset > 0 {
-            let bytes = fs::read(&path)?;
+            let bytes = files::read(&path)?;
             let tail = bytes.get(offset as usize..).unwrap_or_default();
-            let f = create_private(&lost)?;
-            io::Write::write_all(&mut &f, tail)?;
-            f.sync_all()?;
-            let keep = OpenOptions::new().write(true).open(&path)?;
+            files::write_atomic(&lost, tail, true)?;
+            let keep = files::open_rw(&path)?;
             keep.set_len(offset)?;
             keep.sync_all()?;
             moved += tail.len() as u64;
@@ -432,7 +732,7 @@ impl From<io::Error> for Load {
 type Opened = (u64, u32, u64, BufReader<File>);
 
 fn open_file(path: &Path, kind: FileKind, name: &str) -> Result<Opened, Load> {
-    let f = File::open(path)?;
+    let f = files::open_read(path)?;
     let len = f.metadata()?.len();
     let mut r = BufReader::with_capacity(1 << 20, f);
     let mut h = [0u8; HEADER_LEN];
@@ -469,6 +769,52 @@ struct CheckedPut {
     header: Header,
     at: usize,
     hash: u64,
+    /// False for a record a repair drops: it names an atom that is not
+    /// defined (see [`Defined`]).
+    keep: bool,
+}
+
+/// Under repair after the loss of atom definitions (a damaged or missing
+/// snapshot): the atom ids that are defined, below `limit` and outside
+/// `holes` (ids a later definition skipped over: defined only in what was
+/// lost). A record naming any other id cannot be decoded correctly and is
+/// dropped.
+#[derive(Clone, Debug, Default)]
+struct Defined {
+    limit: u64,
+    holes: Vec<(u64, u64)>,
+}
+
+impl Defined {
+    fn has(&self, id: u64) -> bool {
+        id < self.limit && !self.holes.iter().any(|&(a, b)| (a..b).contains(&id))
+    }
+
+    /// An atom op of the frame being checked defines `id`.
+    fn define(&mut self, id: u64) {
+        if id > self.limit {
+            self.holes.push((self.limit, id));
+        }
+        self.limit = self.limit.max(id + 1);
+    }
+}
+
+/// True if every atom `rec` (a whole record) names is defined.
+fn atoms_defined(rec: &[u8], h: &Header, defined: &Defined, buf: &mut Vec<u8>) -> bool {
+    let key = &rec[h.key_start()..h.body_start()];
+    let stored = &rec[h.body_start()..h.total_len()];
+    let body = match h.codec {
+        Codec::Raw => stored,
+        _ => {
+            if crate::compress::decompress(stored, h.raw_len, buf).is_err() {
+                return false;
+            }
+            &buf[..]
+        }
+    };
+    let mut ok = |id: u64| defined.has(id);
+    crate::codec::atoms_all(key, &mut ok).unwrap_or(false)
+        && crate::codec::atoms_all(body, &mut ok).unwrap_or(false)
 }
 
 /// A frame checked whole, before any of it is applied.
@@ -481,17 +827,30 @@ struct Checked {
     end: bool,
     /// It holds deletes or clears: applied op by op.
     in_order: bool,
+    /// Puts not kept (see [`CheckedPut::keep`]).
+    dropped: u64,
+    /// Scratch space for decompressing.
+    buf: Vec<u8>,
 }
 
 /// Checks every operation of a frame: they parse, the end op (snapshots
 /// only) is last, atom names are UTF-8, and every put's record header
 /// spans exactly its bytes; notes the puts with their key hashes. Reads
 /// the table only to hash keys, so it may run on another thread.
-fn check(table: &Table, payload: &[u8], snapshot: bool, c: &mut Checked) -> Result<(), Apply> {
+fn check(
+    table: &Table,
+    payload: &[u8],
+    snapshot: bool,
+    defined: Option<&Defined>,
+    c: &mut Checked,
+) -> Result<(), Apply> {
     c.puts.clear();
     c.atoms = 0;
     c.end = false;
     c.in_order = false;
+    c.dropped = 0;
+    // A log frame defines its new atoms before its records use them.
+    let mut defined = defined.cloned();
     for op in wal::ops(payload) {
         let op = op.map_err(|_| Apply::Bad)?;
         if c.end {
@@ -503,16 +862,27 @@ fn check(table: &Table, payload: &[u8], snapshot: bool, c: &mut Checked) -> Resu
                 if h.total_len() != bytes.len() {
                     return Err(Apply::Bad);
                 }
+                let keep = defined
+                    .as_ref()
+                    .map_or(true, |d| atoms_defined(bytes, &h, d, &mut c.buf));
+                c.dropped += u64::from(!keep);
                 c.puts.push(CheckedPut {
                     header: h,
                     at: bytes.as_ptr() as usize - payload.as_ptr() as usize,
                     hash: table.hash(&bytes[h.key_start()..h.body_start()]),
+                    keep,
                 });
             }
             Op::Atom { name, .. } if std::str::from_utf8(name).is_err() => return Err(Apply::Bad),
-            Op::Atom { .. } => c.atoms += 1,
+            Op::Atom { id, .. } => {
+                c.atoms += 1;
+                if let (Some(d), false) = (defined.as_mut(), snapshot) {
+                    d.define(id);
+                }
+            }
             Op::End { .. } if !snapshot => return Err(Apply::Bad),
             Op::End { .. } => c.end = true,
+            Op::Start(_) => return Err(Apply::Bad), // only as a file's first frame
             Op::Clear | Op::Delete(_) if snapshot => return Err(Apply::Bad),
             Op::Clear | Op::Delete(_) => c.in_order = true,
         }
@@ -536,19 +906,26 @@ struct Loaded {
 /// operations and hashes its keys, while this one first faults in the
 /// arena's pages, then places the records the helper has checked. (Half
 /// the time of loading was reading and checking, half placing.)
-fn load_snapshot(dir: &Path, applier: &mut Applier) -> Result<(u64, u64), Load> {
-    let (seq, _, len, r) = open_file(&dir.join(SNAPSHOT), FileKind::Snapshot, SNAPSHOT)?;
+fn load_snapshot(
+    dir: &Path,
+    applier: &mut Applier,
+    expect: &mut Expect,
+) -> Result<(u64, u64), Load> {
+    let (seq, version, len, r) = open_file(&dir.join(SNAPSHOT), FileKind::Snapshot, SNAPSHOT)?;
     let damaged = |offset| Load::Damaged {
         offset,
         seq: Some(seq),
         len,
     };
     let table = applier.table;
+    let defined = applier.lossy.clone();
+    let mut start = version >= 3;
     std::thread::scope(|scope| {
         // A few frames (a few hundred KiB each) ahead at most; payload
         // buffers come back for reuse.
         let (tx, rx) = mpsc::sync_channel::<Result<Loaded, Load>>(8);
         let (back_tx, back_rx) = mpsc::channel::<(Vec<u8>, Checked)>();
+        let expect = &mut *expect;
         let reader = move || {
             let mut frames = wal::FrameReader::new(r, HEADER_LEN as u64, len);
             loop {
@@ -558,10 +935,15 @@ fn load_snapshot(dir: &Path, applier: &mut Applier) -> Result<(u64, u64), Load> 
                     Ok(None) => Err(damaged(at)),
                     Err(FrameError::Damaged(_, at)) => Err(damaged(at)),
                     Err(FrameError::Io(e)) => Err(e.into()),
+                    // A version 3 snapshot starts by naming its table.
+                    Ok(Some(p)) if std::mem::take(&mut start) => match wal::start_of(p) {
+                        Some(id) if expect.accept(id) => continue,
+                        _ => Err(damaged(at)),
+                    },
                     Ok(Some(_)) => {
                         let (spare, mut checked) = back_rx.try_recv().unwrap_or_default();
                         let payload = frames.take_payload(spare);
-                        match check(table, &payload, true, &mut checked) {
+                        match check(table, &payload, true, defined.as_ref(), &mut checked) {
                             Ok(()) => Ok(Loaded {
                                 at,
                                 payload,
@@ -604,6 +986,7 @@ fn load_snapshot(dir: &Path, applier: &mut Applier) -> Result<(u64, u64), Load> 
                 })?;
             puts += applied.puts;
             atoms += applied.atoms;
+            applier.dropped += checked.dropped;
             if let Some((records, n_atoms)) = applied.end {
                 if records != puts || n_atoms != atoms || !last {
                     return Err(damaged(at));
@@ -636,6 +1019,7 @@ fn replay_segment(
     seq: u64,
     applier: &mut Applier,
     rec: &mut Recovery,
+    expect: &mut Expect,
 ) -> Result<Replayed, Load> {
     applier.last_damage = None;
     applier.seg_records = 0;
@@ -645,7 +1029,7 @@ fn replay_segment(
         Err(Load::Damaged { offset, seq, len }) => {
             // A header shorter than its size, or all zeros: a segment
             // created by a crash-interrupted rotation.
-            let bytes = fs::read(dir.join(name))?;
+            let bytes = files::read(&dir.join(name))?;
             let all_zero = wal::all_zeros(&bytes);
             if len < HEADER_LEN as u64 || all_zero {
                 applier.last_damage = Some(Damage::Torn);
@@ -672,6 +1056,24 @@ fn replay_segment(
     };
     let mut frames = wal::FrameReader::new(r, HEADER_LEN as u64, len);
     let mut sealed = false;
+    if version >= 3 {
+        // Its start frame, written with its header: whose segment it is.
+        match frames.next_frame() {
+            Ok(Some(p)) => match wal::start_of(p) {
+                Some(id) if expect.accept(id) => {}
+                // Another table's segment, or a damaged start: nothing of
+                // it can be kept.
+                _ => return Err(damaged(applier, Damage::Corrupt, 0)),
+            },
+            // Never written whole: a crash while the segment was made.
+            Ok(None) | Err(FrameError::Damaged(Damage::Torn, _)) => {
+                applier.torn_end = len;
+                return Err(damaged(applier, Damage::Torn, 0));
+            }
+            Err(FrameError::Damaged(..)) => return Err(damaged(applier, Damage::Corrupt, 0)),
+            Err(FrameError::Io(e)) => return Err(e.into()),
+        }
+    }
     loop {
         let at = frames.offset();
         let payload = match frames.next_frame() {
@@ -717,12 +1119,29 @@ fn replay_segment(
 /// written yet) and zeros after it. Such a file is a segment made ahead of
 /// time that the table never wrote to.
 fn unused_segment(dir: &Path, seq: u64) -> io::Result<bool> {
-    let bytes = fs::read(dir.join(segment_name(seq)))?;
+    let bytes = files::read(&dir.join(segment_name(seq)))?;
     let head = &bytes[..bytes.len().min(HEADER_LEN)];
+    let header = wal::parse_header_version(head, FileKind::Log);
     let header_ok = wal::all_zeros(head)
         || head.len() < HEADER_LEN
-        || wal::parse_header(head, FileKind::Log) == Ok(seq);
-    Ok(header_ok && wal::all_zeros(bytes.get(HEADER_LEN..).unwrap_or_default()))
+        || header.as_ref().is_ok_and(|h| h.0 == seq);
+    let mut rest = bytes.get(HEADER_LEN..).unwrap_or_default();
+    if header.is_ok_and(|(_, version)| version >= 3) {
+        // A version 3 segment's start frame is written with its header.
+        let n = wal::START_FRAME_LEN.min(rest.len());
+        let start = &rest[..n];
+        let whole = n == wal::START_FRAME_LEN
+            && wal::FrameReader::new(start, 0, n as u64)
+                .next_frame()
+                .ok()
+                .flatten()
+                .and_then(wal::start_of)
+                .is_some();
+        if whole || wal::all_zeros(start) {
+            rest = &rest[n..];
+        }
+    }
+    Ok(header_ok && wal::all_zeros(rest))
 }
 
 /// The last segment kept, which opening seals.
@@ -739,9 +1158,7 @@ struct Tail {
 /// has none yet, and syncs it: the segment the table appends to next
 /// follows it.
 fn seal_tail(dir: &Path, t: &Tail) -> io::Result<()> {
-    let f = OpenOptions::new()
-        .write(true)
-        .open(dir.join(segment_name(t.seq)))?;
+    let f = files::open_rw(&dir.join(segment_name(t.seq)))?;
     let mut len = t.end;
     let mut changed = false;
     if !t.sealed {
@@ -795,6 +1212,10 @@ struct Applier<'t> {
     seg_records: u64,
     seg_atoms: u64,
     seg_sealed: bool,
+    /// Set when a repair lost atom definitions: which ids are defined.
+    lossy: Option<Defined>,
+    /// Records not loaded since they name undefined atoms.
+    dropped: u64,
 }
 
 impl<'t> Applier<'t> {
@@ -808,13 +1229,24 @@ impl<'t> Applier<'t> {
             seg_records: 0,
             seg_atoms: 0,
             seg_sealed: false,
+            lossy: None,
+            dropped: 0,
         }
     }
 
     fn apply(&mut self, payload: &[u8], snapshot: bool) -> Result<Applied, Apply> {
         let mut checked = std::mem::take(&mut self.checked);
-        let applied = check(self.table, payload, snapshot, &mut checked)
-            .and_then(|()| self.apply_checked(payload, &checked));
+        let applied = check(
+            self.table,
+            payload,
+            snapshot,
+            self.lossy.as_ref(),
+            &mut checked,
+        )
+        .and_then(|()| self.apply_checked(payload, &checked));
+        if applied.is_ok() {
+            self.dropped += checked.dropped;
+        }
         self.checked = checked;
         applied
     }
@@ -835,13 +1267,18 @@ impl<'t> Applier<'t> {
             }
             a.atoms = c.atoms;
             a.puts = c.puts.len() as u64;
-            let recs = c.puts.iter().map(|p| {
+            let rec = |p: &CheckedPut| {
                 let bytes = &payload[p.at..p.at + p.header.total_len()];
                 (p.header, bytes, p.hash)
-            });
-            self.table
-                .bulk_put(recs, &mut self.bulk)
-                .map_err(table_err)?;
+            };
+            if c.dropped == 0 {
+                self.table
+                    .bulk_put(c.puts.iter().map(rec), &mut self.bulk)
+                    .map_err(table_err)?;
+            } else {
+                let mut kept = c.puts.iter().filter(|p| p.keep).map(rec).collect();
+                self.place(&mut kept)?;
+            }
             return Ok(a);
         }
         // Deletes or clears: apply in order, placing the puts before each
@@ -851,7 +1288,7 @@ impl<'t> Applier<'t> {
         for op in wal::ops(payload).flatten() {
             match op {
                 Op::Put(_) => {
-                    if let Some(p) = puts.next() {
+                    if let Some(p) = puts.next().filter(|p| p.keep) {
                         let bytes = &payload[p.at..p.at + p.header.total_len()];
                         pending.push((p.header, bytes, p.hash));
                     }
@@ -873,7 +1310,7 @@ impl<'t> Applier<'t> {
                         a.clears += 1;
                     }
                 }
-                Op::End { .. } => {}
+                Op::End { .. } | Op::Start(_) => {}
             }
         }
         self.place(&mut pending)?;
@@ -899,11 +1336,30 @@ impl<'t> Applier<'t> {
             let same = u32::try_from(id).ok().and_then(|i| atoms.name(i)) == Some(name);
             return if same { Ok(()) } else { Err(Apply::Bad) };
         }
-        if id > len || u32::try_from(id).is_err() {
+        if u32::try_from(id).is_err() {
             return Err(Apply::Bad);
+        }
+        if id > len {
+            // Ids skipped over were defined only in what a repair lost:
+            // they get names no record uses, so that the dictionary
+            // never hands them out again (records naming them were
+            // dropped).
+            let Some(lossy) = self.lossy.as_mut() else {
+                return Err(Apply::Bad);
+            };
+            lossy.holes.push((len, id));
+            for hole in len..id {
+                let placeholder = format!("heft: atom {hole} lost by a repair");
+                if u64::from(atoms.intern(&placeholder)) != hole {
+                    return Err(Apply::Bad);
+                }
+            }
         }
         if u64::from(atoms.intern(name)) != id {
             return Err(Apply::Bad); // the name had another id
+        }
+        if let Some(lossy) = self.lossy.as_mut() {
+            lossy.limit = atoms.len() as u64;
         }
         Ok(())
     }
@@ -932,16 +1388,8 @@ pub fn remove_table_files(dir: &Path) -> io::Result<()> {
         let Some(name) = name.to_str() else { continue };
         let ours = segment_seq(name).is_some()
             || name.starts_with(LOST_PREFIX)
-            || [
-                SNAPSHOT,
-                SNAPSHOT_TMP,
-                META,
-                META_TMP,
-                LOCK,
-                HASH_KEY,
-                HASH_KEY_TMP,
-            ]
-            .contains(&name);
+            || [SNAPSHOT, META, LOCK, HASH_KEY, MANIFEST].contains(&name)
+            || is_temporary(name);
         if ours {
             fs::remove_file(entry.path())?;
         }

@@ -11,11 +11,12 @@
 //! removes a whole record. The atom dictionary is written after the records,
 //! so it names every atom they use.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+
+use crate::files::Temp;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::table::{Error as TableError, RecordBuf, Table};
@@ -23,8 +24,6 @@ use crate::wal::{self, FileKind, FrameBuf, Op};
 
 /// The current snapshot's file name.
 pub const SNAPSHOT: &str = "snapshot";
-/// Where a snapshot is written before it is renamed into place.
-pub const SNAPSHOT_TMP: &str = "snapshot.tmp";
 
 /// Payload bytes per frame the writer aims for.
 const FRAME_TARGET: usize = 256 * 1024;
@@ -66,59 +65,42 @@ impl From<io::Error> for SnapshotError {
     }
 }
 
-/// Creates a file readable and writable by its owner only, replacing any.
-pub fn create_private(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-}
-
-/// fsyncs a directory, so entries created or renamed in it are durable.
-pub fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
+pub use crate::files::sync_dir;
 
 /// Writes a snapshot of `table` that says "replay from segment
-/// `replay_from`" to `dir/snapshot.tmp`, fsyncs it, renames it to
-/// `dir/snapshot` and fsyncs `dir`. On any failure the temporary file is
-/// removed and the old snapshot is untouched.
+/// `replay_from"` (and belongs to table `id`) to a temporary file
+/// `dir/snapshot.tmp-<random>`, fsyncs it, renames it to `dir/snapshot`
+/// and fsyncs `dir`. On any failure the temporary file is removed and the
+/// old snapshot is untouched.
 pub fn write(
     dir: &Path,
     table: &Table,
     replay_from: u64,
+    id: &wal::TableId,
     stop: &AtomicBool,
 ) -> Result<Written, SnapshotError> {
-    let tmp = dir.join(SNAPSHOT_TMP);
-    let result = write_tmp(&tmp, table, replay_from, stop).and_then(|w| {
-        fs::rename(&tmp, dir.join(SNAPSHOT))?;
-        sync_dir(dir)?;
-        Ok(w)
-    });
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    let tmp = Temp::new(&dir.join(SNAPSHOT), crate::files::FILE_MODE)?;
+    let written = write_tmp(tmp.file(), table, replay_from, id, stop)?;
+    tmp.commit(true)?;
+    Ok(written)
 }
 
 fn write_tmp(
-    path: &Path,
+    file: &File,
     table: &Table,
     replay_from: u64,
+    id: &wal::TableId,
     stop: &AtomicBool,
 ) -> Result<Written, SnapshotError> {
-    let file = create_private(path)?;
     let mut out = Out {
-        w: BufWriter::with_capacity(1 << 20, &file),
-        file: &file,
+        w: BufWriter::with_capacity(1 << 20, file),
+        file,
         bytes: 0,
         flushed: 0,
         waited: 0,
     };
     out.put(&wal::header(FileKind::Snapshot, replay_from))?;
+    out.put(&wal::start_frame(id))?;
     let mut frame = FrameBuf::new();
     let mut buf = RecordBuf::new();
     let mut cursor = None;
@@ -167,7 +149,6 @@ fn write_tmp(
     out.frame(&mut frame)?;
     out.w.flush()?;
     drop(out.w);
-    file.sync_all()?;
     Ok(Written {
         records,
         atoms,

@@ -11,9 +11,9 @@
 //! (streaming, one frame in memory), finds where a log ends in a file
 //! longer than it, and tells a torn tail from damage in the middle.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{compiler_fence, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,7 +27,15 @@ use crate::crc;
 /// Version 2: log segments are preallocated (zeros follow their log) and
 /// end with an `end` frame once a later segment exists; version 1 files
 /// (log segments as long as their log, no `end`) are still read.
-pub const VERSION: u32 = 2;
+/// Version 3: segments and snapshots start with a `start` frame naming
+/// the table, and the directory has a MANIFEST; version 2 directories
+/// are still read (and upgraded when opened).
+pub const VERSION: u32 = 3;
+
+/// The random identity of a table, drawn when it is created (or when a
+/// version 2 directory is upgraded): in its MANIFEST and at the start of
+/// every segment and snapshot, so that a file of another table is refused.
+pub type TableId = [u8; 16];
 
 const MAGIC_LEN: usize = 8;
 const VERSION_OFFSET: usize = MAGIC_LEN;
@@ -51,6 +59,8 @@ pub enum FileKind {
     Snapshot,
     /// The table's stored options: `META`.
     Meta,
+    /// What must exist in the directory: `MANIFEST`.
+    Manifest,
 }
 
 impl FileKind {
@@ -59,6 +69,7 @@ impl FileKind {
             FileKind::Log => b"HEFTLOG\n",
             FileKind::Snapshot => b"HEFTSNP\n",
             FileKind::Meta => b"HEFTMTA\n",
+            FileKind::Manifest => b"HEFTMAN\n",
         }
     }
 }
@@ -120,6 +131,7 @@ mod tag {
     pub const DELETE: u8 = 0x03;
     pub const CLEAR: u8 = 0x04;
     pub const END: u8 = 0x05;
+    pub const START: u8 = 0x06;
 }
 
 /// One operation in a frame.
@@ -135,6 +147,8 @@ pub enum Op<'a> {
     Clear,
     /// A snapshot's last operation: how many records and atoms it holds.
     End { records: u64, atoms: u64 },
+    /// The first frame of a version 3 segment or snapshot: whose it is.
+    Start(TableId),
 }
 
 impl Op<'_> {
@@ -162,6 +176,10 @@ impl Op<'_> {
                 out.push(tag::END);
                 put_varint(out, records);
                 put_varint(out, atoms);
+            }
+            Op::Start(id) => {
+                out.push(tag::START);
+                out.extend_from_slice(&id);
             }
         }
     }
@@ -210,6 +228,11 @@ impl<'a> Ops<'a> {
                 records: r.varint()?,
                 atoms: r.varint()?,
             },
+            tag::START => {
+                let mut id = TableId::default();
+                id.copy_from_slice(r.bytes(std::mem::size_of::<TableId>())?);
+                Op::Start(id)
+            }
             other => return Err(crate::codec::DecodeError::BadTag(other)),
         })
     }
@@ -462,6 +485,25 @@ pub fn end_frame(records: u64, atoms: u64) -> Vec<u8> {
     f.seal().map(<[u8]>::to_vec).unwrap_or_default()
 }
 
+/// Bytes of a start frame: a frame header, the tag, the 16-byte id.
+pub const START_FRAME_LEN: usize = FRAME_HEADER_LEN + 1 + 16;
+
+/// The start frame of a segment or snapshot of table `id`.
+pub fn start_frame(id: &TableId) -> Vec<u8> {
+    let mut f = FrameBuf::new();
+    f.push(Op::Start(*id));
+    f.seal().map(<[u8]>::to_vec).unwrap_or_default()
+}
+
+/// The table id in `payload` if it is exactly one start op.
+pub fn start_of(payload: &[u8]) -> Option<TableId> {
+    let mut ops = ops(payload);
+    match (ops.next(), ops.next()) {
+        (Some(Ok(Op::Start(id))), None) => Some(id),
+        _ => None,
+    }
+}
+
 /// A log segment open for appending: a file preallocated to its capacity
 /// and mapped shared, so an append copies a frame into the page cache and
 /// makes no system call. What it appended survives the process's death at
@@ -484,24 +526,21 @@ impl Segment {
     /// mapping can never meet a full disk, which would be SIGBUS), its
     /// header written and synced; then maps it. The caller syncs the
     /// directory. On failure the file is removed.
-    pub fn create(path: &Path, seq: u64, capacity: u64) -> io::Result<Segment> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)?;
-        let made = Self::prepare(file, seq, capacity);
+    pub fn create(path: &Path, seq: u64, capacity: u64, id: &TableId) -> io::Result<Segment> {
+        let file = crate::files::create_new(path, crate::files::FILE_MODE)?;
+        let made = Self::prepare(file, seq, capacity, id);
         if made.is_err() {
             let _ = std::fs::remove_file(path);
         }
         made
     }
 
-    fn prepare(file: File, seq: u64, capacity: u64) -> io::Result<Segment> {
+    fn prepare(file: File, seq: u64, capacity: u64, id: &TableId) -> io::Result<Segment> {
         let capacity = capacity.max(MIN_CAPACITY);
         crate::arena::allocate(&file, 0, capacity)?;
-        file.write_all_at(&header(FileKind::Log, seq), 0)?;
+        let mut head = header(FileKind::Log, seq).to_vec();
+        head.extend_from_slice(&start_frame(id));
+        file.write_all_at(&head, 0)?;
         file.sync_all()?;
         let len = usize::try_from(capacity).map_err(|_| io::ErrorKind::InvalidInput)?;
         // SAFETY: the file was created here (O_EXCL, mode 0600) in a
@@ -514,7 +553,7 @@ impl Segment {
             seq,
             file: Arc::new(file),
             map,
-            len: HEADER_LEN as u64,
+            len: head.len() as u64,
             records: 0,
             atoms: 0,
         })
@@ -535,9 +574,9 @@ impl Segment {
         self.map.len() as u64
     }
 
-    /// True when it holds no frame yet.
+    /// True when it holds no frame yet but its start frame.
     pub fn is_empty(&self) -> bool {
-        self.len <= HEADER_LEN as u64
+        self.len <= (HEADER_LEN + START_FRAME_LEN) as u64
     }
 
     /// True if a frame of `n` bytes fits, leaving room for the end frame.
@@ -788,7 +827,7 @@ mod tests {
     #[test]
     fn a_segment_fills_to_its_end_frame_and_finishes_trimmed() {
         let path = temp_path("fill");
-        let mut seg = Segment::create(&path, 3, MIN_CAPACITY).unwrap();
+        let mut seg = Segment::create(&path, 3, MIN_CAPACITY, &[7; 16]).unwrap();
         assert_eq!(seg.capacity(), MIN_CAPACITY);
         let mut f = FrameBuf::new();
         f.push(Op::Put(&[1u8; 100]));
@@ -815,6 +854,7 @@ mod tests {
         let mut end = None;
         while let Some(p) = r.next_frame().unwrap() {
             match ops(p).next() {
+                Some(Ok(Op::Start(id))) => assert_eq!(id, [7; 16]),
                 Some(Ok(Op::Put(_))) => puts += 1,
                 Some(Ok(Op::End { records, atoms })) => end = Some((records, atoms)),
                 other => panic!("{other:?}"),
@@ -828,7 +868,7 @@ mod tests {
     #[test]
     fn a_frame_that_ends_exactly_where_the_end_frame_starts_fits() {
         let path = temp_path("exact");
-        let mut seg = Segment::create(&path, 1, MIN_CAPACITY).unwrap();
+        let mut seg = Segment::create(&path, 1, MIN_CAPACITY, &[7; 16]).unwrap();
         // One frame sized to leave exactly the end frame's reserve.
         let room = seg.capacity() - seg.len() - END_RESERVE;
         let mut f = FrameBuf::new();
@@ -863,7 +903,7 @@ mod tests {
             (v, err)
         };
         assert!(err.is_none());
-        assert_eq!(frames.len(), 2);
+        assert_eq!(frames.len(), 3, "start, the frame, end");
         let _ = std::fs::remove_file(&path);
     }
 

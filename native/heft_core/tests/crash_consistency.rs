@@ -16,11 +16,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use heft_core::codec::Value;
+use heft_core::codec::{decode, Value, ValueBuilder};
 use heft_core::persist::{Config, Event, Events, Failure, Opened, Persisted, SyncMode};
-use heft_core::recovery::{segment_name, OpenError};
+use heft_core::recovery::{read_manifest, segment_name, write_manifest, OpenError};
 use heft_core::table::{Error as TableError, Kind, RecordBuf};
-use heft_core::wal::{end_frame, parse_header, FileKind, FrameBuf, Op, END_RESERVE, HEADER_LEN};
+use heft_core::wal::{
+    end_frame, parse_header, FileKind, FrameBuf, Op, END_RESERVE, HEADER_LEN, START_FRAME_LEN,
+};
 use heft_core::{Backing, Compression, Options, Table};
 
 #[derive(Default)]
@@ -174,6 +176,19 @@ fn contents(t: &Table) -> Vec<(Vec<u8>, Vec<u8>)> {
     out
 }
 
+/// Where a segment's first write batch starts: after its header and its
+/// start frame.
+const FIRST_FRAME: usize = HEADER_LEN + START_FRAME_LEN;
+
+/// Makes a table closed cleanly look like one whose VM died: its MANIFEST
+/// no longer says it was closed (what the tests of torn tails need, since
+/// a crash is what tears a tail).
+fn crashed(dir: &Path) {
+    let mut m = read_manifest(dir).unwrap().expect("a manifest");
+    m.clean = false;
+    write_manifest(dir, &m).unwrap();
+}
+
 fn segments(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(dir)
         .unwrap()
@@ -222,18 +237,19 @@ fn truncated_tail_is_cut() {
     // Offsets where frames end: reopen at every cut and check the table
     // holds exactly the whole batches before it.
     // Every byte near a frame boundary, and a stride through the rest.
-    let mut ends = vec![HEADER_LEN];
+    let mut ends = vec![FIRST_FRAME];
     while let Some(h) = full.get(*ends.last().unwrap()..).filter(|h| h.len() >= 8) {
         let len = u32::from_le_bytes(h[..4].try_into().unwrap()) as usize;
         ends.push(ends.last().unwrap() + 8 + len);
     }
     assert_eq!(*ends.last().unwrap(), full.len(), "closed: cut to its log");
-    let cuts = (HEADER_LEN..full.len()).filter(|c| c % 7 == 0 || (c - HEADER_LEN) % 419 < 3);
+    let cuts = (FIRST_FRAME..full.len()).filter(|c| c % 7 == 0 || (c - FIRST_FRAME) % 419 < 3);
     for cut in cuts {
         fs::write(&seg, &full[..cut]).unwrap();
         for s in segments(&d.0).iter().skip(1) {
             fs::remove_file(d.join(s)).unwrap();
         }
+        crashed(&d.0);
         let o = reopen(&d.0, false).unwrap_or_else(|e| panic!("cut {cut}: {e}"));
         let n = o.table.len().unwrap();
         assert_eq!(
@@ -272,8 +288,8 @@ fn checksum_mismatch_in_the_middle_is_corrupt() {
     let seg = d.join(&name);
     let mut bytes = fs::read(&seg).unwrap();
     let first_frame_end = {
-        let len = u32::from_le_bytes(bytes[HEADER_LEN..HEADER_LEN + 4].try_into().unwrap());
-        HEADER_LEN + 8 + len as usize
+        let len = u32::from_le_bytes(bytes[FIRST_FRAME..FIRST_FRAME + 4].try_into().unwrap());
+        FIRST_FRAME + 8 + len as usize
     };
     bytes[first_frame_end + 20] ^= 0x40; // inside the second frame
     fs::write(&seg, &bytes).unwrap();
@@ -315,6 +331,12 @@ fn checksum_mismatch_in_the_last_frame_is_a_torn_tail() {
     let n = bytes.len();
     bytes[n - 5] ^= 1;
     fs::write(&seg, &bytes).unwrap();
+    // After a clean close that is damage; after a crash, a torn tail.
+    assert!(matches!(
+        reopen(&d.0, false),
+        Err(OpenError::Corrupt { .. })
+    ));
+    crashed(&d.0);
     let o = reopen(&d.0, false).unwrap();
     assert_eq!(o.table.len().unwrap(), 10);
     assert!(o.persisted.stats().recovery.torn_bytes > 0);
@@ -402,8 +424,8 @@ fn zero_length_files() {
     close(o);
     fs::write(d.join(&segment_name(7)), b"").unwrap();
     let o = reopen(&d.0, false);
-    // Segment 7 does not follow segment 1 or 2: that is a missing log.
-    assert!(matches!(o, Err(OpenError::Corrupt { .. })));
+    // Segment 7 does not follow segment 1: 2 to 6 are missing.
+    assert!(matches!(o, Err(OpenError::Missing(name)) if name == segment_name(2)));
     fs::remove_file(d.join(&segment_name(7))).unwrap();
     fs::write(d.join(&segment_name(2)), b"").unwrap();
     let o = reopen(&d.0, false).unwrap();
@@ -412,7 +434,7 @@ fn zero_length_files() {
     // The empty segment was dropped and its number reused.
     let reused = fs::read(d.join(&segment_name(2))).unwrap();
     assert_eq!(parse_header(&reused, FileKind::Log), Ok(2));
-    assert!(reused[HEADER_LEN..].iter().all(|&b| b == 0));
+    assert!(reused[FIRST_FRAME..].iter().all(|&b| b == 0));
     close(o);
     // A zero-length snapshot or META is damage.
     let d2 = TempDir::new();
@@ -452,7 +474,7 @@ fn missing_log() {
     }
     assert!(matches!(
         reopen(&d.0, false),
-        Err(OpenError::Corrupt { .. })
+        Err(OpenError::Missing(name)) if name == segment_name(2)
     ));
     // A gap between segments.
     let d = TempDir::new();
@@ -467,7 +489,7 @@ fn missing_log() {
     let segs = segments(&d.0);
     fs::remove_file(d.join(&segs[1])).unwrap();
     match reopen(&d.0, false) {
-        Err(OpenError::Corrupt { file, offset: 0 }) => assert_eq!(file, segs[1]),
+        Err(OpenError::Missing(file)) => assert_eq!(file, segs[1]),
         other => panic!("{:?}", other.err()),
     }
     let o = reopen(&d.0, true).unwrap();
@@ -567,7 +589,7 @@ fn a_frame_ending_exactly_at_a_segments_end_then_rotation() {
     let (o, _) = create(&d.0, c);
     // One record whose frame fills the first segment to the byte: the
     // 24-byte header, the frame, the end frame's reserve.
-    let room = 8192 - HEADER_LEN - END_RESERVE as usize;
+    let room = 8192 - FIRST_FRAME - END_RESERVE as usize;
     let frame_len = |rec: &[u8]| {
         let mut f = FrameBuf::new();
         f.push(Op::Put(rec));
@@ -809,6 +831,7 @@ fn a_spare_segment_and_free_space_left_by_a_crash_end_the_log() {
     let mut spare = heft_core::wal::header(FileKind::Log, 2).to_vec();
     spare.resize(65536, 0);
     fs::write(d.join(&segment_name(2)), &spare).unwrap();
+    crashed(&d.0);
     let o = reopen(&d.0, false).unwrap();
     assert_eq!(o.table.len().unwrap(), 10);
     let st = o.persisted.stats();
@@ -883,7 +906,7 @@ fn a_vm_killed_in_the_middle_of_an_append_leaves_a_torn_tail() {
     close(o);
     let seg = d.join(&segments(&d.0)[0]);
     let full = fs::read(&seg).unwrap();
-    let mut at = HEADER_LEN;
+    let mut at = FIRST_FRAME;
     let mut starts = Vec::new();
     while at < full.len() {
         starts.push(at);
@@ -894,6 +917,7 @@ fn a_vm_killed_in_the_middle_of_an_append_leaves_a_torn_tail() {
     let mut bytes = full[..last + (starts[3] - last) / 2].to_vec();
     bytes.resize(1 << 20, 0);
     fs::write(&seg, &bytes).unwrap();
+    crashed(&d.0);
     let o = reopen(&d.0, false).unwrap();
     assert_eq!(o.table.len().unwrap(), 20);
     assert_eq!(
@@ -914,4 +938,200 @@ fn a_vm_killed_in_the_middle_of_an_append_leaves_a_torn_tail() {
         reopen(&d.0, false),
         Err(OpenError::Corrupt { offset, .. }) if offset as usize == full.len()
     ));
+}
+
+// Damage the MANIFEST exists to catch (docs/persistence-format.md,
+// "Damage, mode by mode"); the same modes from the VM are in
+// test/heft/persist_corruption_test.exs.
+
+/// Puts `key -> {key, atom}` with `atom` interned in the table's
+/// dictionary, as the NIF does.
+fn put_atom(o: &Open, i: i64, atom: &str) {
+    let id = o.table.atoms().write().intern(atom);
+    let b = Value::Tuple(vec![Value::Int(i), Value::Atom(id)]).to_bytes();
+    write(o, |t| t.insert(&[t.prepare(&key(i), &b)])).unwrap();
+}
+
+/// The atom name each record's body names, by key.
+fn atom_values(o: &Open) -> Vec<(i64, String)> {
+    let atoms = o.table.atoms().read();
+    let mut out: Vec<(i64, String)> = contents(&o.table)
+        .into_iter()
+        .map(|(k, b)| {
+            let Ok(Value::Tuple(v)) = decode(&b, Some(&k), &mut ValueBuilder) else {
+                panic!("tuple bodies")
+            };
+            let Value::Int(k) = v[0] else {
+                panic!("int keys")
+            };
+            let Value::Atom(id) = v[1] else {
+                panic!("atom values")
+            };
+            (k, atoms.name(id).expect("a defined atom").to_owned())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn emptied_snapshot_repair_drops_records_naming_lost_atoms() {
+    let d = TempDir::new();
+    let (o, _) = create(&d.0, config());
+    put_atom(&o, 1, "apple");
+    dump_and_wait(&o);
+    put_atom(&o, 4, "apple"); // logs no atom: the snapshot defined it
+    put_atom(&o, 5, "banana"); // logs atom 1 = banana
+    close(o);
+    fs::write(d.join("snapshot"), b"").unwrap();
+    assert!(matches!(
+        reopen(&d.0, false),
+        Err(OpenError::Corrupt { file, offset: 0 }) if file == "snapshot"
+    ));
+    let o = reopen(&d.0, true).unwrap();
+    let st = o.persisted.stats();
+    assert_eq!(st.recovery.records_dropped, 1);
+    assert_eq!(st.recovery.dropped.as_ref().unwrap().file, "snapshot");
+    assert_eq!(atom_values(&o), vec![(5, "banana".to_owned())]);
+    // A new atom never takes the lost id 0.
+    put_atom(&o, 6, "zebra");
+    assert_ne!(o.table.atoms().write().intern("zebra"), 0);
+    close(o);
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(
+        atom_values(&o),
+        vec![(5, "banana".to_owned()), (6, "zebra".to_owned())]
+    );
+    close(o);
+}
+
+#[test]
+fn deleted_last_segment_is_missing() {
+    let d = TempDir::new();
+    let segs = sessions(&d, 3);
+    fs::remove_file(d.join(&segs[2])).unwrap();
+    assert!(matches!(reopen(&d.0, false), Err(OpenError::Missing(f)) if f == segs[2]));
+    let o = reopen(&d.0, true).unwrap();
+    assert_eq!(o.table.len().unwrap(), 20);
+    let dropped = o.persisted.stats().recovery.dropped.unwrap();
+    assert_eq!(
+        (dropped.file.as_str(), dropped.offset),
+        (segs[2].as_str(), 0)
+    );
+    close(o);
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 20);
+    close(o);
+}
+
+#[test]
+fn truncated_last_segment_of_a_closed_table_is_corrupt() {
+    let d = TempDir::new();
+    let segs = sessions(&d, 2);
+    let last = d.join(&segs[1]);
+    let bytes = fs::read(&last).unwrap();
+    let unsealed = bytes.len() - end_frame(10, 0).len();
+    fs::write(&last, &bytes[..unsealed]).unwrap();
+    match reopen(&d.0, false) {
+        Err(OpenError::Corrupt { file, offset }) => {
+            assert_eq!(
+                (file.as_str(), offset as usize),
+                (segs[1].as_str(), unsealed)
+            )
+        }
+        other => panic!("{:?}", other.err()),
+    }
+    // The same cut after a crash is the end of the log.
+    crashed(&d.0);
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 20);
+    close(o);
+}
+
+#[test]
+fn segment_of_another_table_is_corrupt() {
+    let a = TempDir::new();
+    let b = TempDir::new();
+    let segs = sessions(&a, 1);
+    sessions(&b, 1);
+    fs::copy(b.join(&segs[0]), a.join(&segs[0])).unwrap();
+    assert!(matches!(
+        reopen(&a.0, false),
+        Err(OpenError::Corrupt { file, offset: 0 }) if file == segs[0]
+    ));
+}
+
+#[test]
+fn stale_snapshot_is_corrupt() {
+    let d = TempDir::new();
+    let (o, _) = create(&d.0, config());
+    put_batch(&o, 0..10, 1);
+    dump_and_wait(&o);
+    let old = fs::read(d.join("snapshot")).unwrap();
+    put_batch(&o, 10..20, 1);
+    dump_and_wait(&o);
+    put_batch(&o, 20..30, 1);
+    close(o);
+    fs::write(d.join("snapshot"), &old).unwrap();
+    assert!(matches!(
+        reopen(&d.0, false),
+        Err(OpenError::Corrupt { file, offset: 0 }) if file == "snapshot"
+    ));
+    let o = reopen(&d.0, true).unwrap();
+    assert_eq!(contents(&o.table).len(), 10, "the log after the last dump");
+    close(o);
+}
+
+#[test]
+fn missing_manifest_is_refused_and_repaired() {
+    let d = TempDir::new();
+    sessions(&d, 2);
+    fs::remove_file(d.join("MANIFEST")).unwrap();
+    assert!(matches!(reopen(&d.0, false), Err(OpenError::Missing(f)) if f == "MANIFEST"));
+    let o = reopen(&d.0, true).unwrap();
+    assert_eq!(o.table.len().unwrap(), 20);
+    assert_eq!(
+        o.persisted.stats().recovery.dropped.unwrap().file,
+        "MANIFEST"
+    );
+    close(o);
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 20);
+    close(o);
+}
+
+/// Rewrites a version 3 file's header as version 2.
+fn as_version_2(path: &Path, drop_start: bool) {
+    let mut bytes = fs::read(path).unwrap();
+    bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let crc = heft_core::crc::crc32c(&bytes[..20]);
+    bytes[20..24].copy_from_slice(&crc.to_le_bytes());
+    if drop_start {
+        bytes.drain(HEADER_LEN..FIRST_FRAME);
+    }
+    fs::write(path, &bytes).unwrap();
+}
+
+#[test]
+fn a_version_2_directory_opens_and_is_upgraded() {
+    let d = TempDir::new();
+    let segs = sessions(&d, 2);
+    // What Heft 2 left: no MANIFEST, version 2 headers, no start frames.
+    fs::remove_file(d.join("MANIFEST")).unwrap();
+    as_version_2(&d.join("META"), false);
+    for s in &segs {
+        as_version_2(&d.join(s), true);
+    }
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 20);
+    assert!(o.persisted.stats().recovery.dropped.is_none());
+    put(&o, 100, 1);
+    close(o);
+    // Upgraded: a MANIFEST, a version 3 META.
+    assert!(read_manifest(&d.0).unwrap().is_some());
+    let meta = fs::read(d.join("META")).unwrap();
+    assert_eq!(u32::from_le_bytes(meta[8..12].try_into().unwrap()), 3);
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 21);
+    close(o);
 }

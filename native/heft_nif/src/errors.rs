@@ -27,6 +27,9 @@ mod atoms {
         enotdir,
         erofs,
         edquot,
+        eloop,
+        eperm,
+        eisdir,
         einval,
         poisoned,
     }
@@ -118,6 +121,9 @@ pub fn posix(e: &io::Error) -> rustler::Atom {
         Some(libc::EROFS) => atoms::erofs(),
         Some(libc::EDQUOT) => atoms::edquot(),
         Some(libc::EINVAL) => atoms::einval(),
+        Some(libc::ELOOP) => atoms::eloop(),
+        Some(libc::EPERM) => atoms::eperm(),
+        Some(libc::EISDIR) => atoms::eisdir(),
         _ => atoms::eio(),
     }
 }

@@ -83,6 +83,8 @@ mod atoms {
         ms,
         file,
         offset,
+        missing,
+        records_dropped,
     }
 }
 
@@ -209,6 +211,7 @@ fn open_error<'a>(env: Env<'a>, e: &OpenError) -> Term<'a> {
         OpenError::Version { file, version } => {
             (atoms::unsupported_version(), file.as_str(), *version).encode(env)
         }
+        OpenError::Missing(file) => (atoms::missing(), file.as_str()).encode(env),
         _ => atoms::eio().encode(env),
     };
     (atoms::error(), reason).encode(env)
@@ -493,6 +496,10 @@ fn persist_info<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
                 (atoms::file().encode(env), d.file.as_str().encode(env)),
                 (atoms::offset().encode(env), d.offset.encode(env)),
                 (atoms::bytes().encode(env), d.bytes.encode(env)),
+                (
+                    atoms::records_dropped().encode(env),
+                    s.recovery.records_dropped.encode(env),
+                ),
             ];
             Term::map_from_pairs(env, &pairs).unwrap_or_else(|_| true.encode(env))
         }
