@@ -467,8 +467,33 @@ record_name(_) ->
 %% (a full disk, a failed fsync) or raises, this replica would silently
 %% differ from the others (Mnesia's commit ignores a failed update), so
 %% the node leaves Mnesia instead.
+%%
+%% A write to an index this node no longer has with this alias does
+%% nothing: when a table's copy changes from a Heft alias to another
+%% storage, Mnesia 4.21 (mnesia_index:add_index_info/3) keeps the old
+%% index entry beside the new one in the table's commit work, and applies
+%% every write to both before the record itself; raising there (as h/2
+%% does for a table gone) would make Mnesia's commit skip the record.
 write(Alias, Tab, Write) ->
-    T = h(Alias, Tab),
+    case target(Alias, Tab) of
+        stale -> ok;
+        T -> write(Alias, Tab, T, Write)
+    end.
+
+target(Alias, {Main, index, _} = Tab) ->
+    case heft_mnesia_admin:handle(Alias, Tab) of
+        undefined ->
+            case local_storage(Main) of
+                {ext, Alias, ?MODULE} -> open(Alias, Tab, []);
+                _ -> stale
+            end;
+        T ->
+            T
+    end;
+target(Alias, Tab) ->
+    h(Alias, Tab).
+
+write(Alias, Tab, T, Write) ->
     try Write(T) of
         Result -> written(Alias, Tab, Result)
     catch
