@@ -127,7 +127,8 @@ defmodule Heft.MnesiaClusterTest do
           [{alias, nodes}, {:attributes, [:k, :v]}, {:index, [:v]}]
         ])
 
-      {:atomic, :ok} = call(a, MnesiaNode, :write_all, [for(i <- 1..200, do: {tab, i, rem(i, 3)})])
+      {:atomic, :ok} =
+        call(a, MnesiaNode, :write_all, [for(i <- 1..200, do: {tab, i, rem(i, 3)})])
     end
 
     # b leaves the cluster: its Mnesia stops, a removes it from the schema.
@@ -163,6 +164,7 @@ defmodule Heft.MnesiaClusterTest do
       assert call(b, :mnesia, :dirty_read, [tab, 10]) == []
 
       assert call(b, MnesiaNode, :index_keys, [tab, :new, :v]) == Enum.to_list(51..60)
+
       assert call(b, MnesiaNode, :index_keys, [tab, 2, :v]) ==
                call(a, MnesiaNode, :index_keys, [tab, 2, :v])
     end

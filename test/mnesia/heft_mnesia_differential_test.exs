@@ -25,6 +25,7 @@ defmodule Heft.MnesiaDifferentialTest do
   for type <- [:set, :ordered_set, :bag], ix <- [:ordered, :bag] do
     test "#{type}, #{ix} index: heft_copies and heft_ram_copies answer every operation as disc_copies" do
       type = unquote(type)
+
       seed =
         case System.get_env("HEFT_MNESIA_SEED") do
           nil -> :erlang.phash2({type, unquote(ix), System.unique_integer()})

@@ -164,7 +164,14 @@ defmodule Heft.MnesiaTest do
   for alias <- @aliases, type <- [:set, :ordered_set, :bag] do
     test "#{alias} #{type}: a record Heft cannot store aborts its transaction before commit; the node runs on" do
       tab = :"deep_#{unquote(alias)}_#{unquote(type)}"
-      opts = [{unquote(alias), [node()]}, type: unquote(type), attributes: [:k, :v, :w], index: [:w]]
+
+      opts = [
+        {unquote(alias), [node()]},
+        type: unquote(type),
+        attributes: [:k, :v, :w],
+        index: [:w]
+      ]
+
       {:atomic, :ok} = :mnesia.create_table(tab, opts)
       {:atomic, :ok} = MnesiaNode.write_all([{tab, 1, :kept, 0}])
       deep = deep_map(65)
@@ -576,7 +583,11 @@ defmodule Heft.MnesiaTest do
       assert call(vm, :mnesia, :dirty_read, [:killed_owner, 1]) == [{:killed_owner, 1, :kept}]
       :ok = call(vm, :mnesia, :dirty_write, [{:killed_owner, 2, :new}])
       :ok = call(vm, :mnesia, :dirty_write, [{:killed_owner_ram, 2, :new}])
-      assert call(vm, :mnesia, :dirty_read, [:killed_owner_ram, 2]) == [{:killed_owner_ram, 2, :new}]
+
+      assert call(vm, :mnesia, :dirty_read, [:killed_owner_ram, 2]) == [
+               {:killed_owner_ram, 2, :new}
+             ]
+
       :peer.stop(vm)
     end
 
