@@ -150,6 +150,12 @@ defmodule Heft.MnesiaClusterTest do
     :ok = call(b, :mnesia, :delete_schema, [[nb]])
     refute File.exists?(Path.join(b_dir, "disc.heft"))
     :ok = call(b, :mnesia, :start, [])
+    # Its fresh schema must name the backends as the cluster's does (in
+    # its order: add_backend_type prepends), or
+    # Mnesia cannot merge the two.
+    for alias <- [:heft_ram_copies, :heft_copies],
+        do: {:atomic, :ok} = call(b, :mnesia, :add_backend_type, [alias, :heft_mnesia])
+
     {:ok, [^nb]} = call(a, :mnesia, :change_config, [:extra_db_nodes, [nb]])
     {:atomic, :ok} = call(a, :mnesia, :change_table_copy_type, [:schema, nb, :disc_copies])
     {:atomic, :ok} = call(a, :mnesia, :add_table_copy, [:disc, nb, :heft_copies])
