@@ -184,7 +184,7 @@ fixtable(Alias, Tab, Bool) when is_boolean(Bool) ->
     end.
 
 validate_key(_Alias, Tab, RecName, Arity, Type, Key) ->
-    storable(Tab, Key, Key),
+    storable(Tab, Key),
     {RecName, Arity, Type}.
 
 %% @doc Runs where the record is written, in the transaction (or before a
@@ -196,10 +196,10 @@ validate_key(_Alias, Tab, RecName, Arity, Type, Key) ->
 %% `{IxVal, Key}', so an indexed attribute is held to the same limit.
 validate_record(_Alias, Tab, RecName, Arity, Type, Obj) ->
     case Type of
-        bag -> storable(Tab, Obj, Obj);
+        bag -> storable(Tab, Obj);
         _ ->
-            storable(Tab, element(2, Obj), Obj),
-            [storable(Tab, index_value(Obj, P), Obj) || P <- index_positions(Tab)]
+            storable(Tab, element(2, Obj)),
+            [storable(Tab, index_value(Obj, P)) || P <- index_positions(Tab)]
     end,
     {RecName, Arity, Type}.
 
@@ -208,7 +208,7 @@ validate_record(_Alias, Tab, RecName, Arity, Type, Obj) ->
 %% from ETS").
 -define(MAX_MAP_DEPTH, 64).
 
-storable(Tab, Term, _Obj) ->
+storable(Tab, Term) ->
     case maps_within(Term, ?MAX_MAP_DEPTH) of
         true -> ok;
         false -> mnesia:abort({bad_type, Tab, {maps_nested_deeper_than, ?MAX_MAP_DEPTH}})
