@@ -10,7 +10,7 @@
 %% plus Heft's own, as proplists: `heft:new(t, [ordered_set, {persist,
 %% "/var/lib/t"}, {sync, commit}])'.
 %%
-%% test/heft_erlang_test.exs checks that every public function of `Heft'
+%% test/erlang/heft_erl_test.exs checks that every public function of `Heft'
 %% has its twin here, so the two cannot drift apart.
 -module(heft).
 
@@ -30,7 +30,9 @@
          info/1, info/2, whereis/1, all/0,
          give_away/3, rename/2, setopts/2,
          open/1, open/2, close/1, dump/1, sync/1,
-         subscribe/1, subscribe/2, unsubscribe/1, unsubscribe/2]).
+         subscribe/1, subscribe/2, unsubscribe/1, unsubscribe/2,
+         safe_fixtable/2, slot/2, init_table/2, repair_continuation/2,
+         to_dets/2, from_dets/2, tabfile_info/1, i/0, i/1]).
 
 -export_type([tab/0, object/0, match_spec/0, continuation/0]).
 
@@ -268,6 +270,53 @@ file2tab(Filename) -> ?H:file2tab(Filename).
 %% @doc Reads a table written by `tab2file/2,3', with options.
 -spec file2tab(file:name_all(), list()) -> {ok, tab()} | {error, term()}.
 file2tab(Filename, Opts) -> ?H:file2tab(Filename, Opts).
+
+%% @doc What a file written by `tab2file/2,3' holds, without loading it,
+%% as `ets:tabfile_info/1'.
+-spec tabfile_info(file:name_all()) -> {ok, [{atom(), term()}]} | {error, term()}.
+tabfile_info(Filename) -> ?H:tabfile_info(Filename).
+
+%%% ETS's remaining calls: fixation, slots, bulk loading, dets, i/0
+
+%% @doc Fixes (`true') or releases (`false') the table for the caller, as
+%% `ets:safe_fixtable/2'; a fixed set or bag keeps its `slot/2' numbering.
+-spec safe_fixtable(tab(), boolean()) -> true.
+safe_fixtable(Tab, Fix) -> ?H:safe_fixtable(Tab, Fix).
+
+%% @doc The objects in slot `I', or `'$end_of_table'' when `I' is the
+%% number of slots, as `ets:slot/2'.
+-spec slot(tab(), non_neg_integer()) -> [object()] | '$end_of_table'.
+slot(Tab, I) -> ?H:slot(Tab, I).
+
+%% @doc Replaces the table's objects with those `InitFun' supplies, as
+%% `ets:init_table/2'.
+-spec init_table(tab(), fun((read | close) -> term())) -> true | {error, atom()}.
+init_table(Tab, InitFun) -> ?H:init_table(Tab, InitFun).
+
+%% @doc Recompiles the match specification of a continuation that went
+%% through the external term format, as `ets:repair_continuation/2'.
+-spec repair_continuation(continuation() | '$end_of_table', match_spec()) ->
+          continuation() | '$end_of_table'.
+repair_continuation(Cont, MatchSpec) -> ?H:repair_continuation(Cont, MatchSpec).
+
+%% @doc Empties the open dets table and fills it with the table's objects,
+%% as `ets:to_dets/2'; returns `DetsTab'.
+-spec to_dets(tab(), dets:tab_name()) -> dets:tab_name().
+to_dets(Tab, DetsTab) -> ?H:to_dets(Tab, DetsTab).
+
+%% @doc Inserts the objects of the open dets table, as `ets:from_dets/2'.
+-spec from_dets(tab(), dets:tab_name()) -> true | {error, atom()}.
+from_dets(Tab, DetsTab) -> ?H:from_dets(Tab, DetsTab).
+
+%% @doc Prints one line about every Heft table of the node, as `ets:i/0'
+%% (memory in bytes).
+-spec i() -> ok.
+i() -> ?H:i().
+
+%% @doc Browses the table's objects on standard input and output, as
+%% `ets:i/1'.
+-spec i(tab()) -> ok.
+i(Tab) -> ?H:i(Tab).
 
 %%% Persistence (see "Persistence" in Heft's documentation)
 

@@ -168,13 +168,80 @@ info_item(T, memory) ->
 info_item(T, Item) ->
     heft:info(T, Item).
 
-%% @doc Heft's walks need no fixing: every object present throughout a
-%% walk is visited once while others write.
-fixtable(_Alias, _Tab, _Bool) -> true.
+%% @doc Fixes or releases the table for the calling process
+%% (Heft.safe_fixtable/2): Mnesia fixes a table around its traversals
+%% (mnesia_tm on behalf of a transaction, index builds, checkpoints), and
+%% a fixed set or bag keeps its slot numbering, so that a slot walk sees
+%% every record once. Never raises: mnesia_tm calls this without a catch,
+%% and a table deleted meanwhile has nothing left to fix or release.
+fixtable(Alias, Tab, Bool) when is_boolean(Bool) ->
+    case heft_mnesia_admin:handle(Alias, Tab) of
+        undefined -> true;
+        T ->
+            try heft:safe_fixtable(T, Bool)
+            catch error:_ -> true
+            end
+    end.
 
-validate_key(_Alias, _Tab, RecName, Arity, Type, _Key) -> {RecName, Arity, Type}.
+validate_key(_Alias, Tab, RecName, Arity, Type, Key) ->
+    storable(Tab, Key),
+    {RecName, Arity, Type}.
 
-validate_record(_Alias, _Tab, RecName, Arity, Type, _Obj) -> {RecName, Arity, Type}.
+%% @doc Runs where the record is written, in the transaction (or before a
+%% dirty write is sent), before Mnesia's point of no return: a record Heft
+%% would refuse at commit aborts here with `{bad_type, Tab,
+%% {maps_nested_deeper_than, 64}}' instead of making the node leave
+%% Mnesia. Heft refuses maps nested more than 64 deep in a key or a bag's
+%% object; index tables are bags of `{IxVal, Key}' or ordered_sets keyed
+%% `{IxVal, Key}', so an indexed attribute is held to the same limit.
+validate_record(_Alias, Tab, RecName, Arity, Type, Obj) ->
+    case Type of
+        bag -> storable(Tab, Obj);
+        _ ->
+            storable(Tab, element(2, Obj)),
+            [storable(Tab, index_value(Obj, P)) || P <- index_positions(Tab)]
+    end,
+    {RecName, Arity, Type}.
+
+%% How deep Heft lets maps nest in a key or a bag's object
+%% (native/heft_nif/src/codec.rs, MAX_MAP_DEPTH; lib/heft.ex, "Differences
+%% from ETS").
+-define(MAX_MAP_DEPTH, 64).
+
+storable(Tab, Term) ->
+    case maps_within(Term, ?MAX_MAP_DEPTH) of
+        true -> ok;
+        false -> mnesia:abort({bad_type, Tab, {maps_nested_deeper_than, ?MAX_MAP_DEPTH}})
+    end.
+
+%% Whether maps nest at most Budget deep in Term (lists, tuples and maps
+%% walked; other terms hold no maps).
+maps_within(Term, Budget) when is_map(Term) ->
+    Budget > 0 andalso
+        maps:fold(fun(K, V, Ok) ->
+                          Ok andalso maps_within(K, Budget - 1) andalso maps_within(V, Budget - 1)
+                  end, true, Term);
+maps_within(Term, Budget) when is_tuple(Term) ->
+    tuple_within(Term, tuple_size(Term), Budget);
+maps_within([H | T], Budget) ->
+    maps_within(H, Budget) andalso maps_within(T, Budget);
+maps_within(_Term, _Budget) ->
+    true.
+
+tuple_within(_Tuple, 0, _Budget) -> true;
+tuple_within(Tuple, I, Budget) ->
+    maps_within(element(I, Tuple), Budget) andalso tuple_within(Tuple, I - 1, Budget).
+
+%% The indexed positions of the table (an index plugin's, not a
+%% position, indexes values of its own making: the whole record is held
+%% to the limit then).
+index_positions(Tab) ->
+    try mnesia_lib:val({Tab, index})
+    catch _:_ -> []
+    end.
+
+index_value(Obj, P) when is_integer(P), P =< tuple_size(Obj) -> element(P, Obj);
+index_value(Obj, _P) -> Obj.
 
 %% @doc Indexes are never reported consistent: Mnesia rebuilds them at
 %% every load, after a log replay or a reload from a peer.
@@ -213,8 +280,26 @@ lookup(Alias, Tab, Key) ->
 delete(Alias, Tab, Key) ->
     write(Alias, Tab, fun(T) -> heft:delete(T, Key) end).
 
+%% @doc A pattern with no wildcard nor variable (Mnesia deletes a bag
+%% index entry so: `{IxVal, Key}') is one object: Heft's delete_object/2,
+%% which goes to its key, instead of a match over the key's objects.
 match_delete(Alias, Tab, Pattern) ->
-    write(Alias, Tab, fun(T) -> heft:match_delete(T, Pattern) end).
+    case ground(Pattern) of
+        true -> write(Alias, Tab, fun(T) -> heft:delete_object(T, Pattern) end);
+        false -> write(Alias, Tab, fun(T) -> heft:match_delete(T, Pattern) end)
+    end.
+
+%% Whether a match pattern holds no '_' and no '$N' variable.
+ground(A) when is_atom(A) ->
+    case atom_to_list(A) of
+        "_" -> false;
+        [$$ | Digits] when Digits =/= [] -> not lists:all(fun(C) -> C >= $0 andalso C =< $9 end, Digits);
+        _ -> true
+    end;
+ground(T) when is_tuple(T) -> ground(tuple_to_list(T));
+ground([H | T]) -> ground(H) andalso ground(T);
+ground(M) when is_map(M) -> ground(maps:to_list(M));
+ground(_) -> true.
 
 %% @doc Atomic, also for a missing key and a negative result, as Mnesia's
 %% dirty_update_counter wants it (a missing counter starts at 0, a result
@@ -240,20 +325,16 @@ next(Alias, Tab, Key) -> heft:next(h(Alias, Tab), Key).
 
 prev(Alias, Tab, Key) -> heft:prev(h(Alias, Tab), Key).
 
-%% @doc The objects of the Pos'th key of a walk (0-based), as ets:slot/2.
-%% Until Heft has a slot/2 of its own (issue 9) this walks Pos keys.
-slot(Alias, Tab, Pos) when is_integer(Pos), Pos >= 0 ->
+%% @doc As ets:slot/2, through Heft.slot/2: slots 0, 1, 2... until
+%% `'$end_of_table'' hold every record once (a set's or bag's slots are
+%% its hash buckets, an ordered_set's slot I its I'th record; a fixed
+%% table keeps its slots while others write). A slot beyond the last is
+%% badarg, as in ETS.
+slot(Alias, Tab, Pos) ->
     T = h(Alias, Tab),
-    case erlang:function_exported('Elixir.Heft', slot, 2) of
-        true -> apply('Elixir.Heft', slot, [T, Pos]);
-        false -> slot_walk(T, heft:first(T), Pos)
-    end;
-slot(_Alias, _Tab, Pos) ->
-    error(badarg, [Pos]).
-
-slot_walk(_T, '$end_of_table', _N) -> '$end_of_table';
-slot_walk(T, Key, 0) -> heft:lookup(T, Key);
-slot_walk(T, Key, N) -> slot_walk(T, heft:next(T, Key), N - 1).
+    try heft:slot(T, Pos)
+    catch error:#{'__struct__' := 'Elixir.ArgumentError'} -> error(badarg, [Tab, Pos])
+    end.
 
 %% @doc Always a list.
 select(Alias, Tab, Ms) ->
@@ -386,8 +467,33 @@ record_name(_) ->
 %% (a full disk, a failed fsync) or raises, this replica would silently
 %% differ from the others (Mnesia's commit ignores a failed update), so
 %% the node leaves Mnesia instead.
+%%
+%% A write to an index this node no longer has with this alias does
+%% nothing: when a table's copy changes from a Heft alias to another
+%% storage, Mnesia 4.21 (mnesia_index:add_index_info/3) keeps the old
+%% index entry beside the new one in the table's commit work, and applies
+%% every write to both before the record itself; raising there (as h/2
+%% does for a table gone) would make Mnesia's commit skip the record.
 write(Alias, Tab, Write) ->
-    T = h(Alias, Tab),
+    case target(Alias, Tab) of
+        stale -> ok;
+        T -> write(Alias, Tab, T, Write)
+    end.
+
+target(Alias, {Main, index, _} = Tab) ->
+    case heft_mnesia_admin:handle(Alias, Tab) of
+        undefined ->
+            case local_storage(Main) of
+                {ext, Alias, ?MODULE} -> open(Alias, Tab, []);
+                _ -> stale
+            end;
+        T ->
+            T
+    end;
+target(Alias, Tab) ->
+    h(Alias, Tab).
+
+write(Alias, Tab, T, Write) ->
     try Write(T) of
         Result -> written(Alias, Tab, Result)
     catch

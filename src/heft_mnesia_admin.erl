@@ -12,6 +12,14 @@
 %% When Mnesia stops, mnesia_ext_sup stops this process: it closes every
 %% persistent table (its log synced, its files kept) and deletes the
 %% memory ones, as Mnesia drops its ram_copies.
+%%
+%% A watcher process monitors it: if it dies while Mnesia runs, in any
+%% way (a crash, or `exit(Pid, kill)', which skips terminate/2), its
+%% tables are closed under Mnesia, which would run on and find out at the
+%% first write, after its point of no return. The watcher makes the node
+%% leave Mnesia at once (mnesia_lib:fatal/2), then, once Mnesia is down,
+%% forgets the dead tables' handles so that a later mnesia:start() opens
+%% them afresh.
 -module(heft_mnesia_admin).
 -behaviour(gen_server).
 
@@ -79,7 +87,46 @@ tables() ->
 
 init([]) ->
     process_flag(trap_exit, true),
+    %% Handles left by an admin that died without terminate/2 (its
+    %% watcher forgets them too, unless it was killed with it).
+    forget_all(),
+    Admin = self(),
+    Sup = whereis(mnesia_ext_sup),
+    _ = spawn(fun() -> watch(Admin, Sup) end),
     {ok, #{}}.
+
+%% The watcher: waits for the admin's end. A normal stop (Mnesia stops,
+%% terminate/2 closed the tables), or Mnesia itself gone (killed: its
+%% supervisor is dead), needs nothing more; otherwise Mnesia is running
+%% with closed tables: the node leaves it.
+watch(Admin, Sup) ->
+    Ref = erlang:monitor(process, Admin),
+    receive
+        {'DOWN', Ref, process, Admin, Reason} ->
+            case stopped(Reason) orelse not (is_pid(Sup) andalso is_process_alive(Sup)) of
+                true ->
+                    ok;
+                false ->
+                    SupRef = erlang:monitor(process, Sup),
+                    Fatal = spawn(fun() ->
+                                          mnesia_lib:fatal("heft_mnesia_admin, the owner of heft_mnesia's "
+                                                           "tables, died: ~tp; its tables are closed~n",
+                                                           [Reason])
+                                  end),
+                    receive {'DOWN', SupRef, process, Sup, _} -> ok end,
+                    _ = Fatal,
+                    forget_all()
+            end
+    end.
+
+stopped(normal) -> true;
+stopped(shutdown) -> true;
+stopped({shutdown, _}) -> true;
+stopped(_) -> false.
+
+forget_all() ->
+    _ = [persistent_term:erase(K) || {?KEY(_, _) = K, _} <- persistent_term:get()],
+    ok.
 
 handle_call({open, Alias, Tab, Name, Opts}, _From, S) ->
     case handle(Alias, Tab) of
@@ -104,27 +151,12 @@ handle_info(_Msg, S) ->
     {noreply, S}.
 
 %% Stopped by mnesia_ext_sup (Mnesia stops or is killed: its exit
-%% reason then reaches here), or crashed. After a crash Mnesia would run
-%% on with its tables closed under it: the node leaves Mnesia instead
-%% (mnesia_lib:fatal/2, from another process since it waits 10 s and then
-%% kills Mnesia's processes).
-terminate(Reason, _S) ->
+%% reason then reaches here), or crashed: the tables are closed either
+%% way. After a crash, Mnesia would run on with its tables closed under
+%% it: the watcher (see init/1) makes the node leave Mnesia.
+terminate(_Reason, _S) ->
     [do_close(A, T, close) || {A, T} <- tables()],
-    Sup = whereis(mnesia_ext_sup),
-    MnesiaRuns = is_pid(Sup) andalso is_process_alive(Sup),
-    case Reason of
-        normal -> ok;
-        shutdown -> ok;
-        {shutdown, _} -> ok;
-        killed -> ok;
-        _ when not MnesiaRuns -> ok;
-        _ ->
-            _ = spawn(fun() ->
-                          mnesia_lib:fatal("heft_mnesia_admin, the owner of heft_mnesia's tables, "
-                                           "crashed: ~tp; its tables are closed~n", [Reason])
-                      end),
-            ok
-    end.
+    ok.
 
 do_close(Alias, Tab, How) ->
     case handle(Alias, Tab) of

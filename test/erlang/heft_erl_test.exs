@@ -42,6 +42,13 @@ defmodule Heft.ErlangApiTest do
     assert {[{2, :b}], _} = :heft.select(cont)
     assert :heft.update_counter(t, 3, {2, 5}, {3, 0}) == 5
     assert :heft.info(t, :size) == 3
+    assert :heft.safe_fixtable(t, true) == true
+    assert :heft.info(t, :safe_fixed) != false
+    assert :heft.slot(t, 0) == [{1, :a}]
+    assert :heft.slot(t, 3) == :"$end_of_table"
+    assert :heft.safe_fixtable(t, false) == true
+    cont = :erlang.binary_to_term(:erlang.term_to_binary(cont))
+    assert {[{2, :b}], _} = :heft.select(:heft.repair_continuation(cont, [{:_, [], [:"$_"]}]))
     assert :heft.delete(t) == true
   end
 

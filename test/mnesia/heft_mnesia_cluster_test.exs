@@ -107,6 +107,86 @@ defmodule Heft.MnesiaClusterTest do
     end
   end
 
+  test "a node removed with del_table_copy(schema, node) rejoins after delete_schema and gets every table again",
+       %{tmp_dir: tmp} do
+    suffix = System.unique_integer([:positive])
+    cookie = ~c"heft#{suffix}"
+    names = [:"hm_sa#{suffix}", :"hm_sb#{suffix}"]
+    dirs = for n <- names, do: Path.join(tmp, Atom.to_string(n))
+    [a, b] = vms = for n <- names, do: child(n, cookie)
+    [_na, nb] = nodes = for vm <- vms, do: call(vm, :erlang, :node, [])
+    true = call(a, :net_kernel, :connect_node, [nb])
+    for {vm, dir} <- Enum.zip(vms, dirs), do: :ok = call(vm, MnesiaNode, :set_dir, [dir])
+    :ok = call(a, MnesiaNode, :create_schema, [nodes])
+    for vm <- vms, do: :ok = call(vm, :mnesia, :start, [])
+
+    for {tab, alias} <- [disc: :heft_copies, ram: :heft_ram_copies] do
+      {:atomic, :ok} =
+        call(a, :mnesia, :create_table, [
+          tab,
+          [{alias, nodes}, {:attributes, [:k, :v]}, {:index, [:v]}]
+        ])
+
+      {:atomic, :ok} =
+        call(a, MnesiaNode, :write_all, [for(i <- 1..200, do: {tab, i, rem(i, 3)})])
+    end
+
+    # b leaves the cluster: its Mnesia stops, a removes it from the schema.
+    :stopped = call(b, :mnesia, :stop, [])
+    {:atomic, :ok} = call(a, :mnesia, :del_table_copy, [:schema, nb])
+    assert call(a, :mnesia, :table_info, [:disc, :heft_copies]) == [node_of(a)]
+    assert nb not in call(a, :mnesia, :system_info, [:db_nodes])
+
+    # a goes on without it.
+    for tab <- [:disc, :ram] do
+      {:atomic, :ok} = call(a, MnesiaNode, :delete_all, [tab, Enum.to_list(1..50)])
+      {:atomic, :ok} = call(a, MnesiaNode, :write_all, [for(i <- 51..60, do: {tab, i, :new})])
+    end
+
+    # b rejoins as a new node: its stale schema and tables deleted (the
+    # .heft directories with them), Mnesia started empty, a adds it.
+    b_dir = Enum.at(dirs, 1)
+    assert File.dir?(Path.join(b_dir, "disc.heft"))
+    :ok = call(b, :mnesia, :delete_schema, [[nb]])
+    refute File.exists?(Path.join(b_dir, "disc.heft"))
+    :ok = call(b, :mnesia, :start, [])
+    # Its fresh schema must name the backends as the cluster's does (in
+    # its order: add_backend_type prepends), or
+    # Mnesia cannot merge the two.
+    for alias <- [:heft_ram_copies, :heft_copies],
+        do: {:atomic, :ok} = call(b, :mnesia, :add_backend_type, [alias, :heft_mnesia])
+
+    {:ok, [^nb]} = call(a, :mnesia, :change_config, [:extra_db_nodes, [nb]])
+    {:atomic, :ok} = call(a, :mnesia, :change_table_copy_type, [:schema, nb, :disc_copies])
+    {:atomic, :ok} = call(a, :mnesia, :add_table_copy, [:disc, nb, :heft_copies])
+    {:atomic, :ok} = call(a, :mnesia, :add_table_copy, [:ram, nb, :heft_ram_copies])
+    :ok = call(b, MnesiaNode, :wait, [[:disc, :ram]])
+
+    for tab <- [:disc, :ram] do
+      expected = call(a, MnesiaNode, :all, [tab])
+      {:atomic, rows} = expected
+      assert length(rows) == 150
+      assert call(b, MnesiaNode, :all, [tab]) == expected
+      assert call(b, :mnesia, :dirty_read, [tab, 10]) == []
+
+      assert call(b, MnesiaNode, :index_keys, [tab, :new, :v]) == Enum.to_list(51..60)
+
+      assert call(b, MnesiaNode, :index_keys, [tab, 2, :v]) ==
+               call(a, MnesiaNode, :index_keys, [tab, 2, :v])
+    end
+
+    # Replication works both ways again, and b's copy survives its restart.
+    {:atomic, :ok} = call(b, MnesiaNode, :write_all, [[{:disc, 1000, :from_b}]])
+    assert call(a, :mnesia, :dirty_read, [:disc, 1000]) == [{:disc, 1000, :from_b}]
+    :stopped = call(b, :mnesia, :stop, [])
+    :ok = call(b, :mnesia, :start, [])
+    :ok = call(b, MnesiaNode, :wait, [[:disc]])
+    assert call(b, MnesiaNode, :all, [:disc]) == call(a, MnesiaNode, :all, [:disc])
+    for vm <- vms, do: :peer.stop(vm)
+  end
+
+  defp node_of(vm), do: call(vm, :erlang, :node, [])
+
   # mnesia_frag of OTP 25 cannot place external copies itself
   # ({n_external_copies, _} and add_frag of a table with external
   # fragments fail in mnesia_schema:verify_nodes/1): the fragments are

@@ -22,22 +22,28 @@ defmodule Heft.MnesiaDifferentialTest do
     :ok
   end
 
-  for type <- [:set, :ordered_set, :bag] do
-    test "#{type}: heft_copies and heft_ram_copies answer every operation as disc_copies" do
+  for type <- [:set, :ordered_set, :bag], ix <- [:ordered, :bag] do
+    test "#{type}, #{ix} index: heft_copies and heft_ram_copies answer every operation as disc_copies" do
       type = unquote(type)
-      seed = :erlang.phash2({type, System.unique_integer()})
+
+      seed =
+        case System.get_env("HEFT_MNESIA_SEED") do
+          nil -> :erlang.phash2({type, unquote(ix), System.unique_integer()})
+          s -> String.to_integer(s)
+        end
+
       :rand.seed(:exsss, seed)
 
       tabs =
         for s <- @storages do
-          tab = :"diff_#{type}_#{s}"
+          tab = :"diff_#{type}_#{unquote(ix)}_#{s}"
 
           {:atomic, :ok} =
             :mnesia.create_table(tab, [
               {s, [node()]},
               {:type, type},
               {:attributes, [:k, :v]},
-              {:index, [:v]}
+              {:index, [{:v, unquote(ix)}]}
             ])
 
           tab
@@ -45,6 +51,7 @@ defmodule Heft.MnesiaDifferentialTest do
 
       for n <- 1..@ops do
         op = op(type)
+        if System.get_env("HEFT_MNESIA_TRACE"), do: IO.inspect({n, op})
         [reference | others] = for tab <- tabs, do: run(op, tab, type)
 
         for {result, tab} <- Enum.zip(others, tl(tabs)) do
@@ -61,7 +68,14 @@ defmodule Heft.MnesiaDifferentialTest do
 
   defp op(type) do
     k = :rand.uniform(@keys)
-    v = :rand.uniform(5)
+    # Values equal but not exactly (1 and 1.0), also inside tuples: an
+    # ordered index's keys {V, K} compare them equal, its reads
+    # ({{V, '$1'}}, partly bound) must tell them apart as ETS does. Not
+    # in a bag: there disc_copies itself (OTP 25) loses the index entry of
+    # {K, 1.0} when {K, 1} is written beside it (its index_read of 1.0
+    # then misses a record the table holds), where Heft's keeps both.
+    values = [1, 2, 3, {1, :a}, [1 | 2]]
+    v = Enum.random(if type == :bag, do: values, else: [1.0, 2.0, {1.0, :a} | values])
     ctx = Enum.random([:trans, :dirty])
 
     case :rand.uniform(if type == :bag, do: 10, else: 11) do
@@ -82,7 +96,7 @@ defmodule Heft.MnesiaDifferentialTest do
   defp run({:counter, k, incr}, tab, _type), do: :mnesia.dirty_update_counter(tab, k, incr)
 
   defp run({ctx, op}, tab, type) do
-    f = fn -> normal(type, act(op, tab)) end
+    f = fn -> normal(order(type, op), act(op, tab)) end
 
     case ctx do
       :trans -> :mnesia.transaction(f)
@@ -104,7 +118,7 @@ defmodule Heft.MnesiaDifferentialTest do
   defp act(:all, tab), do: strip(:mnesia.match_object({tab, :_, :_}))
 
   defp act({:select, v, limit}, tab) do
-    spec = [{{tab, :"$1", :"$2"}, [{:"/=", :"$2", v}], [{{:"$1", :"$2"}}]}]
+    spec = [{{tab, :"$1", :"$2"}, [{:"/=", :"$2", {:const, v}}], [{{:"$1", :"$2"}}]}]
 
     Stream.unfold(:mnesia.select(tab, spec, limit, :read), fn
       :"$end_of_table" -> nil
@@ -112,6 +126,11 @@ defmodule Heft.MnesiaDifferentialTest do
     end)
     |> Enum.concat()
   end
+
+  # What an index finds comes in the index's order, not the table's.
+  defp order(_type, {:index_read, _}), do: :bag
+  defp order(_type, {:match, _}), do: :bag
+  defp order(type, _op), do: type
 
   defp strip(records), do: Enum.map(records, fn {_tab, k, v} -> {k, v} end)
 

@@ -108,7 +108,7 @@ defmodule Heft.MnesiaTest do
     end
   end
 
-  for alias <- @aliases, type <- [:set, :bag] do
+  for alias <- @aliases, type <- [:set, :ordered_set, :bag] do
     test "#{alias} #{type}: dirty_slot walks every key once" do
       tab = :"slot_#{unquote(alias)}_#{unquote(type)}"
       create(tab, unquote(alias), type: unquote(type))
@@ -120,9 +120,107 @@ defmodule Heft.MnesiaTest do
         |> Stream.map(&:mnesia.dirty_slot(tab, &1))
         |> Enum.take_while(&(&1 != :"$end_of_table"))
 
-      assert length(slots) == 40
+      # An ordered_set's slot i is its i-th record; a set's or bag's slots
+      # are hash buckets (some empty, a bag key's records together).
+      if unquote(type) == :ordered_set, do: assert(length(slots) == 40)
       expected = if unquote(type) == :bag, do: records, else: for(i <- 1..40, do: {tab, i, 2})
       assert slots |> Enum.concat() |> Enum.sort() == expected
+    end
+  end
+
+  for alias <- @aliases, type <- [:set, :bag] do
+    test "#{alias} #{type}: fixtable fixes the Heft table, and a slot walk of the fixed table sees every record once while others write" do
+      tab = :"fix_#{unquote(alias)}_#{unquote(type)}"
+      create(tab, unquote(alias), type: unquote(type))
+      records = for i <- 1..200, do: {tab, i, 0}
+      {:atomic, :ok} = MnesiaNode.write_all(records)
+      t = :heft_mnesia_admin.handle(unquote(alias), tab)
+
+      assert :heft_mnesia.fixtable(unquote(alias), tab, true) == true
+      assert Heft.info(t, :safe_fixed) != false
+
+      # Each slot read is followed by writes of new keys that grow the
+      # hash index several times over.
+      slots =
+        Stream.iterate(0, &(&1 + 1))
+        |> Stream.map(fn i ->
+          slot = :mnesia.dirty_slot(tab, i)
+          for k <- (1000 + 40 * i)..(1039 + 40 * i), do: :ok = :mnesia.dirty_write({tab, k, 1})
+          slot
+        end)
+        |> Enum.take_while(&(&1 != :"$end_of_table"))
+
+      seen = for slot <- slots, {_, k, 0} = r <- slot, k <= 200, do: r
+      assert Enum.sort(seen) == records
+
+      assert :heft_mnesia.fixtable(unquote(alias), tab, false) == true
+      assert Heft.info(t, :safe_fixed) == false
+      # A table that is not open: nothing to fix (mnesia_tm calls it
+      # without a catch).
+      assert :heft_mnesia.fixtable(unquote(alias), :not_a_table, true) == true
+    end
+  end
+
+  for alias <- @aliases, type <- [:set, :ordered_set, :bag] do
+    test "#{alias} #{type}: a record Heft cannot store aborts its transaction before commit; the node runs on" do
+      tab = :"deep_#{unquote(alias)}_#{unquote(type)}"
+
+      opts = [
+        {unquote(alias), [node()]},
+        type: unquote(type),
+        attributes: [:k, :v, :w],
+        index: [:w]
+      ]
+
+      {:atomic, :ok} = :mnesia.create_table(tab, opts)
+      {:atomic, :ok} = MnesiaNode.write_all([{tab, 1, :kept, 0}])
+      deep = deep_map(65)
+      too_deep = {:bad_type, tab, {:maps_nested_deeper_than, 64}}
+
+      refused =
+        [{tab, deep, :v, 0}, {tab, 2, :v, deep}] ++
+          if(unquote(type) == :bag, do: [{tab, 2, deep, 0}], else: [])
+
+      for record <- refused do
+        assert :mnesia.transaction(fn ->
+                 :ok = :mnesia.write({tab, 3, :first, 0})
+                 :mnesia.write(record)
+               end) == {:aborted, too_deep}
+
+        assert catch_exit(:mnesia.dirty_write(record)) == {:aborted, too_deep}
+      end
+
+      assert catch_exit(:mnesia.dirty_update_counter(tab, deep, 1)) ==
+               {:aborted, too_deep}
+
+      # What Heft stores is accepted: 64 deep, and a set's or
+      # ordered_set's non-indexed, non-key element as deep as it goes.
+      {:atomic, :ok} = MnesiaNode.write_all([{tab, deep_map(64), :v, deep_map(64)}])
+
+      if unquote(type) != :bag do
+        {:atomic, :ok} = MnesiaNode.write_all([{tab, 4, deep, 0}])
+        assert :mnesia.dirty_read(tab, 4) == [{tab, 4, deep, 0}]
+      end
+
+      assert :mnesia.system_info(:is_running) == :yes
+      assert :mnesia.dirty_read(tab, 1) == [{tab, 1, :kept, 0}]
+      assert :mnesia.dirty_read(tab, 3) == []
+    end
+  end
+
+  defp deep_map(0), do: :leaf
+  defp deep_map(n), do: %{n => deep_map(n - 1)}
+
+  test "match_delete of a full object (a bag index entry) deletes that object only; patterns still match" do
+    for alias <- @aliases do
+      tab = :"md_#{alias}"
+      create(tab, alias, type: :bag)
+      {:atomic, :ok} = MnesiaNode.write_all(for i <- 1..5, do: {tab, 1, i})
+      {:atomic, :ok} = MnesiaNode.write_all([{tab, 2, :_}, {tab, 2, :"$1"}, {tab, 2, :x}])
+      assert :heft_mnesia.match_delete(alias, tab, {tab, 1, 3}) == :ok
+      assert Enum.sort(:mnesia.dirty_read(tab, 1)) == for(i <- [1, 2, 4, 5], do: {tab, 1, i})
+      assert :heft_mnesia.match_delete(alias, tab, {tab, 2, :"$1"}) == :ok
+      assert :mnesia.dirty_read(tab, 2) == []
     end
   end
 
@@ -332,6 +430,16 @@ defmodule Heft.MnesiaTest do
 
       assert MnesiaNode.all(tab) == {:atomic, records}
       assert MnesiaNode.index_keys(tab, 2, :v) == Enum.to_list(2..200//3)
+
+      # Writes after the change reach the table and its index (Mnesia 4.21
+      # keeps the old storage's index entry beside the new one).
+      {:atomic, :ok} = MnesiaNode.write_all([{tab, 1000, 2}, {tab, 2, :moved}])
+      :ok = :mnesia.dirty_write({tab, 1001, 2})
+      :ok = :mnesia.dirty_delete(tab, 5)
+      assert :mnesia.dirty_read(tab, 1000) == [{tab, 1000, 2}]
+      assert MnesiaNode.index_keys(tab, 2, :v) == Enum.to_list(8..200//3) ++ [1000, 1001]
+      assert MnesiaNode.index_keys(tab, :moved, :v) == [2]
+      assert length(elem(MnesiaNode.all(tab), 1)) == 201
     end
   end
 
@@ -453,6 +561,33 @@ defmodule Heft.MnesiaTest do
       :ok = call(vm, MnesiaNode, :start, [dir])
       :ok = call(vm, MnesiaNode, :wait, [[:owned]])
       assert call(vm, :mnesia, :dirty_read, [:owned, 1]) == [{:owned, 1, :kept}]
+      :peer.stop(vm)
+    end
+
+    test "the tables' owner killed outright (no terminate/2) makes the node leave Mnesia at once; a restart finds the table",
+         %{dir: dir} do
+      vm = child()
+      :ok = call(vm, MnesiaNode, :start, [dir])
+      create_in(vm, :killed_owner, [{:heft_copies, [node_of(vm)]}])
+      create_in(vm, :killed_owner_ram, [{:heft_ram_copies, [node_of(vm)]}])
+      :ok = call(vm, :mnesia, :dirty_write, [{:killed_owner, 1, :kept}])
+      admin = call(vm, :erlang, :whereis, [:heft_mnesia_admin])
+      true = call(vm, :erlang, :exit, [admin, :kill])
+
+      # No write needed: the watcher sees the owner die.
+      assert call(vm, MnesiaNode, :await_not_running, [30_000]) == :no
+      # Once Mnesia is down, the dead tables' handles are forgotten: a
+      # new start in the same VM opens them afresh.
+      :ok = call(vm, :mnesia, :start, [])
+      :ok = call(vm, MnesiaNode, :wait, [[:killed_owner, :killed_owner_ram]])
+      assert call(vm, :mnesia, :dirty_read, [:killed_owner, 1]) == [{:killed_owner, 1, :kept}]
+      :ok = call(vm, :mnesia, :dirty_write, [{:killed_owner, 2, :new}])
+      :ok = call(vm, :mnesia, :dirty_write, [{:killed_owner_ram, 2, :new}])
+
+      assert call(vm, :mnesia, :dirty_read, [:killed_owner_ram, 2]) == [
+               {:killed_owner_ram, 2, :new}
+             ]
+
       :peer.stop(vm)
     end
 

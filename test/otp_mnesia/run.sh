@@ -9,6 +9,16 @@
 #   test/otp_mnesia/run.sh [CASE]      CASE as for mt:t/1 (default: dirty),
 #                                      e.g. trans, durability, evil, light,
 #                                      '{mnesia_dirty_access_test, dirty_write_xets}'
+#   test/otp_mnesia/run.sh --disc-only-as-heft [CASE]
+#                                      the same, with every disc_only_copies of
+#                                      the access (dirty, trans), transaction
+#                                      (atomicity, isolation) and durability
+#                                      suites (and of mnesia_test_lib's
+#                                      checks) rewritten to heft_copies, which
+#                                      the suite's schemas then register
+#
+# OTP_SRC=<an unpacked OTP 25.2.3 source tree> uses its lib/mnesia/test
+# instead of fetching Debian's source package.
 #
 # Needs a deb-src line for bookworm main (see docs/mnesia.md). Work files
 # go to tmp/otp_mnesia/ (the suite is unpacked afresh each run; the
@@ -16,22 +26,37 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
+map_disc_only=
+if [ "${1:-}" = --disc-only-as-heft ]; then map_disc_only=1; shift; fi
 case_=${1:-dirty}
 work=$root/tmp/otp_mnesia
 mkdir -p "$work"
 
-tarball=$(ls "$work"/erlang_25.2.3*.orig.tar.xz 2>/dev/null | head -1 || true)
-if [ -z "$tarball" ]; then
-  (cd "$work" && apt-get source --download-only erlang)
-  tarball=$(ls "$work"/erlang_25.2.3*.orig.tar.xz | head -1)
-fi
-
 rm -rf "$work/suite" "$work/unpack"
-mkdir -p "$work/unpack"
-tar -xJf "$tarball" -C "$work/unpack" --wildcards '*/lib/mnesia/test/*'
-mv "$work"/unpack/*/lib/mnesia/test "$work/suite"
-rm -rf "$work/unpack" "$work/suite/ext_test.erl"
+if [ -n "${OTP_SRC:-}" ]; then
+  cp -r "$OTP_SRC/lib/mnesia/test" "$work/suite"
+else
+  tarball=$(ls "$work"/erlang_25.2.3*.orig.tar.xz 2>/dev/null | head -1 || true)
+  if [ -z "$tarball" ]; then
+    (cd "$work" && apt-get source --download-only erlang)
+    tarball=$(ls "$work"/erlang_25.2.3*.orig.tar.xz | head -1)
+  fi
+  mkdir -p "$work/unpack"
+  tar -xJf "$tarball" -C "$work/unpack" --wildcards '*/lib/mnesia/test/*'
+  mv "$work"/unpack/*/lib/mnesia/test "$work/suite"
+  rm -rf "$work/unpack"
+fi
+rm -f "$work/suite/ext_test.erl"
 sed -i 's/\bext_test\b/heft_mnesia/g' "$work"/suite/*.erl "$work"/suite/*.hrl
+if [ -n "$map_disc_only" ]; then
+  (cd "$work/suite" &&
+    sed -i 's/\bdisc_only_copies\b/heft_copies/g' mnesia_dirty_access_test.erl \
+      mnesia_trans_access_test.erl mnesia_atomicity_test.erl mnesia_isolation_test.erl \
+      mnesia_durability_test.erl mnesia_test_lib.erl &&
+    sed -i 's/{ext_dets, heft_mnesia}\]/{ext_dets, heft_mnesia}, {heft_copies, heft_mnesia}]/' \
+      mnesia_test_lib.hrl &&
+    grep -q '{heft_copies, heft_mnesia}' mnesia_test_lib.hrl)
+fi
 
 source bin/ensure-deps >/dev/null
 MIX_ENV=test mix compile >/dev/null
