@@ -183,13 +183,7 @@ defmodule Heft.Bench.Delete do
     "load average #{one}, #{five}, #{fifteen} (#{System.schedulers_online()} schedulers)"
   end
 
-  defp fmt(n),
-    do:
-      n
-      |> Integer.to_string()
-      |> String.reverse()
-      |> String.replace(~r/(\d{3})(?=\d)/, "\\1,")
-      |> String.reverse()
+  defp fmt(n), do: Heft.Bench.Report.int(n)
 end
 
 Heft.Bench.Delete.main(System.argv())

@@ -418,13 +418,7 @@ defmodule MnesiaBench do
   defp f(x) when x >= 10, do: :erlang.float_to_binary(x / 1, decimals: 1)
   defp f(x), do: :erlang.float_to_binary(x / 1, decimals: 2)
 
-  defp n(i) when is_integer(i),
-    do:
-      i
-      |> Integer.to_string()
-      |> String.reverse()
-      |> String.replace(~r/(\d{3})(?=\d)/, "\\1,")
-      |> String.reverse()
+  defp n(i) when is_integer(i), do: Heft.Bench.Report.int(i)
 end
 
 MnesiaBench.main(System.argv())

@@ -268,18 +268,7 @@ defmodule Heft.MnesiaClusterTest do
 
   # A distributed child VM (short name `name`, this machine), driven over
   # its standard I/O.
-  defp child(name, cookie) do
-    args = [~c"-setcookie", cookie | Enum.flat_map(:code.get_path(), &[~c"-pa", &1])]
-
-    {:ok, vm} =
-      case :peer.start(%{name: name, connection: :standard_io, args: args}) do
-        {:ok, vm} -> {:ok, vm}
-        {:ok, vm, _node} -> {:ok, vm}
-      end
-
-    {:ok, _} = :peer.call(vm, :application, :ensure_all_started, [:elixir])
-    vm
-  end
+  defp child(name, cookie), do: MnesiaNode.peer(%{name: name}, [~c"-setcookie", cookie])
 
   defp call(vm, m, f, a), do: :peer.call(vm, m, f, a, 60_000)
 end

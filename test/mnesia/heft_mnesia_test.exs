@@ -626,18 +626,7 @@ defmodule Heft.MnesiaTest do
 
   # A child VM talking to this one over its standard I/O (no
   # distribution needed), with this VM's code path.
-  defp child do
-    args = Enum.flat_map(:code.get_path(), &[~c"-pa", &1])
-
-    {:ok, vm} =
-      case :peer.start(%{connection: :standard_io, args: args}) do
-        {:ok, vm} -> {:ok, vm}
-        {:ok, vm, _node} -> {:ok, vm}
-      end
-
-    {:ok, _} = :peer.call(vm, :application, :ensure_all_started, [:elixir])
-    vm
-  end
+  defp child, do: MnesiaNode.peer()
 
   defp call(vm, m, f, a), do: :peer.call(vm, m, f, a, 60_000)
   defp node_of(vm), do: call(vm, :erlang, :node, [])

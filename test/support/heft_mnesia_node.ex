@@ -6,6 +6,24 @@ defmodule Heft.Test.MnesiaNode do
 
   @backends [heft_copies: :heft_mnesia, heft_ram_copies: :heft_mnesia]
 
+  @doc """
+  Starts a child VM with this VM's code path and Elixir started, driven over
+  its standard I/O; `peer` adds :peer options (`name:`, for a distributed
+  one) and `args` its command-line arguments.
+  """
+  def peer(peer \\ %{}, args \\ []) do
+    args = args ++ Enum.flat_map(:code.get_path(), &[~c"-pa", &1])
+
+    {:ok, vm} =
+      case :peer.start(Map.merge(%{connection: :standard_io, args: args}, peer)) do
+        {:ok, vm} -> {:ok, vm}
+        {:ok, vm, _node} -> {:ok, vm}
+      end
+
+    {:ok, _} = :peer.call(vm, :application, :ensure_all_started, [:elixir])
+    vm
+  end
+
   @doc "Stops Mnesia, points it at `dir` and starts it, creating a schema with Heft's aliases if `dir` has none."
   def start(dir) do
     _ = :mnesia.stop()
