@@ -291,7 +291,7 @@ defmodule Heft do
   def new(name, opts \\ [])
 
   def new(name, opts) when is_atom(name) and is_list(opts) do
-    unless proper_list?(opts) do
+    unless Heft.Args.proper_list?(opts) do
       raise ArgumentError, "Heft.new/2 expects a proper list of options, got: #{inspect(opts)}"
     end
 
@@ -318,10 +318,6 @@ defmodule Heft do
     raise ArgumentError,
           "Heft.new/2 expects an atom name and a list of options, got: #{inspect(name)}, #{inspect(opts)}"
   end
-
-  defp proper_list?([]), do: true
-  defp proper_list?([_ | rest]), do: proper_list?(rest)
-  defp proper_list?(_), do: false
 
   @doc false
   # Heft.new/2's options, checked: `{options map, arguments of the NIF}`

@@ -36,7 +36,7 @@ defmodule Heft.Select do
   @moduledoc false
 
   import Heft.Native, only: [call: 1]
-  alias Heft.{MatchSpec, Native}
+  alias Heft.{Args, MatchSpec, Native}
 
   @chunk 256
   @replace_rounds 16
@@ -81,7 +81,7 @@ defmodule Heft.Select do
 
   def continue({:heft_select, ref, spec, ms, limit, source, pending} = cont)
       when is_reference(ref) and is_list(spec) and is_list(pending) do
-    unless small_limit?(limit) and valid_source?(source) and proper_list?(pending),
+    unless small_limit?(limit) and valid_source?(source) and Args.proper_list?(pending),
       do: invalid_continuation!(cont)
 
     # A compiled spec does not survive every trip (another node, a file):
@@ -105,7 +105,7 @@ defmodule Heft.Select do
   # The sources fetch/2 reads; cursors and range bounds are the NIF's to
   # check (it raises ArgumentError for a bad one).
   defp valid_source?(:done), do: true
-  defp valid_source?({:keys, keys}), do: proper_list?(keys)
+  defp valid_source?({:keys, keys}), do: Args.proper_list?(keys)
 
   defp valid_source?({:scan, dir, range, cursor}) when dir in [:forward, :backward] do
     (range == nil or match?({_lo, _hi}, range)) and
@@ -113,9 +113,6 @@ defmodule Heft.Select do
   end
 
   defp valid_source?(_source), do: false
-
-  defp proper_list?([_ | t]), do: proper_list?(t)
-  defp proper_list?(l), do: l == []
 
   # repair_continuation/2 (lib/heft.ex): a continuation whose compiled spec
   # did not survive the external term format gets `spec` compiled again

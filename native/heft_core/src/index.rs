@@ -260,7 +260,7 @@ impl HashIndex {
     /// the index (a cost of about [`HashIndex::capacity`]), without
     /// changing anything: for callers that must not take that long.
     pub fn would_resize(&self, added: usize, removed: usize) -> bool {
-        let full = (self.len + added) * LOAD_DEN > (1usize << self.bits) * LOAD_NUM;
+        let full = self.over_load(added);
         // An insert fills the first empty slot at or after its place: only
         // once the last `added` slots are all taken can a run reach the
         // end of the tail.
@@ -268,6 +268,12 @@ impl HashIndex {
         let spills = tail.iter().any(|s| !s.is_empty());
         let left = self.len.saturating_sub(removed);
         (added > 0 && (full || spills)) || (removed > 0 && self.wants_shrink(left))
+    }
+
+    /// True if `added` more entries would fill the table past its load
+    /// limit (it then grows): the one rule `add_at` and `would_resize` share.
+    fn over_load(&self, added: usize) -> bool {
+        (self.len + added) * LOAD_DEN > (1usize << self.bits) * LOAD_NUM
     }
 
     fn wants_shrink(&self, len: usize) -> bool {
@@ -352,7 +358,7 @@ impl HashIndex {
     fn add_at(&mut self, p: usize, slot: Slot, mut cmp: impl FnMut(u64) -> Ordering) {
         let mut p = Some(p);
         loop {
-            if (self.len + 1) * LOAD_DEN > (1usize << self.bits) * LOAD_NUM {
+            if self.over_load(1) {
                 self.rebuild(self.bits + 1, 0);
                 p = None;
             }

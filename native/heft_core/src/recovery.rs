@@ -431,7 +431,6 @@ pub fn recover(
         rec.note(SNAPSHOT, 0, 0);
         applier.lossy = Some(Defined::default());
     }
-    rec.records_dropped = applier.dropped;
     // Segments the snapshot covers are left over from a dump that stopped
     // after renaming its snapshot.
     let covered: Vec<u64> = segments.range(..first).map(|(s, _)| *s).collect();

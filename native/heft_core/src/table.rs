@@ -485,12 +485,18 @@ impl State {
     }
 
     /// In a [`quick`] call, refuses a change that adds `added()` entries
-    /// and removes `removed` if it could resize a large index.
-    fn refuse_long(&self, added: impl FnOnce() -> usize, removed: usize) -> Result<(), Error> {
+    /// (at most `at_most`) and removes `removed` if it could resize a large
+    /// index; `added` is counted only where that could be so.
+    fn refuse_long(
+        &self,
+        at_most: usize,
+        added: impl FnOnce() -> usize,
+        removed: usize,
+    ) -> Result<(), Error> {
         let long = QUICK.get()
             && self
                 .entries
-                .would_resize_over(QUICK_RESIZE_SLOTS, added(), removed);
+                .would_resize_over(QUICK_RESIZE_SLOTS, at_most, added, removed);
         if long {
             return Err(Error::TooLong);
         }
@@ -893,7 +899,7 @@ impl Table {
                 .count(),
             _ => recs.len(),
         };
-        st.refuse_long(added, 0)?;
+        st.refuse_long(recs.len(), added, 0)?;
         let locs = st.place(&recs)?;
         let logged = if self.kind.is_bag() {
             self.log_bag_keys(st, ord, &recs)
@@ -1021,7 +1027,7 @@ impl Table {
         let Some((pos, n)) = st.find(order(&names), hash, key) else {
             return Ok(false);
         };
-        st.refuse_long(|| 0, n)?;
+        st.refuse_long(0, || 0, n)?;
         self.log(&[Change::Delete(key)])?;
         if let Some(out) = out {
             (0..n).for_each(|i| st.copy_out(Entries::nth(pos, i), out));
@@ -1059,7 +1065,7 @@ impl Table {
         // The log knows keys, not objects: the key goes, and what stays of
         // it comes back, in order.
         let stay: Vec<u64> = locs.iter().copied().filter(|l| !goes(l)).collect();
-        st.refuse_long(|| 0, gone.len())?;
+        st.refuse_long(0, || 0, gone.len())?;
         self.log_bag_key(&st, r.key(), &stay, |_| None)?;
         let removed = st.entries.remove_where(pos, n, |loc| goes(&loc));
         for &loc in &removed {
@@ -1209,8 +1215,8 @@ impl Table {
         let bag = self.kind.is_bag();
         // A new record adds an entry if the key was absent; none removes one.
         match (pos, new) {
-            (None, Some(_)) => st.refuse_long(|| 1, 0)?,
-            (Some(_), None) => st.refuse_long(|| 0, 1)?,
+            (None, Some(_)) => st.refuse_long(1, || 1, 0)?,
+            (Some(_), None) => st.refuse_long(0, || 0, 1)?,
             _ => {}
         }
         match (pos, new) {

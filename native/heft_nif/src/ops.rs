@@ -15,7 +15,7 @@ use rustler::{Atom, Binary, Encoder, Env, NewBinary, NifResult, ResourceArc, Ter
 
 use crate::codec::{self, EncodeError, TermEncoder, NEG_ZERO_IS_ZERO, NORMAL_BUDGET};
 use crate::errors::{self, badarg, no_table, retry_cpu, retry_io};
-use crate::resource::{live, lookup_name, Protection, TableRes};
+use crate::resource::{live, named, Protection, TableRes};
 
 mod atoms {
     rustler::atoms! {
@@ -128,17 +128,20 @@ variants!(slot_impl => slot, slot_cpu, slot_io (tab, i));
 /// A table whose owner has died is handled first (resource.rs, "Owner
 /// death"): it is gone, or the heir's.
 pub fn resolve(tab: Term) -> NifResult<ResourceArc<TableRes>> {
-    let env = tab.get_env();
+    live(tab.get_env(), resolve_again(tab)?).ok_or_else(no_table)
+}
+
+/// As [`resolve`], without handling a dead owner's tables: for a second
+/// look at a table that the same call has resolved already.
+pub fn resolve_again(tab: Term) -> NifResult<ResourceArc<TableRes>> {
     let t = match Atom::from_term(tab) {
-        Ok(name) => lookup_name(env, name),
-        Err(_) => {
-            let t = tab
-                .decode::<ResourceArc<TableRes>>()
-                .map_err(|_| no_table())?;
-            live(env, t)
-        }
+        Ok(name) => named(name),
+        Err(_) => Some(
+            tab.decode::<ResourceArc<TableRes>>()
+                .map_err(|_| no_table())?,
+        ),
     };
-    t.ok_or_else(no_table)
+    t.filter(|t| !t.is_deleted()).ok_or_else(no_table)
 }
 
 /// Resolves the table and checks access; `Err(term)` is a retry marker.
@@ -513,7 +516,7 @@ fn lookup_element_impl<'a>(
         return Err(badarg("the key does not exist in the table"));
     };
     // A bag answers with the element of each of the key's objects.
-    if resolve(tab)?.core.kind().is_bag() {
+    if resolve_again(tab)?.core.kind().is_bag() {
         Ok((elems,).encode(env))
     } else {
         Ok((first,).encode(env))

@@ -28,7 +28,7 @@ use rustler::{Atom, Binary, Encoder, Env, LocalPid, NewBinary, NifResult, OwnedE
 
 use crate::admin::{install, parse_new_args};
 use crate::errors::{self, badarg};
-use crate::ops::resolve;
+use crate::ops::{resolve, resolve_again};
 use crate::resource::{self, tab_term, TableRes};
 
 mod atoms {
@@ -382,7 +382,7 @@ pub fn after_write<'a>(
     if result.is_atom() && errors::is_retry(result) {
         return Ok(result);
     }
-    let Ok(t) = resolve(tab) else {
+    let Ok(t) = resolve_again(tab) else {
         return Ok(result);
     };
     match &t.persist {
@@ -403,7 +403,7 @@ pub fn with_room<'a>(
         if !errors::take_would_block() {
             return r;
         }
-        let t = resolve(tab)?;
+        let t = resolve_again(tab)?;
         if let Some(p) = &t.persist {
             if let Err(f) = p.persisted.make_room() {
                 return Ok(failure_term(env, f));

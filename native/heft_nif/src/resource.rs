@@ -445,8 +445,12 @@ pub fn owner_exit(env: Env, res: &ResourceArc<TableRes>, dead: LocalPid) {
 
 /// The live table with this name.
 pub fn lookup_name(env: Env, name: Atom) -> Option<ResourceArc<TableRes>> {
-    let res = NAMES.read().get(&name).cloned()?;
-    live(env, res)
+    live(env, named(name)?)
+}
+
+/// The table registered under `name`, whether or not its owner lives.
+pub fn named(name: Atom) -> Option<ResourceArc<TableRes>> {
+    NAMES.read().get(&name).cloned()
 }
 
 pub fn lookup_id(id: u64) -> Option<ResourceArc<TableRes>> {

@@ -79,12 +79,24 @@ impl Entries {
         }
     }
 
-    /// True if adding `added` entries or removing `removed` could resize
-    /// the index, and the index holds more than `slots` slots (an ordered
-    /// index changes a block or two at a time: never).
-    pub(super) fn would_resize_over(&self, slots: usize, added: usize, removed: usize) -> bool {
+    /// True if adding `added()` entries (at most `at_most`) or removing
+    /// `removed` could resize the index, and the index holds more than
+    /// `slots` slots (an ordered index changes a block or two at a time:
+    /// never). `added` is counted only when the bound `at_most` could
+    /// resize (the answer grows with the entries added).
+    pub(super) fn would_resize_over(
+        &self,
+        slots: usize,
+        at_most: usize,
+        added: impl FnOnce() -> usize,
+        removed: usize,
+    ) -> bool {
         match self {
-            Entries::Hash(ix) => ix.capacity() > slots && ix.would_resize(added, removed),
+            Entries::Hash(ix) => {
+                ix.capacity() > slots
+                    && ix.would_resize(at_most, removed)
+                    && ix.would_resize(added(), removed)
+            }
             Entries::Ordered(_) => false,
         }
     }
