@@ -22,13 +22,17 @@ defmodule Heft.Memory.Beam do
     process = process(source)
     heft = heft(heft_tables)
     rss = process.rss
+    # The carriers first, then what holds them: carriers made between the
+    # two reads are mapped by the second, and freed ones stay mapped a
+    # while (mseg's cache), so the figures agree though taken one by one.
+    carriers = carriers(source)
     mapped = erts_mapped(source)
 
     %{
       os_pid: Source.call(source, :os, :getpid, []) |> List.to_integer(),
       word_size: word_size,
       erlang: erlang,
-      erlang_carriers: carriers(source),
+      erlang_carriers: carriers,
       erlang_mapped: mapped,
       rss: rss,
       pss: process.pss,
