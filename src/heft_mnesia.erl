@@ -374,11 +374,20 @@ repair_continuation(Cont, _Ms) -> Cont.
 %% deleted or moved to another storage meanwhile) it raises no_exists,
 %% which Mnesia's commit ignores for a replica it no longer has.
 h(Alias, Tab) ->
+    case handle_or_open(Alias, Tab) of
+        missing -> error({no_exists, Tab});
+        T -> T
+    end.
+
+%% The table's handle, opening it on first use on a node where Mnesia keeps
+%% it as `Alias' (init_backend/0 and create_table/3 may never have run here);
+%% `missing' where the table is not ours.
+handle_or_open(Alias, Tab) ->
     case heft_mnesia_admin:handle(Alias, Tab) of
         undefined ->
             case local_storage(main_tab(Tab)) of
                 {ext, Alias, ?MODULE} -> open(Alias, Tab, []);
-                _ -> error({no_exists, Tab})
+                _ -> missing
             end;
         T ->
             T
@@ -480,15 +489,10 @@ write(Alias, Tab, Write) ->
         T -> write(Alias, Tab, T, Write)
     end.
 
-target(Alias, {Main, index, _} = Tab) ->
-    case heft_mnesia_admin:handle(Alias, Tab) of
-        undefined ->
-            case local_storage(Main) of
-                {ext, Alias, ?MODULE} -> open(Alias, Tab, []);
-                _ -> stale
-            end;
-        T ->
-            T
+target(Alias, {_, index, _} = Tab) ->
+    case handle_or_open(Alias, Tab) of
+        missing -> stale;
+        T -> T
     end;
 target(Alias, Tab) ->
     h(Alias, Tab).
