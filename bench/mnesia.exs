@@ -90,7 +90,7 @@
 
       heft =
         if store == :heft_copies,
-          do: Heft.info(:persistent_term.get({:heft_mnesia, :heft_copies, :t}), :memory)
+          do: Heft.info(:heft_mnesia_admin.handle(:heft_copies, :t), :memory)
 
       %{
         size: :mnesia.table_info(:t, :size),

@@ -139,7 +139,13 @@ close_table(Alias, Tab) ->
 
 sync_close_table(Alias, Tab) ->
     case {kind(Alias), is_atom(Tab), heft_mnesia_admin:handle(Alias, Tab)} of
-        {heft_copies, true, T} when T =/= undefined -> _ = heft:sync(T), ok;
+        {heft_copies, true, T} when T =/= undefined ->
+            try heft:sync(T) of
+                _ -> ok
+            catch
+                %% Gone with an admin killed together with Mnesia.
+                error:#{'__struct__' := 'Elixir.ArgumentError'} -> ok
+            end;
         %% Not open, or in memory: a heft_ram_copies table, an index, a retainer.
         _ -> ok
     end.

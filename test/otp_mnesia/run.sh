@@ -12,7 +12,8 @@
 #   test/otp_mnesia/run.sh --disc-only-as-heft [CASE]
 #                                      the same, with every disc_only_copies of
 #                                      the access (dirty, trans), transaction
-#                                      (atomicity, isolation) and durability
+#                                      (atomicity, isolation), durability,
+#                                      recovery, consistency and backup
 #                                      suites (and of mnesia_test_lib's
 #                                      checks) rewritten to heft_copies, which
 #                                      the suite's schemas then register
@@ -52,7 +53,8 @@ if [ -n "$map_disc_only" ]; then
   (cd "$work/suite" &&
     sed -i 's/\bdisc_only_copies\b/heft_copies/g' mnesia_dirty_access_test.erl \
       mnesia_trans_access_test.erl mnesia_atomicity_test.erl mnesia_isolation_test.erl \
-      mnesia_durability_test.erl mnesia_test_lib.erl &&
+      mnesia_durability_test.erl mnesia_recovery_test.erl mnesia_consistency_test.erl \
+      mnesia_evil_backup.erl mnesia_test_lib.erl &&
     sed -i 's/{ext_dets, heft_mnesia}\]/{ext_dets, heft_mnesia}, {heft_copies, heft_mnesia}]/' \
       mnesia_test_lib.hrl &&
     grep -q '{heft_copies, heft_mnesia}' mnesia_test_lib.hrl)

@@ -93,7 +93,7 @@ defmodule Heft.Test.MnesiaNode do
 
   @doc "Makes the next `n` log writes of heft_mnesia's table `tab` fail with `fault` (Heft's fault injection)."
   def inject_fault(alias, tab, fault, n) do
-    %Heft.Table{ref: ref} = :persistent_term.get({:heft_mnesia, alias, tab})
+    %Heft.Table{ref: ref} = :heft_mnesia_admin.handle(alias, tab)
     Heft.Native.persist_inject_fault(ref, fault, n)
   end
 
