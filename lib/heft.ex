@@ -1366,9 +1366,11 @@ defmodule Heft do
       `first/1`-then-`delete/2` loop does): then it keeps its size, as
       halving it would make every operation there a scan, until its keys
       spread out again or it empties. For an ordered_set, its 4 KiB pages
-      of 512 sorted record handles (a memfd mapping of the same name; pages
-      in use only, at least a quarter full, about 70% after random
-      inserts) plus its directory of 16 bytes a page (heap capacity).
+      of 256 sorted entries, each a record handle and an 8-byte prefix of
+      its key that keeps term order, so that a search reads keys only on
+      prefix ties (a memfd mapping of the same name; pages in use only, at
+      least a quarter full, about 70% after random inserts: some 22 bytes a
+      key) plus its directory of 24 bytes a page (heap capacity).
     * `:meta_bytes` - the atom dictionary (estimated from capacities) and
       the arena's free lists (Rust heap memory).
     * `:arena_mapped_bytes` - length of the arena mapping

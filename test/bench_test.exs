@@ -191,4 +191,75 @@ defmodule Heft.BenchTest do
 
     assert File.read!(Path.join(out, "results.md")) =~ "# Heft benchmark results"
   end
+
+  defp mixed_run(reads, p99),
+    do: %{status: :ok, reads_per_s: reads, p50_us: p99 / 4, p99_us: p99, writes_per_s: 1.0e5}
+
+  test "a measure's runs give medians per store and the Heft/ETS ratio of the runs side by side" do
+    runs = %{
+      "heft" => [mixed_run(900.0, 2.0), mixed_run(700.0, 3.0), mixed_run(1000.0, 2.5)],
+      "ets" => [mixed_run(1000.0, 1.0), mixed_run(1000.0, 1.0), mixed_run(1000.0, 9.0)]
+    }
+
+    r = Heft.Bench.Measures.aggregate(:mixed, 1_000_000, runs)
+    assert r.status == :ok and r.runs == 3
+    assert r.stores["heft"].reads_per_s == {900.0, 700.0, 1000.0}
+    assert r.stores["ets"].p99_us == {1.0, 1.0, 9.0}
+    # 0.9, 0.7, 1.0 run by run
+    assert r.ratios["heft"] == {0.9, 0.7, 1.0}
+    refute Map.has_key?(r.ratios, "ets")
+
+    goal = Heft.Bench.Measures.goal(r)
+    assert goal.met and goal.how == :at_least
+
+    slow = Map.put(runs, "heft", Enum.map(runs["heft"], &%{&1 | reads_per_s: 500.0}))
+    refute Heft.Bench.Measures.goal(Heft.Bench.Measures.aggregate(:mixed, 10, slow)).met
+
+    markdown = Heft.Bench.Measures.markdown([r])
+    assert markdown =~ "| heft | 3 | 900 (700–1,000) |"
+    assert markdown =~ "| 0.900 (0.700–1.00) |"
+    assert markdown =~ "ratio 0.900 (median of the runs side by side), met."
+
+    [header | rows] =
+      r |> List.wrap() |> Heft.Bench.Measures.csv() |> String.split("\n", trim: true)
+
+    assert header == "measure,store,records,runs,metric,median,min,max"
+    assert "mixed,heft,1000000,3,ratio_vs_ets,0.9,0.7,1.0" in rows
+    assert Enum.count(rows, &String.starts_with?(&1, "mixed,ets,")) == 4
+
+    failed = Map.put(runs, "ets", [%{status: :error, reason: "exit 1"}])
+    assert Heft.Bench.Measures.aggregate(:mixed, 10, failed).status == :error
+  end
+
+  test "options: --only picks the parts, --quick is the matrix alone, unknown parts refused" do
+    assert %{matrix: false, measures: [:mixed]} = Heft.Bench.parse_args(["--only", "mixed"])
+    assert %{matrix: true, measures: [:mixed, :ordered]} = Heft.Bench.parse_args([])
+    assert %{matrix: true, measures: []} = Heft.Bench.parse_args(["--quick"])
+    assert_raise ArgumentError, ~r/unknown part/, fn -> Heft.Bench.parse_args(["--only", "x"]) end
+  end
+
+  test "the 100-tuple record shares no list between its elements" do
+    {1, tuple} = Heft.Bench.Kinds.record(:tuple100, 1)
+    assert tuple_size(tuple) == 100 and elem(tuple, 0) == List.duplicate(:a, 10)
+    # A shared element costs its cells once in the flat size.
+    assert :erts_debug.size(tuple) == :erts_debug.flat_size(tuple)
+  end
+
+  @tag timeout: 180_000
+  test "mix bench --only mixed,ordered runs both measures end to end for Heft and ETS" do
+    out = Path.join(System.tmp_dir!(), "heft-bench-test-#{System.unique_integer([:positive])}")
+    on_exit(fn -> File.rm_rf(out) end)
+    args = ~w(--only mixed,ordered --measure-records 2000 --measure-runs 1 --mixed-seconds 0.2)
+
+    output = capture_io(fn -> Heft.Bench.run(Heft.Bench.parse_args(args ++ ["--out", out])) end)
+
+    assert output =~ "## mixed: 2 readers"
+    assert output =~ ~r/\| heft \| 1 \| [\d,.]+ \(/
+    assert output =~ "## ordered: ordered_set lookups"
+    csv = File.read!(Path.join(out, "measures.csv"))
+    assert csv =~ ~r/^mixed,heft,2000,1,reads_per_s,/m
+    assert csv =~ ~r/^ordered,ets,2000,1,lookup_us,/m
+    assert File.read!(Path.join(out, "measures.md")) =~ "Goals of the other measures"
+    refute File.exists?(Path.join(out, "results.md"))
+  end
 end

@@ -14,7 +14,7 @@ defmodule Heft.Bench do
   # default so that the run ends within 10 minutes; none with `--full`).
   @moduledoc false
 
-  alias Heft.Bench.{Kinds, Plot, Report, Store, Sys}
+  alias Heft.Bench.{Kinds, Measures, Plot, Report, Store, Sys}
 
   @counts [10_000, 100_000, 1_000_000]
   @full_counts @counts ++ [10_000_000]
@@ -34,13 +34,23 @@ defmodule Heft.Bench do
     counts: :string,
     runs: :integer,
     budget: :integer,
-    out: :string
+    out: :string,
+    only: :string,
+    measure_runs: :integer,
+    measure_records: :integer,
+    mixed_seconds: :float,
+    ab: :string
   ]
 
   def parse_args(args) do
     {o, _} = OptionParser.parse!(args, strict: @switches)
     quick = o[:quick] == true
     full = o[:full] == true
+    # The matrix and the other measures (Heft.Bench.Measures); --quick is
+    # the matrix's smoke run alone.
+    parts = [:matrix | Measures.names()]
+    default_parts = if quick, do: [:matrix], else: parts
+    only = list(o[:only], default_parts, &part!(&1, parts))
 
     %{
       kinds: list(o[:kinds], if(quick, do: [:small_map], else: Kinds.all()), &kind!/1),
@@ -54,8 +64,19 @@ defmodule Heft.Bench do
       runs: o[:runs] || 3,
       budget_s: o[:budget] || if(full, do: nil, else: @budget_s),
       out: o[:out] || "bench/results",
-      args: Enum.join(["mix bench" | args], " ")
+      args: Enum.join(["mix bench" | args], " "),
+      matrix: :matrix in only,
+      measures: Enum.filter(Measures.names(), &(&1 in only)),
+      measure_runs: o[:measure_runs] || 5,
+      measure_count: o[:measure_records] || 1_000_000,
+      mixed_seconds: o[:mixed_seconds] || 2.0,
+      ab: o[:ab] && Path.expand(o[:ab])
     }
+  end
+
+  defp part!(name, parts) do
+    Enum.find(parts, &(Atom.to_string(&1) == name)) ||
+      raise ArgumentError, "unknown part #{name}; known: #{Enum.join(parts, ", ")}"
   end
 
   defp list(nil, default, _), do: default
@@ -78,11 +99,43 @@ defmodule Heft.Bench do
   # Runs the matrix; returns the cells (for tests) after writing the outputs.
   def run(opts) do
     t0 = now_s()
+    # The other measures go first and count against the budget.
     deadline = opts.budget_s && t0 + opts.budget_s
     File.mkdir_p!(opts.out)
     machine = Sys.machine()
     host = host_state()
     IO.puts("# mix bench\n\nMachine: #{machine}\nAt start: #{host}\n")
+    measures = run_measures(opts, machine, host, t0)
+
+    if opts.matrix, do: run_matrix(opts, machine, host, t0, deadline, measures), else: measures
+  end
+
+  # The measures besides the matrix, written to measures.md and
+  # measures.csv (and, with the matrix, into results.md).
+  defp run_measures(%{measures: []}, _, _, _), do: []
+
+  defp run_measures(opts, machine, host, t0) do
+    results = Measures.run(opts, &spawn_cell/2)
+    File.write!(Path.join(opts.out, "measures.csv"), Measures.csv(results))
+
+    File.write!(Path.join(opts.out, "measures.md"), """
+    # Heft benchmark results: other measures
+
+    `#{opts.args}` on #{Date.utc_today()}, #{Float.round(now_s() - t0, 1)} s.
+
+    Machine: #{machine}
+
+    Host at start: #{host}; at end: #{host_state()}. Other processes on the host perturb the timings.
+
+    #{Measures.markdown(results)}
+    #{Measures.goals_markdown(results)}
+    """)
+
+    IO.puts(Measures.goals_markdown(results))
+    results
+  end
+
+  defp run_matrix(opts, machine, host, t0, deadline, measures) do
     IO.puts(Report.header(true))
     counts = Enum.sort(opts.counts)
 
@@ -105,7 +158,14 @@ defmodule Heft.Bench do
       plots: plots
     }
 
-    File.write!(Path.join(opts.out, "results.md"), Report.document(cells, goals, run))
+    document =
+      Report.document(cells, goals, run) <>
+        if(measures == [],
+          do: "",
+          else: "\n" <> Measures.markdown(measures) <> "\n" <> Measures.goals_markdown(measures)
+        )
+
+    File.write!(Path.join(opts.out, "results.md"), document)
 
     IO.puts(
       "Wall time: #{Float.round(wall_s, 1)} s. Wrote #{opts.out}/results.md, results.csv and #{length(plots)} plots."
@@ -303,6 +363,16 @@ defmodule Heft.Bench do
   # more than two seconds) and returns its result.
   defp spawn_cell(spec, label) do
     paths = Path.wildcard(Path.join(Mix.Project.build_path(), "lib/*/ebin"))
+    # `--ab DIR`: Heft's code and NIF from another build directory.
+    paths =
+      case spec[:build] do
+        nil ->
+          paths
+
+        dir ->
+          [Path.join(dir, "lib/heft/ebin") | Enum.reject(paths, &(&1 =~ ~r{/lib/heft/ebin$}))]
+      end
+
     code = "Heft.Bench.Cell.main()"
 
     args =

@@ -46,6 +46,9 @@ defmodule Heft.Bench.Cell do
 
   def encode_spec(spec), do: spec |> :erlang.term_to_binary() |> Base.encode64()
 
+  # A measure other than the matrix's (Heft.Bench.Measures).
+  def run(%{measure: _} = spec), do: Heft.Bench.Measures.child(spec)
+
   def run(%{store: name, kind: kind, count: n, dir: dir} = spec) do
     {mod, opts} = Store.fetch!(name)
     File.rm_rf!(dir)

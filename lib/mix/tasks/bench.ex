@@ -17,6 +17,11 @@ defmodule Mix.Tasks.Bench do
     * `--runs N` — runs per cell for counts up to 100,000 (default 3; median)
     * `--budget SECONDS` — time for the whole run: cells that do not fit are skipped, the goals' cells (ETS, Heft's defaults) and the cheapest first (default 480; none with `--full`)
     * `--out DIR` — output directory (default `bench/results`)
+    * `--only matrix,mixed,ordered` — what to run (default all; `--quick`: the matrix): the
+      mixed 2-readers/1-writer measure and ordered_set lookups against ETS at 1M records
+    * `--measure-runs N`, `--measure-records N`, `--mixed-seconds S` — those measures' runs per
+      store (default 5, interleaved), records (1,000,000) and seconds of mixed load (2)
+    * `--ab DIR` — the measures also run Heft from the build directory DIR (an A/B of two NIFs)
   """
   use Mix.Task
 

@@ -87,6 +87,128 @@ pub fn compare_bound<'n>(key: &[u8], bound: &[u8], atom_name: impl Fn(u32) -> &'
         .unwrap_or_else(|_| key.cmp(bound))
 }
 
+/// A 64-bit summary of a canonical key encoding that keeps term order: if
+/// `a < b` then `prefix(a) <= prefix(b)`, and keys that compare `Equal`
+/// have equal prefixes (`1` and `1.0` included). Two different prefixes
+/// therefore order their keys without reading them; equal ones say
+/// nothing, and the keys must be compared in full. The ordered index keeps
+/// one beside every loc ([`crate::ordered`]).
+///
+/// The top 4 bits are the term's class (number < atom < ... < bitstring);
+/// the other 60 hold, by class: a number's value as a double (integers
+/// rounded to the nearest, both clamped to `±2^63`, `-0.0` as `0.0`) in
+/// an order-preserving bit pattern, truncated; the first bytes of an
+/// atom's name (UTF-8) or of a bitstring, padded with zero bits; a tuple's
+/// arity (12 bits, clamped) then the prefix of its first element; a
+/// non-empty list's first element's prefix; a map's size (clamped);
+/// nothing for the other classes. Truncating a prefix keeps its order, so a
+/// nested one is the element's own shifted right.
+///
+/// `None` for input the table never stores (malformed, or ETF pieces
+/// holding compound terms, whose class needs a rewrite): callers compare
+/// such keys in full.
+pub fn prefix<'n>(key: &[u8], atom_name: impl Fn(u32) -> &'n str) -> Option<u64> {
+    prefix_at(key, &atom_name, 0)
+}
+
+/// Nested tuples and lists: each level costs at least 4 bits of class.
+const PREFIX_DEPTH: u32 = 8;
+
+fn prefix_at<'n>(bytes: &[u8], names: &dyn Fn(u32) -> &'n str, depth: u32) -> Option<u64> {
+    let (h, len) = head(bytes).ok()?;
+    let class = u64::from(h.class());
+    if class > 0x0f {
+        return None;
+    }
+    let nested = |skip: usize| -> Option<u64> {
+        if depth >= PREFIX_DEPTH {
+            Some(0)
+        } else {
+            prefix_at(bytes.get(skip..)?, names, depth + 1)
+        }
+    };
+    let body = match h {
+        Head::Int(i) => number_bits(i as f64),
+        Head::Float(f) => number_bits(f),
+        Head::Big(neg, mag) => {
+            // Little-endian digits; outside 64 bits the clamp decides.
+            let digits = mag.iter().rposition(|&d| d != 0).map_or(0, |i| i + 1);
+            let v = match digits {
+                0..=8 => mag[..digits]
+                    .iter()
+                    .rev()
+                    .fold(0u64, |v, &d| v << 8 | u64::from(d)) as f64,
+                _ => f64::MAX,
+            };
+            number_bits(if neg { -v } else { v })
+        }
+        Head::AtomId(id) => text_bits(Text::Utf8(names(id).as_bytes())),
+        Head::Atom(t) => text_bits(t),
+        Head::Bits(data, bits) => {
+            let mut w = [0u8; 8];
+            let n = data.len().min(8);
+            w[..n].copy_from_slice(&data[..n]);
+            let v = u64::from_be_bytes(w);
+            let v = if bits < 64 {
+                v & !(u64::MAX >> bits)
+            } else {
+                v
+            };
+            v >> 4
+        }
+        Head::Tuple(n) => {
+            const MAX: usize = 0xfff;
+            let arity = n.min(MAX) as u64;
+            let first = if n == 0 || n >= MAX { 0 } else { nested(len)? };
+            (arity << 48) | (first >> 16)
+        }
+        Head::List(n) if n > 0 => nested(len)? >> 4,
+        Head::Map(n) => (n.min(0xf_ffff) as u64) << 40,
+        _ => 0,
+    };
+    Some((class << 60) | body)
+}
+
+/// 60 bits of a number's order: its value as a double clamped to
+/// `±2^63` (so that integers outside i64, which compare against doubles
+/// exactly, stay ordered), in an order-preserving bit pattern.
+fn number_bits(f: f64) -> u64 {
+    const LIMIT: f64 = 9_223_372_036_854_775_808.0; // 2^63
+    let f = f.clamp(-LIMIT, LIMIT);
+    let f = if f == 0.0 { 0.0 } else { f };
+    let b = f.to_bits();
+    let ordered = if b >> 63 == 1 { !b } else { b | 1 << 63 };
+    ordered >> 4
+}
+
+/// 60 bits of an atom name's order: its first UTF-8 bytes, zero-padded.
+fn text_bits(t: Text) -> u64 {
+    let mut w = [0u8; 8];
+    match t {
+        Text::Utf8(x) => {
+            let n = x.len().min(8);
+            w[..n].copy_from_slice(&x[..n]);
+        }
+        Text::Latin1(x) => {
+            let mut at = 0;
+            for &c in x {
+                let mut u = [0u8; 2];
+                let s = char::from(c).encode_utf8(&mut u).as_bytes();
+                for &b in s {
+                    if at < 8 {
+                        w[at] = b;
+                        at += 1;
+                    }
+                }
+                if at >= 8 {
+                    break;
+                }
+            }
+        }
+    }
+    u64::from_be_bytes(w) >> 4
+}
+
 /// [`compare`] (or, with `exact`, [`compare_exact`]) that reports
 /// malformed input instead of falling back to byte order.
 pub fn try_compare<'n>(

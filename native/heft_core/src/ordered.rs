@@ -1,18 +1,24 @@
 //! The key index of an ordered_set table: record handles ("locs", see
 //! [`crate::arena`]) sorted by key, in two levels.
 //!
-//! - Blocks: one 4 KiB page each, holding up to 512 locs in key order.
-//!   Every block but a lone one holds at least 128 (a block that falls
+//! - Blocks: one 4 KiB page each, holding up to 256 entries in key order:
+//!   the locs in the first half of the page, each key's 8-byte prefix
+//!   ([`crate::order::prefix`]) at the same slot of the second half.
+//!   Every block but a lone one holds at least 64 (a block that falls
 //!   below merges with a neighbour or takes from it), so the pages cost
-//!   8 to 32 bytes a key, about 11 after random inserts.
-//! - The directory: a vector of (page, count, first loc), one 16-byte entry
-//!   a block, in key order. A search is a binary search over the blocks'
-//!   first keys and then over one block's locs: about log2(n) key
-//!   comparisons, each reading the key from the arena.
+//!   16 to 64 bytes a key, about 22 after random inserts.
+//! - The directory: a vector of (page, count, first loc, first prefix), one
+//!   24-byte entry a block, in key order. A search is a binary search over
+//!   the blocks' first keys and then over one block's entries: about
+//!   log2(n) steps, each comparing the prefixes in the directory or the
+//!   page, and reading the key from the arena only when the prefixes are
+//!   equal (prefixes keep term order, so unequal ones decide).
 //!
 //! Keys live in the arena; the index compares them through a callback
 //! (`cmp(loc)` orders the key stored at `loc` against the one looked for),
-//! as [`crate::index`] does, so it holds no key bytes.
+//! as [`crate::index`] does, so it holds no key bytes but the prefixes.
+//! A search given no prefix (or an index holding a key that has none:
+//! input the table never stores) compares every step through `cmp`.
 //!
 //! A [`Pos`] is only good until the next change: a walk that lets others
 //! write between steps resumes from its last key with [`OrderedIndex::seek`]
@@ -32,8 +38,10 @@ use crate::index::Inserted;
 
 /// Bytes of a block's page.
 const PAGE: usize = 4096;
-/// Locs in a full block.
-const PER_BLOCK: usize = PAGE / 8;
+/// Entries in a full block: a loc and a prefix, 8 bytes each.
+const PER_BLOCK: usize = PAGE / 16;
+/// Where a page's prefixes start (slot `i`'s at `PREFIXES + 8 * i`).
+const PREFIXES: usize = PAGE / 2;
 /// A block (other than a lone one) never holds fewer locs than this.
 const MIN_FILL: usize = PER_BLOCK / 4;
 /// Pages mapped at first (address space only until used).
@@ -54,6 +62,8 @@ struct Block {
     len: u32,
     /// The loc in slot 0 (its key is the block's smallest).
     first: u64,
+    /// The prefix of that key.
+    first_prefix: u64,
 }
 
 /// Pages of a memfd, handed out and taken back one at a time.
@@ -113,28 +123,50 @@ impl Pages {
         &mut self.map[start..start + PAGE]
     }
 
-    fn get(&self, p: u32, slot: usize) -> u64 {
+    fn word(&self, p: u32, at: usize) -> u64 {
         let mut w = [0u8; 8];
-        w.copy_from_slice(&self.page(p)[slot * 8..slot * 8 + 8]);
+        w.copy_from_slice(&self.page(p)[at..at + 8]);
         u64::from_le_bytes(w)
     }
 
-    fn set(&mut self, p: u32, slot: usize, loc: u64) {
+    /// The loc in a slot.
+    fn get(&self, p: u32, slot: usize) -> u64 {
+        self.word(p, slot * 8)
+    }
+
+    /// The prefix in a slot.
+    fn prefix(&self, p: u32, slot: usize) -> u64 {
+        self.word(p, PREFIXES + slot * 8)
+    }
+
+    fn set(&mut self, p: u32, slot: usize, loc: u64, prefix: u64) {
+        let page = self.page_mut(p);
+        page[slot * 8..slot * 8 + 8].copy_from_slice(&loc.to_le_bytes());
+        let at = PREFIXES + slot * 8;
+        page[at..at + 8].copy_from_slice(&prefix.to_le_bytes());
+    }
+
+    fn set_loc(&mut self, p: u32, slot: usize, loc: u64) {
         self.page_mut(p)[slot * 8..slot * 8 + 8].copy_from_slice(&loc.to_le_bytes());
     }
 
     /// Moves slots `[from, from + n)` of page `p` to start at `to`.
     fn shift(&mut self, p: u32, from: usize, n: usize, to: usize) {
-        self.page_mut(p)
-            .copy_within(from * 8..(from + n) * 8, to * 8);
+        let page = self.page_mut(p);
+        for base in [0, PREFIXES] {
+            page.copy_within(base + from * 8..base + (from + n) * 8, base + to * 8);
+        }
     }
 
     /// Copies `n` slots from page `src` (from slot `from`) to page `dst`
     /// (from slot `to`).
     fn copy(&mut self, src: u32, from: usize, n: usize, dst: u32, to: usize) {
         let mut buf = [0u8; PAGE];
-        buf[..n * 8].copy_from_slice(&self.page(src)[from * 8..(from + n) * 8]);
-        self.page_mut(dst)[to * 8..(to + n) * 8].copy_from_slice(&buf[..n * 8]);
+        for base in [0, PREFIXES] {
+            let (a, b) = (base + from * 8, base + to * 8);
+            buf[..n * 8].copy_from_slice(&self.page(src)[a..a + n * 8]);
+            self.page_mut(dst)[b..b + n * 8].copy_from_slice(&buf[..n * 8]);
+        }
     }
 
     /// Pages holding locs (handed out and not given back), in bytes.
@@ -148,8 +180,30 @@ pub struct OrderedIndex {
     dir: Vec<Block>,
     pages: Pages,
     len: usize,
+    /// False once a key without a prefix was added: searches then compare
+    /// every step through `cmp` (until [`OrderedIndex::clear`]).
+    prefixed: bool,
     /// The memfd's name: `heft-index:<label>`.
     name: String,
+}
+
+/// A key looked for: its prefix ([`crate::order::prefix`], `None` if it
+/// has none) and `cmp(loc)`, which orders the key stored at `loc` against
+/// it.
+pub struct Probe<F> {
+    pub prefix: Option<u64>,
+    pub cmp: F,
+}
+
+impl<F: FnMut(u64) -> Ordering> Probe<F> {
+    /// The stored key (`prefix`, at `loc`) against the probe: by the
+    /// prefixes when they differ, else through `cmp`.
+    fn order(&mut self, prefix: u64, loc: u64) -> Ordering {
+        match self.prefix {
+            Some(p) if p != prefix => prefix.cmp(&p),
+            _ => (self.cmp)(loc),
+        }
+    }
 }
 
 impl OrderedIndex {
@@ -160,6 +214,7 @@ impl OrderedIndex {
             dir: Vec::new(),
             pages: Pages::new(&name),
             len: 0,
+            prefixed: true,
             name,
         }
     }
@@ -203,7 +258,8 @@ impl OrderedIndex {
         (pos.slot < b.len as usize).then(|| self.pages.get(b.page, pos.slot))
     }
 
-    /// Points the entry at `pos` to a new loc (for the same key).
+    /// Points the entry at `pos` to a new loc (for an equal key, which has
+    /// the same prefix).
     pub fn set_loc(&mut self, pos: Pos, loc: u64) {
         let Some(b) = self.dir.get_mut(pos.block) else {
             return;
@@ -212,20 +268,36 @@ impl OrderedIndex {
             b.first = loc;
         }
         let page = b.page;
-        self.pages.set(page, pos.slot, loc);
+        self.pages.set_loc(page, pos.slot, loc);
     }
 
     /// The first position whose key is not less than the probe, and whether
     /// that key equals it. `cmp(loc)` orders the key at `loc` against the
-    /// probe.
-    pub fn seek(&self, mut cmp: impl FnMut(u64) -> Ordering) -> (Pos, bool) {
-        let (nb, eq) = lower_bound(self.dir.len(), |i| cmp(self.dir[i].first));
+    /// probe; every step calls it (see [`OrderedIndex::seek_key`]).
+    pub fn seek(&self, cmp: impl FnMut(u64) -> Ordering) -> (Pos, bool) {
+        self.seek_key(&mut Probe { prefix: None, cmp })
+    }
+
+    /// [`OrderedIndex::seek`] for a key with its prefix: `cmp` is called
+    /// only where the prefixes are equal.
+    pub fn seek_key(&self, probe: &mut Probe<impl FnMut(u64) -> Ordering>) -> (Pos, bool) {
+        if !self.prefixed {
+            probe.prefix = None;
+        }
+        let (nb, eq) = lower_bound(self.dir.len(), |i| {
+            probe.order(self.dir[i].first_prefix, self.dir[i].first)
+        });
         if eq || nb == 0 {
             return (Pos { block: nb, slot: 0 }, eq);
         }
         // The probe lies after the first key of block nb - 1.
         let b = self.dir[nb - 1];
-        let (j, eq) = lower_bound(b.len as usize - 1, |i| cmp(self.pages.get(b.page, i + 1)));
+        let (j, eq) = lower_bound(b.len as usize - 1, |i| {
+            probe.order(
+                self.pages.prefix(b.page, i + 1),
+                self.pages.get(b.page, i + 1),
+            )
+        });
         if j + 1 < b.len as usize {
             (
                 Pos {
@@ -240,24 +312,24 @@ impl OrderedIndex {
     }
 
     /// The position of the key equal to the probe.
-    pub fn find(&self, cmp: impl FnMut(u64) -> Ordering) -> Option<Pos> {
-        match self.seek(cmp) {
+    pub fn find(&self, mut probe: Probe<impl FnMut(u64) -> Ordering>) -> Option<Pos> {
+        match self.seek_key(&mut probe) {
             (pos, true) => Some(pos),
             _ => None,
         }
     }
 
     /// The first position whose key is greater than the probe.
-    pub fn seek_after(&self, cmp: impl FnMut(u64) -> Ordering) -> Option<Pos> {
-        match self.seek(cmp) {
+    pub fn seek_after(&self, mut probe: Probe<impl FnMut(u64) -> Ordering>) -> Option<Pos> {
+        match self.seek_key(&mut probe) {
             (pos, true) => self.next(pos),
             (pos, false) => self.get(pos).map(|_| pos),
         }
     }
 
     /// The last position whose key is less than the probe.
-    pub fn seek_before(&self, cmp: impl FnMut(u64) -> Ordering) -> Option<Pos> {
-        self.prev(self.seek(cmp).0)
+    pub fn seek_before(&self, mut probe: Probe<impl FnMut(u64) -> Ordering>) -> Option<Pos> {
+        self.prev(self.seek_key(&mut probe).0)
     }
 
     /// The position of the `i`-th key (from 0) in key order, if any: a
@@ -316,31 +388,36 @@ impl OrderedIndex {
         })
     }
 
-    /// Inserts `loc`, or replaces the loc of an equal key.
-    pub fn insert(&mut self, loc: u64, cmp: impl FnMut(u64) -> Ordering) -> Inserted {
-        match self.seek(cmp) {
+    /// Inserts `loc` (of the probe's key), or replaces the loc of an equal
+    /// key.
+    pub fn insert(&mut self, loc: u64, mut probe: Probe<impl FnMut(u64) -> Ordering>) -> Inserted {
+        let prefix = probe.prefix;
+        match self.seek_key(&mut probe) {
             (pos, true) => {
                 let old = self.get(pos).unwrap_or_default();
                 self.set_loc(pos, loc);
                 Inserted::Replaced(old)
             }
             (pos, false) => {
-                self.insert_at(pos, loc);
+                self.insert_at(pos, loc, prefix);
                 Inserted::New
             }
         }
     }
 
-    /// Inserts `loc` at `pos` (from [`OrderedIndex::seek`], with no change
-    /// since), before the key there.
-    pub fn insert_at(&mut self, pos: Pos, loc: u64) {
+    /// Inserts `loc`, whose key has this prefix, at `pos` (from
+    /// [`OrderedIndex::seek`], with no change since), before the key there.
+    pub fn insert_at(&mut self, pos: Pos, loc: u64, prefix: Option<u64>) {
+        self.prefixed &= prefix.is_some();
+        let prefix = prefix.unwrap_or(0);
         if self.dir.is_empty() {
             let page = self.pages.alloc();
-            self.pages.set(page, 0, loc);
+            self.pages.set(page, 0, loc, prefix);
             self.dir.push(Block {
                 page,
                 len: 1,
                 first: loc,
+                first_prefix: prefix,
             });
             self.len = 1;
             return;
@@ -363,10 +440,11 @@ impl OrderedIndex {
         let Block { page, len, .. } = self.dir[b];
         let len = len as usize;
         self.pages.shift(page, slot, len - slot, slot + 1);
-        self.pages.set(page, slot, loc);
+        self.pages.set(page, slot, loc, prefix);
         self.dir[b].len += 1;
         if slot == 0 {
             self.dir[b].first = loc;
+            self.dir[b].first_prefix = prefix;
         }
         self.len += 1;
     }
@@ -387,7 +465,7 @@ impl OrderedIndex {
             return Some(loc);
         }
         if pos.slot == 0 {
-            self.dir[b].first = self.pages.get(page, 0);
+            self.set_first(b);
         }
         if (len - 1) < MIN_FILL {
             self.rebalance(b);
@@ -400,6 +478,14 @@ impl OrderedIndex {
         self.dir = Vec::new();
         self.pages = Pages::new(&self.name);
         self.len = 0;
+        self.prefixed = true;
+    }
+
+    /// Reads block `b`'s first loc and prefix from its page.
+    fn set_first(&mut self, b: usize) {
+        let page = self.dir[b].page;
+        self.dir[b].first = self.pages.get(page, 0);
+        self.dir[b].first_prefix = self.pages.prefix(page, 0);
     }
 
     /// Splits a full block into two halves.
@@ -410,15 +496,16 @@ impl OrderedIndex {
         let new = self.pages.alloc();
         self.pages.copy(page, half, moved, new, 0);
         self.dir[b].len = half as u32;
-        let first = self.pages.get(new, 0);
         self.dir.insert(
             b + 1,
             Block {
                 page: new,
                 len: moved as u32,
-                first,
+                first: 0,
+                first_prefix: 0,
             },
         );
+        self.set_first(b + 1);
     }
 
     /// Brings block `b`, under `MIN_FILL`, back up: merges it with a
@@ -457,7 +544,7 @@ impl OrderedIndex {
             self.dir[l].len -= k as u32;
             self.dir[r].len += k as u32;
         }
-        self.dir[r].first = self.pages.get(rb.page, 0);
+        self.set_first(r);
     }
 }
 
@@ -499,6 +586,19 @@ mod tests {
         move |l| key(l).cmp(&k)
     }
 
+    /// An order-keeping prefix with ties (eight keys share one), so that
+    /// searches decide by prefixes and by `cmp` both.
+    fn prefix(k: u64) -> u64 {
+        k >> 3
+    }
+
+    fn probe(k: u64) -> Probe<impl Fn(u64) -> Ordering> {
+        Probe {
+            prefix: Some(prefix(k)),
+            cmp: cmp_with(k),
+        }
+    }
+
     fn keys(ix: &OrderedIndex) -> Vec<u64> {
         let mut out = Vec::new();
         let mut p = ix.first();
@@ -518,6 +618,17 @@ mod tests {
                 assert!(b.len as usize >= MIN_FILL, "block {i} holds {}", b.len);
             }
             assert_eq!(b.first, ix.pages.get(b.page, 0), "block {i}'s first");
+            assert_eq!(
+                b.first_prefix,
+                ix.pages.prefix(b.page, 0),
+                "block {i}'s prefix"
+            );
+            for s in 0..b.len as usize {
+                let k = key(ix.pages.get(b.page, s));
+                if ix.prefixed {
+                    assert_eq!(ix.pages.prefix(b.page, s), prefix(k), "key {k}'s prefix");
+                }
+            }
             total += b.len as usize;
         }
         assert_eq!(total, ix.len());
@@ -552,12 +663,17 @@ mod tests {
                 0..=3 => {
                     // Replace keeps the key, changes the loc's "version"
                     // (kept in the model only).
-                    let inserted = ix.insert(loc(k), cmp_with(k));
+                    let inserted = ix.insert(loc(k), probe(k));
                     let was = model.insert(k, step);
                     assert_eq!(inserted == Inserted::New, was.is_none());
                 }
                 4 | 5 => {
-                    let (pos, found) = ix.seek(cmp_with(k));
+                    let (pos, found) = ix.seek_key(&mut probe(k));
+                    assert_eq!(
+                        ix.seek(cmp_with(k)),
+                        (pos, found),
+                        "with and without prefixes"
+                    );
                     assert_eq!(found, model.contains_key(&k));
                     if found {
                         assert_eq!(ix.remove_at(pos), Some(loc(k)));
@@ -565,10 +681,10 @@ mod tests {
                     }
                 }
                 _ => {
-                    let after = ix.seek_after(cmp_with(k)).and_then(|p| ix.get(p));
+                    let after = ix.seek_after(probe(k)).and_then(|p| ix.get(p));
                     let want = model.range(k + 1..).next().map(|(&k, _)| loc(k));
                     assert_eq!(after, want, "after {k}");
-                    let before = ix.seek_before(cmp_with(k)).and_then(|p| ix.get(p));
+                    let before = ix.seek_before(probe(k)).and_then(|p| ix.get(p));
                     let want = model.range(..k).next_back().map(|(&k, _)| loc(k));
                     assert_eq!(before, want, "before {k}");
                 }
@@ -585,7 +701,7 @@ mod tests {
     fn a_walk_resumes_from_its_last_key_across_concurrent_changes() {
         let mut ix = OrderedIndex::new("walk");
         for k in (0..10_000).map(|k| k * 3) {
-            ix.insert(loc(k), cmp_with(k));
+            ix.insert(loc(k), probe(k));
         }
         // Walk in chunks of 50, and between chunks delete the key just
         // returned and its neighbours, and insert keys before and after the
@@ -596,7 +712,7 @@ mod tests {
         loop {
             let mut p = match last {
                 None => ix.first(),
-                Some(k) => ix.seek_after(cmp_with(k)),
+                Some(k) => ix.seek_after(probe(k)),
             };
             let mut n = 0;
             while let (Some(pos), true) = (p, n < 50) {
@@ -611,14 +727,14 @@ mod tests {
             }
             let c = last.unwrap();
             for k in [c, c + 3, c.saturating_sub(3)] {
-                if let Some(pos) = ix.find(cmp_with(k)) {
+                if let Some(pos) = ix.find(probe(k)) {
                     ix.remove_at(pos);
                 }
             }
             for _ in 0..30 {
                 let k = r.next() % 30_000;
                 if k % 3 != 0 {
-                    ix.insert(loc(k), cmp_with(k));
+                    ix.insert(loc(k), probe(k));
                 }
             }
         }
@@ -642,21 +758,24 @@ mod tests {
         for k in 0..100_000u64 {
             // Random order, as keys usually arrive.
             let k = k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20;
-            ix.insert(loc(k), cmp_with(k));
+            ix.insert(loc(k), probe(k));
         }
         let n = ix.len() as u64;
         let full = ix.heap_bytes();
         let pages = ix.dir.len() as u64 * PAGE as u64;
         assert_eq!(
             full,
-            pages + (ix.dir.capacity() * 16) as u64 + (ix.pages.free.capacity() * 4) as u64
+            pages
+                + (ix.dir.capacity() * std::mem::size_of::<Block>()) as u64
+                + (ix.pages.free.capacity() * 4) as u64
         );
-        assert!(full / n <= 16, "{} bytes a key", full / n);
+        assert_eq!(std::mem::size_of::<Block>(), 24);
+        assert!(full / n <= 32, "{} bytes a key", full / n);
         // Delete all but every 100th key.
         let all = keys(&ix);
         for (i, k) in all.iter().enumerate() {
             if i % 100 != 0 {
-                let pos = ix.find(cmp_with(*k)).unwrap();
+                let pos = ix.find(probe(*k)).unwrap();
                 ix.remove_at(pos);
             }
         }
@@ -675,18 +794,19 @@ mod tests {
         let mut ix = OrderedIndex::new("smaps");
         for k in 0..200_000u64 {
             let k = k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 16;
-            ix.insert(loc(k), cmp_with(k));
+            ix.insert(loc(k), probe(k));
         }
         // Empty a third of the blocks: their pages are punched out.
         let all = keys(&ix);
         for k in &all[..all.len() / 3] {
-            let pos = ix.find(cmp_with(*k)).unwrap();
+            let pos = ix.find(probe(*k)).unwrap();
             ix.remove_at(pos);
         }
         let usage = crate::accounting::mappings(&[ix.address() as u64]).unwrap()[0]
             .expect("the index pages are a mapping of their own");
         assert_eq!(usage.resident, ix.pages.used_bytes() as u64);
-        let dir = (ix.dir.capacity() * 16 + ix.pages.free.capacity() * 4) as u64;
+        let dir = (ix.dir.capacity() * std::mem::size_of::<Block>() + ix.pages.free.capacity() * 4)
+            as u64;
         assert_eq!(ix.heap_bytes(), usage.resident + dir);
     }
 
@@ -694,13 +814,70 @@ mod tests {
     fn sequential_inserts_at_either_end() {
         let mut ix = OrderedIndex::new("seq");
         for k in 0..5_000u64 {
-            ix.insert(loc(10_000 + k), cmp_with(10_000 + k));
-            ix.insert(loc(10_000 - k - 1), cmp_with(10_000 - k - 1));
+            ix.insert(loc(10_000 + k), probe(10_000 + k));
+            ix.insert(loc(10_000 - k - 1), probe(10_000 - k - 1));
         }
         check_invariants(&ix);
         assert_eq!(keys(&ix), (5_000..15_000).collect::<Vec<_>>());
         assert_eq!(ix.get(ix.last().unwrap()), Some(loc(14_999)));
         assert_eq!(ix.seek(cmp_with(20_000)).0, ix.end());
+        assert_eq!(ix.seek_key(&mut probe(20_000)).0, ix.end());
         assert_eq!(ix.get(ix.end()), None);
+    }
+
+    #[test]
+    fn prefixes_decide_unequal_keys_and_cmp_only_breaks_ties() {
+        let mut ix = OrderedIndex::new("ties");
+        for k in 0..20_000u64 {
+            let k = k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 44;
+            ix.insert(loc(k), probe(k));
+        }
+        check_invariants(&ix);
+        // With a prefix unique to each key, a search of a present key
+        // reads one key (the equal one) at most.
+        let mut exact = OrderedIndex::new("exact");
+        for k in 0..20_000u64 {
+            exact.insert(
+                loc(k),
+                Probe {
+                    prefix: Some(k),
+                    cmp: cmp_with(k),
+                },
+            );
+        }
+        for k in (0..20_000u64).step_by(97) {
+            let mut calls = 0;
+            let found = exact.find(Probe {
+                prefix: Some(k),
+                cmp: |l| {
+                    calls += 1;
+                    cmp_with(k)(l)
+                },
+            });
+            assert_eq!(found.and_then(|p| exact.get(p)), Some(loc(k)));
+            assert!(calls <= 1, "{calls} keys read for {k}");
+        }
+        // A key added without a prefix turns them off: still right.
+        exact.insert(
+            loc(30_000),
+            Probe {
+                prefix: None,
+                cmp: cmp_with(30_000),
+            },
+        );
+        for k in [0, 5, 19_999, 30_000] {
+            let p = exact.find(Probe {
+                prefix: Some(k),
+                cmp: cmp_with(k),
+            });
+            assert_eq!(p.and_then(|p| exact.get(p)), Some(loc(k)));
+        }
+        let p = exact.seek_after(Probe {
+            prefix: Some(19_999),
+            cmp: cmp_with(19_999),
+        });
+        assert_eq!(p.and_then(|p| exact.get(p)), Some(loc(30_000)));
+        exact.clear();
+        assert!(exact.prefixed);
     }
 }

@@ -317,6 +317,22 @@ fn check(a: &M, b: &M, names: &mut Names) {
         let back = try_compare(&eb, &ea, &name, exact).unwrap();
         assert_eq!(back, want.reverse(), "antisymmetry\n a = {a:?}\n b = {b:?}");
     }
+    check_prefix(a, b, names);
+}
+
+/// The keys' prefixes keep their term order: `a < b` gives
+/// `prefix(a) <= prefix(b)`, `a == b` equal prefixes.
+fn check_prefix(a: &M, b: &M, names: &mut Names) {
+    let (ea, eb) = (value(a, names).to_bytes(), value(b, names).to_bytes());
+    let name = |id| names.name(id);
+    let pa = prefix(&ea, name).expect("a well-formed key has a prefix");
+    let pb = prefix(&eb, name).expect("a well-formed key has a prefix");
+    let ok = match model(a, b, false) {
+        Less => pa <= pb,
+        Equal => pa == pb,
+        Greater => pa >= pb,
+    };
+    assert!(ok, "prefixes {pa:#x} vs {pb:#x}\n a = {a:?}\n b = {b:?}");
 }
 
 fn l(es: Vec<M>) -> M {
@@ -900,4 +916,77 @@ fn a_bound_with_wildcards_matches_one_run_of_keys_including_list_tails() {
             "{k:?}"
         );
     }
+}
+
+#[test]
+fn prefixes_keep_term_order_where_keys_share_their_first_bytes_or_round_alike() {
+    let mut names = Names::default();
+    let long = |s: &str| A(s.to_string());
+    let bin = |b: &[u8]| Bits(b.to_vec(), b.len() as u64 * 8);
+    let two53 = 9_007_199_254_740_992i128;
+    let terms = vec![
+        I(two53),
+        I(two53 + 1),
+        F(9_007_199_254_740_992.0),
+        I(i128::from(i64::MAX)),
+        I(i128::from(i64::MAX) - 1),
+        F(TWO_63),
+        I(1 << 64),
+        F(1e300),
+        F(-1e300),
+        I(-(1 << 80)),
+        I(i128::from(i64::MIN)),
+        F(-0.0),
+        F(0.0),
+        I(0),
+        F(f64::MIN_POSITIVE),
+        long("user_account_1"),
+        long("user_account_2"),
+        long("user_acc"),
+        long("user_ac"),
+        long("\u{0}"),
+        long(""),
+        bin(b"abcdefgh1"),
+        bin(b"abcdefgh2"),
+        bin(b"abcdefgh"),
+        bin(b"abcdefg"),
+        bin(b""),
+        Bits(vec![0x80], 1),
+        Bits(vec![0x00, 0x01], 16),
+        T(vec![long("user"), I(1)]),
+        T(vec![long("user"), I(2)]),
+        T(vec![long("users"), I(1)]),
+        T(vec![I(1), F(1.0)]),
+        T(vec![F(1.0), I(1)]),
+        T(vec![T(vec![T(vec![I(7)])])]),
+        T(vec![T(vec![T(vec![I(8)])])]),
+        T((0..5000).map(|i| I(i % 3)).collect()),
+        T((0..5001).map(|i| I(i % 3)).collect()),
+        T((0..4095).map(|_| I(9)).collect()),
+        T((0..4094).map(|_| I(9)).collect()),
+        l(vec![I(1), I(2)]),
+        l(vec![F(1.0)]),
+        L(vec![I(1)], Box::new(I(3))),
+        l(vec![l(vec![l(vec![I(1)])])]),
+        Map(vec![(I(1), I(2))]),
+        Map(vec![]),
+        Nil,
+    ];
+    for x in &terms {
+        for y in &terms {
+            check_prefix(x, y, &mut names);
+        }
+    }
+    // Keys that differ in their first bytes are told apart by them.
+    let (x, y) = (
+        value(&long("alpha"), &mut names).to_bytes(),
+        value(&long("beta"), &mut names).to_bytes(),
+    );
+    let name = |id| names.name(id);
+    assert!(prefix(&x, name) < prefix(&y, name));
+    let (x, y) = (Value::Int(1).to_bytes(), Value::Int(2).to_bytes());
+    assert!(prefix(&x, name) < prefix(&y, name));
+    // Input the table never stores has none.
+    assert_eq!(prefix(&[0x0b], name), None);
+    assert_eq!(prefix(&[], name), None);
 }

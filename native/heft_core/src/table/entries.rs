@@ -32,6 +32,26 @@ impl Order<'_> {
             Order::Term(names) => order::compare(stored, key, |id| names.name(id).unwrap_or("")),
         }
     }
+
+    /// The ordered index's probe for `key`: its prefix and its comparison
+    /// with the key at a loc.
+    fn probe<'k>(
+        self,
+        arena: &'k Arena,
+        key: &'k [u8],
+    ) -> ordered::Probe<impl FnMut(u64) -> Ordering + 'k>
+    where
+        Self: 'k,
+    {
+        let prefix = match self {
+            Order::Bytes => None,
+            Order::Term(names) => order::prefix(key, |id| names.name(id).unwrap_or("")),
+        };
+        ordered::Probe {
+            prefix,
+            cmp: move |l| self.cmp(key_in(arena, l), key),
+        }
+    }
 }
 
 /// An entry's position; good until the next change.
@@ -159,9 +179,7 @@ impl Entries {
                 let n = ix.seek_after(hash, cmp) - p;
                 Some((Pos::Hash(p), n))
             }
-            Entries::Ordered(ix) => ix
-                .find(|l| ord.cmp(key_in(arena, l), key))
-                .map(|p| (Pos::Ordered(p), 1)),
+            Entries::Ordered(ix) => ix.find(ord.probe(arena, key)).map(|p| (Pos::Ordered(p), 1)),
         }
     }
 
@@ -240,7 +258,7 @@ impl Entries {
                 Inserted::New
             }
             Entries::Hash(ix) => ix.insert(hash, loc, |l| key_in(arena, l).cmp(key)),
-            Entries::Ordered(ix) => ix.insert(loc, |l| ord.cmp(key_in(arena, l), key)),
+            Entries::Ordered(ix) => ix.insert(loc, ord.probe(arena, key)),
         };
         match replaced {
             Inserted::Replaced(old) => Some(old),
@@ -353,8 +371,12 @@ impl Entries {
                 let p = ix.seek_after(hash, cmp);
                 ix.next_occupied(p).map(Pos::Hash)
             }
-            (Entries::Ordered(ix), Direction::Forward) => ix.seek_after(cmp).map(Pos::Ordered),
-            (Entries::Ordered(ix), Direction::Backward) => ix.seek_before(cmp).map(Pos::Ordered),
+            (Entries::Ordered(ix), Direction::Forward) => {
+                ix.seek_after(ord.probe(arena, key)).map(Pos::Ordered)
+            }
+            (Entries::Ordered(ix), Direction::Backward) => {
+                ix.seek_before(ord.probe(arena, key)).map(Pos::Ordered)
+            }
         }
     }
 }
