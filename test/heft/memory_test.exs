@@ -72,9 +72,74 @@ defmodule Heft.MemoryTest do
       assert kinds.file.count > 0 and kinds.anonymous.count > 0
     end
 
+    test "a named anonymous Heft arena is a Heft arena" do
+      text = """
+      7f00aa000000-7f00aa400000 rw-p 00000000 00:00 0                          [anon:heft:users:7]
+      Size:               4096 kB
+      Rss:                2048 kB
+      Private_Dirty:      2048 kB
+      AnonHugePages:      2048 kB
+      7f00aa400000-7f00aa500000 rw-p 00000000 00:00 0
+      Size:               1024 kB
+      Rss:                 512 kB
+      """
+
+      kinds = text |> Proc.smaps() |> Beam.classify()
+
+      assert kinds.heft_arena == %{
+               count: 1,
+               size: 4 * @mib,
+               rss: 2 * @mib,
+               dirty: 2 * @mib,
+               swap: 0
+             }
+
+      assert kinds.anonymous.count == 1 and kinds.anonymous.rss == div(@mib, 2)
+    end
+
+    test "a live table's arena mapping is named after it and counted as a Heft arena" do
+      t = Heft.new(:memory_test_named_arena, compression: :none)
+      Heft.insert(t, for(i <- 1..3000, do: {i, :binary.copy(<<i::32>>, 256)}))
+      used = Heft.info(t, :arena_used_bytes)
+
+      line =
+        "/proc/self/maps"
+        |> File.read!()
+        |> String.split("\n")
+        |> Enum.find(
+          &(&1 =~
+              ~r"(\[anon:heft:memory_test_named_arena:\d+\]|/memfd:heft:memory_test_named_arena )")
+        )
+
+      assert line, "no mapping named after the table"
+
+      [from, to] =
+        line
+        |> String.split(" ")
+        |> hd()
+        |> String.split("-")
+        |> Enum.map(&String.to_integer(&1, 16))
+
+      assert to - from == Heft.info(t, :arena_mapped_bytes)
+
+      assert Beam.kind(
+               line
+               |> String.split(" ", parts: 6, trim: true)
+               |> List.last()
+               |> String.trim()
+             ) == :heft_arena
+
+      assert Memory.node().mappings.heft_arena.rss >= used
+      assert Heft.info(t, :arena_resident_bytes) >= used
+      Heft.delete(t)
+    end
+
     test "kind/1" do
       assert Beam.kind("/memfd:heft:users (deleted)") == :heft_arena
       assert Beam.kind("/memfd:heft-index:users (deleted)") == :heft_index
+      assert Beam.kind("[anon:heft:users:12]") == :heft_arena
+      assert Beam.kind("[anon:heft-index:users]") == :heft_index
+      assert Beam.kind("[anon:heftless]") == :anonymous
       assert Beam.kind("/srv/x/heft-00ff.arena") == :heft_arena
       assert Beam.kind("/srv/x/heft-00ff.arena (deleted)") == :heft_arena
       assert Beam.kind("/srv/x/notheft.arena") == :file

@@ -55,10 +55,13 @@ defmodule Heft.Memory.Beam do
     end
   end
 
-  # Resident bytes by kind of mapping. A Heft memory arena is a memfd named
+  # Resident bytes by kind of mapping. A Heft memory arena is anonymous
+  # memory named "heft:<table>:<n>" (shown as "[anon:heft:<table>:<n>]"),
+  # or, where the kernel cannot name anonymous memory, a memfd named
   # "heft:<table>" (shown as "/memfd:heft:<table> (deleted)"); a file arena
   # is a file named heft-*.arena; a table's index is a memfd named
-  # "heft-index:<table>". nil when smaps cannot be read.
+  # "heft-index:<table>" (or anonymous memory of that name). nil when smaps
+  # cannot be read.
   defp mappings(source) do
     with text when is_binary(text) <- Source.read!(source, "/proc/self/smaps") do
       text |> Proc.smaps() |> classify()
@@ -90,6 +93,8 @@ defmodule Heft.Memory.Beam do
   def kind(nil), do: :anonymous
   def kind("/memfd:heft:" <> _), do: :heft_arena
   def kind("/memfd:heft-index:" <> _), do: :heft_index
+  def kind("[anon:heft:" <> _), do: :heft_arena
+  def kind("[anon:heft-index:" <> _), do: :heft_index
   # [heap], [stack], [vdso], [anon:name] and the like.
   def kind("[" <> _), do: :anonymous
 

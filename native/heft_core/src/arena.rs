@@ -1,8 +1,17 @@
 //! The arena: one mmap'd region per table that holds its records.
 //!
-//! Backing. A memory arena is a memfd (named `heft:<table>`, so it shows in
-//! /proc/PID/maps): its pages live in RAM and can only be swapped, never
-//! written back to a file. A file arena maps a file `heft-<ospid>-<table>-<n>.arena`
+//! Backing. A memory arena is private anonymous memory on transparent huge
+//! pages (`MADV_HUGEPAGE`: 2 MiB pages where the kernel has them, so a
+//! table's pages fault in 512 at a time), named `heft:<table>:<n>` with
+//! `PR_SET_VMA_ANON_NAME` so it shows in /proc/PID/maps and smaps as
+//! `[anon:heft:<table>:<n>]` (`<n>` is a number of this process, unique per
+//! arena: anonymous mappings of one name next to each other would merge
+//! into one). Where the kernel refuses the name or the advice (before Linux
+//! 5.17, or without `CONFIG_ANON_VMA_NAME` or THP), it is a memfd named
+//! `heft:<table>` instead (`/memfd:heft:<table> (deleted)`), on 4 KiB
+//! pages (this host's THP setting for shmem is `never`). Either way its
+//! pages live in RAM and can only be swapped, never written back to a file.
+//! A file arena maps a file `heft-<ospid>-<table>-<n>.arena`
 //! (mode 0600) in a directory the user names, for data larger than RAM; the
 //! file is removed when the arena is dropped, and files left by a VM that
 //! died are removed by the next arena created in that directory.
@@ -12,7 +21,8 @@
 //! on its class's free list and is handed out again before the arena grows,
 //! so a table that keeps overwriting the same keys stays the same size.
 //! Freed blocks of a memory arena that span whole pages give those pages
-//! back to the kernel (punched out of the memfd).
+//! back to the kernel (`MADV_DONTNEED`, or punched out of the memfd; a huge
+//! page with a hole in it is split).
 //!
 //! The region grows by doubling (at most 1 GiB a step) with `mremap`, so it
 //! may move: callers hold no pointers into it across a `&mut` borrow, which
@@ -23,9 +33,9 @@ use std::fs::{self, File};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use memmap2::{Advice, MmapMut, MmapOptions, RemapOptions};
+use memmap2::{Advice, MmapMut, MmapOptions, RemapOptions, UncheckedAdvice};
 
 /// The smallest mapping an arena starts with.
 const INITIAL_BYTES: u64 = 64 * 1024;
@@ -91,10 +101,34 @@ pub fn class_size(class: usize) -> usize {
 
 static FILE_SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// Where a live arena's pages are.
+enum Pages {
+    /// Private anonymous memory on huge pages, named `name` in /proc
+    /// (unnamed only in tests of a kernel that cannot name it).
+    Anon(Option<CString>),
+    /// A memfd: the fallback for memory arenas.
+    Memfd(File),
+    /// A file of the arena's own at this path.
+    File(File, PathBuf),
+}
+
+/// How a memory arena's pages are obtained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MemoryPages {
+    /// Anonymous huge pages, else a memfd.
+    Huge,
+    /// A memfd always (to test the fallback).
+    #[cfg(test)]
+    Memfd,
+    /// Anonymous huge pages left unnamed (to test them on a kernel that
+    /// cannot name them).
+    #[cfg(test)]
+    UnnamedHuge,
+}
+
 /// An mmap'd region with a size-class allocator.
 pub struct Arena {
-    file: File,
-    path: Option<PathBuf>,
+    pages: Pages,
     map: MmapMut,
     /// Bytes of the region handed out so far (the bump pointer).
     top: u64,
@@ -111,9 +145,46 @@ impl Arena {
     /// Creates an empty arena. `label` names it in /proc/PID/maps (a memfd
     /// name, or part of the file name) and is sanitized to `[A-Za-z0-9_.-]`.
     pub fn new(backing: &Backing, label: &str) -> io::Result<Arena> {
+        Arena::with_pages(backing, label, MemoryPages::Huge)
+    }
+
+    pub(crate) fn with_pages(
+        backing: &Backing,
+        label: &str,
+        memory: MemoryPages,
+    ) -> io::Result<Arena> {
         let label = sanitize(label);
-        let (file, path) = match backing {
-            Backing::Memory => (memfd(&format!("heft:{label}"), INITIAL_BYTES)?, None),
+        let anon = match (backing, memory) {
+            (Backing::Memory, MemoryPages::Huge) if ANON_REFUSED.load(Ordering::Relaxed) => None,
+            (Backing::Memory, MemoryPages::Huge) => match anon_name(&label) {
+                Ok(name) => match anon_map(Some(&name), INITIAL_BYTES) {
+                    Ok(map) => Some((map, Some(name))),
+                    Err(e) => {
+                        // This kernel cannot (EINVAL: no THP or no anonymous
+                        // mapping names); out of memory may pass.
+                        if e.raw_os_error() == Some(libc::EINVAL) {
+                            ANON_REFUSED.store(true, Ordering::Relaxed);
+                        }
+                        None
+                    }
+                },
+                Err(_) => None,
+            },
+            #[cfg(test)]
+            (Backing::Memory, MemoryPages::UnnamedHuge) => {
+                Some((anon_map(None, INITIAL_BYTES)?, None))
+            }
+            _ => None,
+        };
+        let (pages, map) = match backing {
+            Backing::Memory => match anon {
+                Some((map, name)) => (Pages::Anon(name), map),
+                None => {
+                    let file = memfd(&format!("heft:{label}"), INITIAL_BYTES)?;
+                    let map = map_file(&file, INITIAL_BYTES, false)?;
+                    (Pages::Memfd(file), map)
+                }
+            },
             Backing::File(dir) => {
                 remove_stale_files(dir);
                 // Created exclusively (a link planted there is not
@@ -125,13 +196,19 @@ impl Arena {
                     std::process::id()
                 ));
                 let file = crate::files::create_new(&path, crate::files::FILE_MODE)?;
-                (file, Some(path))
+                let map = match map_file(&file, INITIAL_BYTES, true) {
+                    Ok(map) => map,
+                    Err(e) => {
+                        let _ = fs::remove_file(&path);
+                        return Err(e);
+                    }
+                };
+                (Pages::File(file, path), map)
             }
         };
         let arena = Arena {
-            map: map_file(&file, INITIAL_BYTES, path.is_some())?,
-            file,
-            path,
+            pages,
+            map,
             top: FIRST_OFFSET,
             free: Vec::new(),
             live: 0,
@@ -183,9 +260,9 @@ impl Arena {
         let mut entry = loc;
         // Only memory arenas punch: a file arena keeps its disk blocks so a
         // reused block can never hit a full disk through the mapping.
-        if size as usize >= PUNCH_MIN && self.path.is_none() {
+        if size as usize >= PUNCH_MIN && !matches!(self.pages, Pages::File(..)) {
             if let Some((start, plen)) = punchable(off, size) {
-                if punch_hole(&self.file, start, plen).is_ok() {
+                if self.give_back(start, plen).is_ok() {
                     self.punched += plen;
                     entry |= PUNCHED;
                 }
@@ -219,23 +296,48 @@ impl Arena {
         self.map.get_mut(start..start.checked_add(len)?)
     }
 
+    /// Gives the pages of `[start, start+len)` (whole pages of a freed
+    /// block) back to the kernel; they read as zeros afterwards.
+    fn give_back(&self, start: u64, len: u64) -> io::Result<()> {
+        match &self.pages {
+            // SAFETY: the range lies inside the mapping (a freed block) and
+            // no one reads it; MADV_DONTNEED on private anonymous memory
+            // only drops its pages, which read back as zeros.
+            Pages::Anon(_) => unsafe {
+                self.map.unchecked_advise_range(
+                    UncheckedAdvice::DontNeed,
+                    start as usize,
+                    len as usize,
+                )
+            },
+            Pages::Memfd(file) => punch_hole(file, start, len),
+            Pages::File(..) => Ok(()),
+        }
+    }
+
     fn grow(&mut self, needed: u64) -> io::Result<()> {
         let mut new_len = self.map.len() as u64;
         while new_len < needed {
             new_len += new_len.clamp(INITIAL_BYTES, MAX_STEP);
         }
         let old_len = self.map.len() as u64;
-        if self.path.is_some() {
-            // Reserve the disk blocks now: a store through the mapping into
-            // a hole the disk has no room for would be SIGBUS, not an error.
-            if let Err(e) = allocate(&self.file, old_len, new_len - old_len) {
-                let _ = self.file.set_len(old_len);
-                return Err(e);
+        match &self.pages {
+            Pages::Anon(_) => remap_anon(&mut self.map, new_len),
+            Pages::Memfd(file) => {
+                file.set_len(new_len)?;
+                remap(file, &mut self.map, new_len)
             }
-        } else {
-            self.file.set_len(new_len)?;
+            Pages::File(file, _) => {
+                // Reserve the disk blocks now: a store through the mapping
+                // into a hole the disk has no room for would be SIGBUS, not
+                // an error.
+                if let Err(e) = allocate(file, old_len, new_len - old_len) {
+                    let _ = file.set_len(old_len);
+                    return Err(e);
+                }
+                remap(file, &mut self.map, new_len)
+            }
         }
-        remap(&self.file, &mut self.map, new_len)
     }
 
     /// Makes room for about `bytes` more of blocks at once, for a bulk load
@@ -250,7 +352,7 @@ impl Arena {
             self.grow(end)?;
         }
         let start = self.top / PAGE * PAGE;
-        if self.path.is_none() && end > start {
+        if !matches!(self.pages, Pages::File(..)) && end > start {
             let len = (end - start) as usize;
             let _ = self
                 .map
@@ -261,13 +363,19 @@ impl Arena {
 
     /// Drops every block and gives all pages back, keeping the backing.
     pub fn clear(&mut self) -> io::Result<()> {
-        self.file.set_len(0)?;
-        if self.path.is_some() {
-            allocate(&self.file, 0, INITIAL_BYTES)?;
-        } else {
-            self.file.set_len(INITIAL_BYTES)?;
-        }
-        self.map = map_file(&self.file, INITIAL_BYTES, false)?;
+        self.map = match &self.pages {
+            Pages::Anon(name) => anon_map(name.as_ref(), INITIAL_BYTES)?,
+            Pages::Memfd(file) => {
+                file.set_len(0)?;
+                file.set_len(INITIAL_BYTES)?;
+                map_file(file, INITIAL_BYTES, false)?
+            }
+            Pages::File(file, _) => {
+                file.set_len(0)?;
+                allocate(file, 0, INITIAL_BYTES)?;
+                map_file(file, INITIAL_BYTES, false)?
+            }
+        };
         self.top = FIRST_OFFSET;
         self.free.iter_mut().for_each(Vec::clear);
         self.live = 0;
@@ -277,7 +385,8 @@ impl Arena {
     }
 
     /// Bytes mapped: the length of the region (the backing file's size).
-    /// Address space only; the kernel allocates pages when they are touched.
+    /// Address space only; the kernel allocates pages when they are touched
+    /// (in a memory arena on huge pages, 2 MiB at a time where it can).
     pub fn mapped_bytes(&self) -> u64 {
         self.map.len() as u64
     }
@@ -312,13 +421,16 @@ impl Arena {
 
     /// The backing file's path (file arenas only).
     pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
+        match &self.pages {
+            Pages::File(_, path) => Some(path),
+            _ => None,
+        }
     }
 }
 
 impl Drop for Arena {
     fn drop(&mut self) {
-        if let Some(path) = &self.path {
+        if let Some(path) = self.path() {
             let _ = fs::remove_file(path);
         }
     }
@@ -351,6 +463,68 @@ fn punchable(off: u64, size: u64) -> Option<(u64, u64)> {
     let start = off.div_ceil(PAGE) * PAGE;
     let end = (off + size) / PAGE * PAGE;
     (end > start).then(|| (start, end - start))
+}
+
+static ANON_SEQ: AtomicU64 = AtomicU64::new(0);
+/// Set once the kernel refused a named huge-page mapping: memory arenas
+/// are memfds from then on.
+static ANON_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// The longest name the kernel takes for an anonymous mapping, NUL
+/// included (`ANON_VMA_NAME_MAX_LEN`).
+const ANON_NAME_MAX: usize = 80;
+
+/// A memory arena's mapping name, `heft:<label>:<n>`, with `<n>` unique in
+/// this process (the label shortened to fit the kernel's limit).
+fn anon_name(label: &str) -> io::Result<CString> {
+    let seq = ANON_SEQ.fetch_add(1, Ordering::Relaxed);
+    let tail = format!(":{seq}");
+    let room = ANON_NAME_MAX - 1 - "heft:".len() - tail.len();
+    let label: String = label.chars().take(room).collect();
+    CString::new(format!("heft:{label}{tail}")).map_err(|_| io::ErrorKind::InvalidInput.into())
+}
+
+/// A private anonymous mapping of `len` bytes on transparent huge pages,
+/// named `name` in /proc/self/maps. Fails where the kernel refuses either
+/// the advice or the name (then the caller uses a memfd).
+pub(crate) fn anon_map(name: Option<&CString>, len: u64) -> io::Result<MmapMut> {
+    let map = MmapOptions::new().len(len as usize).map_anon()?;
+    map.advise(Advice::HugePage)?;
+    if let Some(name) = name {
+        name_range(map.as_ptr() as usize, map.len(), name)?;
+    }
+    Ok(map)
+}
+
+/// Names the anonymous mapping at `[addr, addr+len)`.
+fn name_range(addr: usize, len: usize, name: &CString) -> io::Result<()> {
+    // SAFETY: PR_SET_VMA_ANON_NAME only labels the kernel's record of our
+    // own anonymous mapping at that range; it reads the NUL-terminated name
+    // and touches no memory of ours.
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_SET_VMA,
+            libc::PR_SET_VMA_ANON_NAME as libc::c_ulong,
+            addr as libc::c_ulong,
+            len as libc::c_ulong,
+            name.as_ptr() as libc::c_ulong,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Grows an anonymous mapping to `new_len` bytes (it may move; the pages
+/// move with it, huge pages whole where old and new place are 2 MiB
+/// aligned alike). The name and the advice stay with the mapping.
+fn remap_anon(map: &mut MmapMut, new_len: u64) -> io::Result<()> {
+    // SAFETY: the mapping is private anonymous memory of its arena; it may
+    // move, and no reference into it exists because the caller holds it
+    // `&mut`. On error it stays as it was.
+    unsafe { map.remap(new_len as usize, RemapOptions::new().may_move(true)) }
 }
 
 /// A new memfd of `len` bytes named `name` (shown as `/memfd:NAME (deleted)`
@@ -530,23 +704,169 @@ mod tests {
 
     #[test]
     fn large_freed_blocks_give_their_pages_back() {
-        let mut a = Arena::new(&Backing::Memory, "punch").unwrap();
-        let off = a.alloc(1 << 20).unwrap();
-        a.get_mut(off, 1 << 20).unwrap().fill(1);
-        let used = a.used_bytes();
-        a.free(off);
-        assert!(a.used_bytes() < used - (1 << 19));
-        let again = a.alloc(1 << 20).unwrap();
-        assert_eq!(again, off);
-        assert_eq!(a.used_bytes(), used);
-        // The whole pages inside the block read back as zeros and are
-        // writable again; the partial pages at its ends kept their bytes.
-        let (start, len) = punchable(offset(off), block_size(off) as u64).unwrap();
-        let skip = (start - offset(off)) as usize;
-        let block = a.get(again, 1 << 20).unwrap();
-        assert!(block[skip..skip + len as usize].iter().all(|&b| b == 0));
-        assert!(block[..skip].iter().all(|&b| b == 1));
-        a.get_mut(again, 1 << 20).unwrap().fill(2);
+        for pages in [
+            MemoryPages::Huge,
+            MemoryPages::Memfd,
+            MemoryPages::UnnamedHuge,
+        ] {
+            let mut a = Arena::with_pages(&Backing::Memory, "punch", pages).unwrap();
+            let off = a.alloc(1 << 20).unwrap();
+            a.get_mut(off, 1 << 20).unwrap().fill(1);
+            let used = a.used_bytes();
+            a.free(off);
+            assert!(a.used_bytes() < used - (1 << 19), "{pages:?}");
+            let again = a.alloc(1 << 20).unwrap();
+            assert_eq!(again, off);
+            assert_eq!(a.used_bytes(), used);
+            // The whole pages inside the block read back as zeros and are
+            // writable again; the partial pages at its ends kept their bytes.
+            let (start, len) = punchable(offset(off), block_size(off) as u64).unwrap();
+            let skip = (start - offset(off)) as usize;
+            let block = a.get(again, 1 << 20).unwrap();
+            assert!(
+                block[skip..skip + len as usize].iter().all(|&b| b == 0),
+                "{pages:?}"
+            );
+            assert!(block[..skip].iter().all(|&b| b == 1), "{pages:?}");
+            a.get_mut(again, 1 << 20).unwrap().fill(2);
+        }
+    }
+
+    /// The /proc/self/maps line of the mapping that starts at `addr`.
+    fn maps_line(addr: usize) -> Option<String> {
+        let maps = fs::read_to_string("/proc/self/maps").unwrap();
+        let prefix = format!("{addr:x}-");
+        maps.lines()
+            .find(|l| l.starts_with(&prefix))
+            .map(str::to_string)
+    }
+
+    /// The name a memory arena labelled `label` shows in /proc/self/maps:
+    /// a named anonymous mapping where the kernel names them, else the
+    /// memfd of the fallback.
+    fn memory_arena_name(label: &str) -> String {
+        let probe = anon_name("probe").unwrap();
+        if anon_map(Some(&probe), PAGE).is_ok() {
+            format!("[anon:heft:{label}:")
+        } else {
+            format!("/memfd:heft:{label} ")
+        }
+    }
+
+    fn thp_for_anonymous_memory() -> bool {
+        fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .is_ok_and(|s| !s.contains("[never]"))
+    }
+
+    /// Fills 6 MiB of blocks numbered by their first bytes, growing the
+    /// arena from 64 KiB past several 2 MiB boundaries, and checks them.
+    fn fill_across_2_mib(a: &mut Arena) {
+        let mut blocks = Vec::new();
+        for i in 0..6000u32 {
+            let off = a.alloc(1000).unwrap();
+            let b = a.get_mut(off, 1000).unwrap();
+            b.fill(i as u8);
+            b[..4].copy_from_slice(&i.to_le_bytes());
+            blocks.push(off);
+        }
+        assert!(a.mapped_bytes() > 4 << 20);
+        for (i, off) in blocks.iter().enumerate() {
+            let b = a.get(*off, 1000).unwrap();
+            assert_eq!(&b[..4], &(i as u32).to_le_bytes());
+            assert!(b[4..].iter().all(|&x| x == i as u8));
+        }
+    }
+
+    #[test]
+    fn a_memory_arena_is_named_anonymous_memory_and_keeps_its_data_across_2_mib_growth() {
+        let mut a = Arena::new(&Backing::Memory, "grow2m").unwrap();
+        let name = memory_arena_name("grow2m");
+        let line = maps_line(a.address()).expect("the arena starts a mapping");
+        assert!(line.contains(&name), "{line} is not {name}");
+        fill_across_2_mib(&mut a);
+        // Still one mapping, still named, after growing (and maybe moving).
+        let line = maps_line(a.address()).expect("the grown arena starts a mapping");
+        assert!(line.contains(&name), "{line} is not {name}");
+        let usage = crate::accounting::mappings(&[a.address() as u64]).unwrap()[0].unwrap();
+        assert_eq!(usage.size, a.mapped_bytes());
+        assert!(usage.resident >= 6000 * 1000, "{usage:?}");
+        if thp_for_anonymous_memory() && name.starts_with("[anon:") {
+            let smaps = fs::read_to_string("/proc/self/smaps").unwrap();
+            let at = smaps.find(&line).unwrap();
+            let huge: u64 = smaps[at..]
+                .lines()
+                .find_map(|l| l.strip_prefix("AnonHugePages:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                .unwrap();
+            assert!(huge >= 2048, "no huge page in the grown arena: {huge} kB");
+        }
+    }
+
+    #[test]
+    fn huge_page_arenas_keep_their_data_across_2_mib_growth_and_clear() {
+        // Anonymous memory whatever the kernel's naming support.
+        let mut a = Arena::with_pages(&Backing::Memory, "anon", MemoryPages::UnnamedHuge).unwrap();
+        assert!(matches!(a.pages, Pages::Anon(None)));
+        fill_across_2_mib(&mut a);
+        let usage = crate::accounting::mappings(&[a.address() as u64]).unwrap()[0]
+            .expect("the grown arena starts a mapping");
+        assert!(usage.resident >= 6000 * 1000, "{usage:?}");
+        assert!(usage.size >= a.mapped_bytes(), "{usage:?}");
+        if thp_for_anonymous_memory() {
+            let smaps = fs::read_to_string("/proc/self/smaps").unwrap();
+            let at = smaps.find(&format!("{:x}-", a.address())).unwrap();
+            let huge: u64 = smaps[at..]
+                .lines()
+                .find_map(|l| l.strip_prefix("AnonHugePages:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                .unwrap();
+            assert!(huge >= 2048, "no huge page in the grown arena: {huge} kB");
+        }
+        a.clear().unwrap();
+        assert_eq!(a.mapped_bytes(), INITIAL_BYTES);
+        assert_eq!(a.used_bytes(), FIRST_OFFSET);
+        fill_across_2_mib(&mut a);
+    }
+
+    #[test]
+    fn arenas_of_one_table_name_stay_separate_mappings() {
+        let a = Arena::new(&Backing::Memory, "twin").unwrap();
+        let b = Arena::new(&Backing::Memory, "twin").unwrap();
+        let found = crate::accounting::mappings(&[a.address() as u64, b.address() as u64]).unwrap();
+        assert_eq!(found[0].unwrap().size, a.mapped_bytes());
+        assert_eq!(found[1].unwrap().size, b.mapped_bytes());
+    }
+
+    #[test]
+    fn the_memfd_fallback_is_named_and_keeps_its_data_across_growth() {
+        let mut a = Arena::with_pages(&Backing::Memory, "fallback", MemoryPages::Memfd).unwrap();
+        fill_across_2_mib(&mut a);
+        let line = maps_line(a.address()).expect("the arena starts a mapping");
+        assert!(line.contains("/memfd:heft:fallback "), "{line}");
+        a.clear().unwrap();
+        assert_eq!(a.mapped_bytes(), INITIAL_BYTES);
+        fill_across_2_mib(&mut a);
+    }
+
+    #[test]
+    fn a_cleared_memory_arena_is_named_again() {
+        let mut a = Arena::new(&Backing::Memory, "cleared").unwrap();
+        fill_across_2_mib(&mut a);
+        a.clear().unwrap();
+        let line = maps_line(a.address()).expect("the arena starts a mapping");
+        let name = memory_arena_name("cleared");
+        assert!(line.contains(&name), "{line} is not {name}");
+        fill_across_2_mib(&mut a);
+    }
+
+    #[test]
+    fn long_labels_fit_the_kernels_name_limit() {
+        let label = "x".repeat(64);
+        let name = anon_name(&label).unwrap();
+        assert!(name.as_bytes().len() < ANON_NAME_MAX);
+        let a = Arena::new(&Backing::Memory, &label).unwrap();
+        let line = maps_line(a.address()).unwrap();
+        assert!(line.contains(&memory_arena_name(&label)[..20]), "{line}");
     }
 
     #[test]
