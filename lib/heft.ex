@@ -41,16 +41,16 @@ defmodule Heft do
 
   A memory arena is anonymous memory on transparent huge pages
   (`MADV_HUGEPAGE`; 2 MiB pages where the host's THP setting for
-  anonymous memory is `always` or `madvise`), named `heft:<name>:<n>` so
-  /proc/self/maps and smaps show it per table as `[anon:heft:<name>:<n>]`
-  (`<n>` tells tables of one name apart). Where the kernel cannot name
-  anonymous memory (before Linux 5.17, or built without
-  `CONFIG_ANON_VMA_NAME`), or refuses the advice, the arena is a memfd
-  instead (`/memfd:heft:<name> (deleted)`, 4 KiB pages unless shmem huge
-  pages are enabled). On huge pages the arena's resident memory grows in
-  2 MiB steps: `:arena_resident_bytes` runs up to 2 MiB ahead of
-  `:arena_used_bytes`, and the pages of a large freed block that go back
-  to the kernel split the huge page they were in.
+  anonymous memory is `always` or `madvise`), a mapping of its own
+  between guard pages, named `heft:<name>` where the kernel names
+  anonymous memory (Linux 5.17+ with `CONFIG_ANON_VMA_NAME`: smaps shows
+  `[anon:heft:<name>]`); elsewhere it is unnamed in /proc/self/maps and
+  `Heft.Memory` finds it by address. Where the kernel refuses huge pages
+  for it, the arena is a memfd instead (`/memfd:heft:<name> (deleted)`,
+  4 KiB pages unless shmem huge pages are enabled). On huge pages the
+  arena's resident memory grows in 2 MiB steps: `:arena_resident_bytes`
+  runs up to 2 MiB ahead of `:arena_used_bytes`, and the pages of a large
+  freed block that go back to the kernel split the huge page they were in.
 
   ## Table semantics
 
@@ -1385,7 +1385,7 @@ defmodule Heft do
     * `:meta_bytes` - the atom dictionary (estimated from capacities) and
       the arena's free lists (Rust heap memory).
     * `:arena_mapped_bytes` - length of the arena mapping
-      (`[anon:heft:<name>:<n>]`, `/memfd:heft:<name>` or the arena file;
+      (anonymous memory, `/memfd:heft:<name>` or the arena file;
       address space, pages are only allocated when touched: on huge pages,
       2 MiB at a time).
     * `:arena_used_bytes` - arena space handed out: blocks holding objects,

@@ -144,7 +144,8 @@ defmodule Heft.Memory do
       `/proc/self/smaps`: `%{heft_arena: m, heft_index: m, file: m,
       anonymous: m}` with `m = %{count, size, rss, dirty, swap}` (`:size`
       is the mapped address space). `:heft_arena`: Heft memory arenas
-      (`[anon:heft:*]` on huge pages, else `/memfd:heft:*`) and file arenas
+      (`[anon:heft:*]` on huge pages, found by address where the kernel
+      does not name anonymous memory; else `/memfd:heft:*`) and file arenas
       (`heft-*.arena`); `:heft_index`:
       Heft's index slot arrays (`/memfd:heft-index:*`, or
       `[anon:heft-index:*]`); `:file`: other files

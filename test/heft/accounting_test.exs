@@ -11,8 +11,8 @@ defmodule Heft.AccountingTest do
   use ExUnit.Case, async: false
 
   @count 200_000
-  # The table's mappings are named after it: heft:NAME (a memfd) or
-  # heft:NAME:N (anonymous memory), and heft-index:NAME.
+  # The table's mappings are named after it: heft:NAME (a memfd, or
+  # anonymous memory, named where the kernel can) and heft-index:NAME.
   @name :heft_accounting_200k
 
   test "the 100-tuple record: <= 200 bytes each, within 10% of RSS growth" do
@@ -38,7 +38,11 @@ defmodule Heft.AccountingTest do
     per_record = memory / @count
     assert per_record <= 200, "#{per_record} bytes per record"
 
-    assert abs(memory - growth) <= 0.10 * growth,
+    # On huge pages the arena's resident memory runs up to one 2 MiB page
+    # ahead of what it holds (see Heft's moduledoc).
+    slack = if huge_arena?(), do: 2 * 1024 * 1024, else: 0
+
+    assert abs(memory - growth) <= 0.10 * growth + slack,
            "info :memory #{memory} vs kernel's growth of Heft's mappings #{growth}"
 
     IO.puts(
@@ -59,13 +63,20 @@ defmodule Heft.AccountingTest do
   # /proc/self/smaps (only its own: other tests' tables may be released
   # meanwhile).
   defp heft_rss do
+    # The arena is anonymous memory the kernel may not name: by address.
+    name = "heft:#{@name}"
+
+    anon =
+      for {start, ^name} <- Heft.Native.anonymous_arenas(),
+          do: String.downcase(Integer.to_string(start, 16)) <> "-"
+
     "/proc/self/smaps"
     |> File.read!()
     |> String.split("\n")
     |> Enum.reduce({false, 0}, fn line, {in_heft, sum} ->
       cond do
         Regex.match?(~r/^[0-9a-f]+-[0-9a-f]+ /, line) ->
-          {ours?(line), sum}
+          {ours?(line) or String.starts_with?(line, anon), sum}
 
         in_heft and String.starts_with?(line, "Rss:") ->
           {true, sum + kb(line)}
@@ -81,14 +92,15 @@ defmodule Heft.AccountingTest do
     String.contains?(line, [
       "/memfd:heft:#{@name} ",
       "/memfd:heft-index:#{@name} ",
-      "[anon:heft:#{@name}:",
+      "[anon:heft:#{@name}]",
       "[anon:heft-index:#{@name}]"
     ]) or String.ends_with?(line, ["/memfd:heft:#{@name}", "/memfd:heft-index:#{@name}"])
   end
 
   # True when the table's arena is anonymous memory (on huge pages).
   defp huge_arena? do
-    "/proc/self/maps" |> File.read!() |> String.contains?("[anon:heft:#{@name}:")
+    name = "heft:#{@name}"
+    Enum.any?(Heft.Native.anonymous_arenas(), fn {_, n} -> n == name end)
   end
 
   defp kb(line), do: line |> String.split() |> Enum.at(1) |> String.to_integer() |> Kernel.*(1024)

@@ -1,16 +1,14 @@
 //! The arena: one mmap'd region per table that holds its records.
 //!
-//! Backing. A memory arena is private anonymous memory on transparent huge
-//! pages (`MADV_HUGEPAGE`: 2 MiB pages where the kernel has them, so a
-//! table's pages fault in 512 at a time), named `heft:<table>:<n>` with
-//! `PR_SET_VMA_ANON_NAME` so it shows in /proc/PID/maps and smaps as
-//! `[anon:heft:<table>:<n>]` (`<n>` is a number of this process, unique per
-//! arena: anonymous mappings of one name next to each other would merge
-//! into one). Where the kernel refuses the name or the advice (before Linux
-//! 5.17, or without `CONFIG_ANON_VMA_NAME` or THP), it is a memfd named
-//! `heft:<table>` instead (`/memfd:heft:<table> (deleted)`), on 4 KiB
-//! pages (this host's THP setting for shmem is `never`). Either way its
-//! pages live in RAM and can only be swapped, never written back to a file.
+//! Backing. A memory arena is private anonymous memory on transparent
+//! huge pages (see [`anon`]: 2 MiB pages where the kernel has them, so a
+//! table's pages fault in 512 at a time), between guard pages so that it
+//! stays a mapping of its own, named `heft:<table>` where the kernel names
+//! anonymous memory (smaps then shows `[anon:heft:<table>]`) and listed by
+//! address in [`anon::live`] everywhere. Where the kernel has no huge pages
+//! for it (`MADV_HUGEPAGE` refused), it is a memfd named `heft:<table>`
+//! (`/memfd:heft:<table> (deleted)`) instead. Either way its pages live in
+//! RAM and can only be swapped, never written back to a file.
 //! A file arena maps a file `heft-<ospid>-<table>-<n>.arena`
 //! (mode 0600) in a directory the user names, for data larger than RAM; the
 //! file is removed when the arena is dropped, and files left by a VM that
@@ -35,7 +33,10 @@ use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use memmap2::{Advice, MmapMut, MmapOptions, RemapOptions, UncheckedAdvice};
+use memmap2::{Advice, MmapMut, MmapOptions, RemapOptions};
+
+pub mod anon;
+use anon::Region;
 
 /// The smallest mapping an arena starts with.
 const INITIAL_BYTES: u64 = 64 * 1024;
@@ -101,15 +102,14 @@ pub fn class_size(class: usize) -> usize {
 
 static FILE_SEQ: AtomicU64 = AtomicU64::new(0);
 
-/// Where a live arena's pages are.
+/// Where a live arena's pages are, and its mapping.
 enum Pages {
-    /// Private anonymous memory on huge pages, named `name` in /proc
-    /// (unnamed only in tests of a kernel that cannot name it).
-    Anon(Option<CString>),
+    /// Anonymous memory on huge pages.
+    Anon(Region),
     /// A memfd: the fallback for memory arenas.
-    Memfd(File),
+    Memfd(File, MmapMut),
     /// A file of the arena's own at this path.
-    File(File, PathBuf),
+    File(File, PathBuf, MmapMut),
 }
 
 /// How a memory arena's pages are obtained.
@@ -120,16 +120,15 @@ pub(crate) enum MemoryPages {
     /// A memfd always (to test the fallback).
     #[cfg(test)]
     Memfd,
-    /// Anonymous huge pages left unnamed (to test them on a kernel that
-    /// cannot name them).
-    #[cfg(test)]
-    UnnamedHuge,
 }
+
+/// Set once the kernel refused huge pages for anonymous memory: memory
+/// arenas are memfds from then on.
+static HUGE_REFUSED: AtomicBool = AtomicBool::new(false);
 
 /// An mmap'd region with a size-class allocator.
 pub struct Arena {
     pages: Pages,
-    map: MmapMut,
     /// Bytes of the region handed out so far (the bump pointer).
     top: u64,
     free: Vec<Vec<u64>>,
@@ -154,37 +153,22 @@ impl Arena {
         memory: MemoryPages,
     ) -> io::Result<Arena> {
         let label = sanitize(label);
-        let anon = match (backing, memory) {
-            (Backing::Memory, MemoryPages::Huge) if ANON_REFUSED.load(Ordering::Relaxed) => None,
-            (Backing::Memory, MemoryPages::Huge) => match anon_name(&label) {
-                Ok(name) => match anon_map(Some(&name), INITIAL_BYTES) {
-                    Ok(map) => Some((map, Some(name))),
-                    Err(e) => {
-                        // This kernel cannot (EINVAL: no THP or no anonymous
-                        // mapping names); out of memory may pass.
-                        if e.raw_os_error() == Some(libc::EINVAL) {
-                            ANON_REFUSED.store(true, Ordering::Relaxed);
-                        }
-                        None
+        let name =
+            CString::new(format!("heft:{label}")).map_err(|_| io::ErrorKind::InvalidInput)?;
+        let huge = memory == MemoryPages::Huge && !HUGE_REFUSED.load(Ordering::Relaxed);
+        let pages = match backing {
+            Backing::Memory if huge => match Region::new(name.clone(), INITIAL_BYTES as usize) {
+                Ok(region) => Pages::Anon(region),
+                Err(e) => {
+                    // EINVAL: this kernel has no huge pages for anonymous
+                    // memory; other errors (out of memory) may pass.
+                    if e.raw_os_error() == Some(libc::EINVAL) {
+                        HUGE_REFUSED.store(true, Ordering::Relaxed);
                     }
-                },
-                Err(_) => None,
-            },
-            #[cfg(test)]
-            (Backing::Memory, MemoryPages::UnnamedHuge) => {
-                Some((anon_map(None, INITIAL_BYTES)?, None))
-            }
-            _ => None,
-        };
-        let (pages, map) = match backing {
-            Backing::Memory => match anon {
-                Some((map, name)) => (Pages::Anon(name), map),
-                None => {
-                    let file = memfd(&format!("heft:{label}"), INITIAL_BYTES)?;
-                    let map = map_file(&file, INITIAL_BYTES, false)?;
-                    (Pages::Memfd(file), map)
+                    memfd_pages(&name)?
                 }
             },
+            Backing::Memory => memfd_pages(&name)?,
             Backing::File(dir) => {
                 remove_stale_files(dir);
                 // Created exclusively (a link planted there is not
@@ -196,19 +180,17 @@ impl Arena {
                     std::process::id()
                 ));
                 let file = crate::files::create_new(&path, crate::files::FILE_MODE)?;
-                let map = match map_file(&file, INITIAL_BYTES, true) {
-                    Ok(map) => map,
+                match map_file(&file, INITIAL_BYTES, true) {
+                    Ok(map) => Pages::File(file, path, map),
                     Err(e) => {
                         let _ = fs::remove_file(&path);
                         return Err(e);
                     }
-                };
-                (Pages::File(file, path), map)
+                }
             }
         };
         let arena = Arena {
             pages,
-            map,
             top: FIRST_OFFSET,
             free: Vec::new(),
             live: 0,
@@ -244,7 +226,7 @@ impl Arena {
         if end > OFFSET_MASK {
             return Err(io::ErrorKind::OutOfMemory.into());
         }
-        if end > self.map.len() as u64 {
+        if end > self.bytes().len() as u64 {
             self.grow(end)?;
         }
         self.top = end;
@@ -279,55 +261,61 @@ impl Arena {
     /// The `len` bytes at block `loc`, or `None` past the end of the arena.
     pub fn get(&self, loc: u64, len: usize) -> Option<&[u8]> {
         let start = usize::try_from(offset(loc)).ok()?;
-        self.map.get(start..start.checked_add(len)?)
+        self.bytes().get(start..start.checked_add(len)?)
+    }
+
+    /// The whole mapping.
+    fn bytes(&self) -> &[u8] {
+        match &self.pages {
+            Pages::Anon(r) => r,
+            Pages::Memfd(_, m) | Pages::File(_, _, m) => m,
+        }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match &mut self.pages {
+            Pages::Anon(r) => r,
+            Pages::Memfd(_, m) | Pages::File(_, _, m) => m,
+        }
     }
 
     /// Up to `max` bytes from block `loc`, fewer where the mapping ends
     /// sooner.
     pub fn tail(&self, loc: u64, max: usize) -> &[u8] {
         let start = usize::try_from(offset(loc)).unwrap_or(usize::MAX);
-        let end = start.saturating_add(max).min(self.map.len());
-        self.map.get(start..end).unwrap_or(&[])
+        let end = start.saturating_add(max).min(self.bytes().len());
+        self.bytes().get(start..end).unwrap_or(&[])
     }
 
     /// The `len` bytes at block `loc`, writable.
     pub fn get_mut(&mut self, loc: u64, len: usize) -> Option<&mut [u8]> {
         let start = usize::try_from(offset(loc)).ok()?;
-        self.map.get_mut(start..start.checked_add(len)?)
+        self.bytes_mut().get_mut(start..start.checked_add(len)?)
     }
 
     /// Gives the pages of `[start, start+len)` (whole pages of a freed
     /// block) back to the kernel; they read as zeros afterwards.
     fn give_back(&self, start: u64, len: u64) -> io::Result<()> {
         match &self.pages {
-            // SAFETY: the range lies inside the mapping (a freed block) and
-            // no one reads it; MADV_DONTNEED on private anonymous memory
-            // only drops its pages, which read back as zeros.
-            Pages::Anon(_) => unsafe {
-                self.map.unchecked_advise_range(
-                    UncheckedAdvice::DontNeed,
-                    start as usize,
-                    len as usize,
-                )
-            },
-            Pages::Memfd(file) => punch_hole(file, start, len),
+            Pages::Anon(r) => r.discard(start as usize, len as usize),
+            Pages::Memfd(file, _) => punch_hole(file, start, len),
             Pages::File(..) => Ok(()),
         }
     }
 
     fn grow(&mut self, needed: u64) -> io::Result<()> {
-        let mut new_len = self.map.len() as u64;
+        let mut new_len = self.bytes().len() as u64;
         while new_len < needed {
             new_len += new_len.clamp(INITIAL_BYTES, MAX_STEP);
         }
-        let old_len = self.map.len() as u64;
-        match &self.pages {
-            Pages::Anon(_) => remap_anon(&mut self.map, new_len),
-            Pages::Memfd(file) => {
+        let old_len = self.bytes().len() as u64;
+        match &mut self.pages {
+            Pages::Anon(r) => r.grow(new_len as usize),
+            Pages::Memfd(file, map) => {
                 file.set_len(new_len)?;
-                remap(file, &mut self.map, new_len)
+                remap(file, map, new_len)
             }
-            Pages::File(file, _) => {
+            Pages::File(file, _, map) => {
                 // Reserve the disk blocks now: a store through the mapping
                 // into a hole the disk has no room for would be SIGBUS, not
                 // an error.
@@ -335,7 +323,7 @@ impl Arena {
                     let _ = file.set_len(old_len);
                     return Err(e);
                 }
-                remap(file, &mut self.map, new_len)
+                remap(file, map, new_len)
             }
         }
     }
@@ -348,34 +336,35 @@ impl Arena {
     /// Best effort: before Linux 5.14 the pages fault in as touched.
     pub fn reserve(&mut self, bytes: u64) -> io::Result<()> {
         let end = self.top.saturating_add(bytes).min(OFFSET_MASK);
-        if end > self.map.len() as u64 {
+        if end > self.bytes().len() as u64 {
             self.grow(end)?;
         }
         let start = self.top / PAGE * PAGE;
-        if !matches!(self.pages, Pages::File(..)) && end > start {
-            let len = (end - start) as usize;
-            let _ = self
-                .map
-                .advise_range(Advice::PopulateWrite, start as usize, len);
-        }
+        let (start, len) = (start as usize, end.saturating_sub(start) as usize);
+        let _ = match &self.pages {
+            _ if len == 0 => Ok(()),
+            Pages::Anon(r) => r.populate(start, len),
+            Pages::Memfd(_, map) => map.advise_range(Advice::PopulateWrite, start, len),
+            Pages::File(..) => Ok(()),
+        };
         Ok(())
     }
 
     /// Drops every block and gives all pages back, keeping the backing.
     pub fn clear(&mut self) -> io::Result<()> {
-        self.map = match &self.pages {
-            Pages::Anon(name) => anon_map(name.as_ref(), INITIAL_BYTES)?,
-            Pages::Memfd(file) => {
+        match &mut self.pages {
+            Pages::Anon(r) => *r = Region::new(r.name().clone(), INITIAL_BYTES as usize)?,
+            Pages::Memfd(file, map) => {
                 file.set_len(0)?;
                 file.set_len(INITIAL_BYTES)?;
-                map_file(file, INITIAL_BYTES, false)?
+                *map = map_file(file, INITIAL_BYTES, false)?;
             }
-            Pages::File(file, _) => {
+            Pages::File(file, _, map) => {
                 file.set_len(0)?;
                 allocate(file, 0, INITIAL_BYTES)?;
-                map_file(file, INITIAL_BYTES, false)?
+                *map = map_file(file, INITIAL_BYTES, false)?;
             }
-        };
+        }
         self.top = FIRST_OFFSET;
         self.free.iter_mut().for_each(Vec::clear);
         self.live = 0;
@@ -388,7 +377,7 @@ impl Arena {
     /// Address space only; the kernel allocates pages when they are touched
     /// (in a memory arena on huge pages, 2 MiB at a time where it can).
     pub fn mapped_bytes(&self) -> u64 {
-        self.map.len() as u64
+        self.bytes().len() as u64
     }
 
     /// Bytes handed out so far: blocks in use, blocks on free lists, and the
@@ -416,13 +405,13 @@ impl Arena {
 
     /// The address where the region starts, to find it in /proc/self/smaps.
     pub fn address(&self) -> usize {
-        self.map.as_ptr() as usize
+        self.bytes().as_ptr() as usize
     }
 
     /// The backing file's path (file arenas only).
     pub fn path(&self) -> Option<&Path> {
         match &self.pages {
-            Pages::File(_, path) => Some(path),
+            Pages::File(_, path, _) => Some(path),
             _ => None,
         }
     }
@@ -465,66 +454,11 @@ fn punchable(off: u64, size: u64) -> Option<(u64, u64)> {
     (end > start).then(|| (start, end - start))
 }
 
-static ANON_SEQ: AtomicU64 = AtomicU64::new(0);
-/// Set once the kernel refused a named huge-page mapping: memory arenas
-/// are memfds from then on.
-static ANON_REFUSED: AtomicBool = AtomicBool::new(false);
-
-/// The longest name the kernel takes for an anonymous mapping, NUL
-/// included (`ANON_VMA_NAME_MAX_LEN`).
-const ANON_NAME_MAX: usize = 80;
-
-/// A memory arena's mapping name, `heft:<label>:<n>`, with `<n>` unique in
-/// this process (the label shortened to fit the kernel's limit).
-fn anon_name(label: &str) -> io::Result<CString> {
-    let seq = ANON_SEQ.fetch_add(1, Ordering::Relaxed);
-    let tail = format!(":{seq}");
-    let room = ANON_NAME_MAX - 1 - "heft:".len() - tail.len();
-    let label: String = label.chars().take(room).collect();
-    CString::new(format!("heft:{label}{tail}")).map_err(|_| io::ErrorKind::InvalidInput.into())
-}
-
-/// A private anonymous mapping of `len` bytes on transparent huge pages,
-/// named `name` in /proc/self/maps. Fails where the kernel refuses either
-/// the advice or the name (then the caller uses a memfd).
-pub(crate) fn anon_map(name: Option<&CString>, len: u64) -> io::Result<MmapMut> {
-    let map = MmapOptions::new().len(len as usize).map_anon()?;
-    map.advise(Advice::HugePage)?;
-    if let Some(name) = name {
-        name_range(map.as_ptr() as usize, map.len(), name)?;
-    }
-    Ok(map)
-}
-
-/// Names the anonymous mapping at `[addr, addr+len)`.
-fn name_range(addr: usize, len: usize, name: &CString) -> io::Result<()> {
-    // SAFETY: PR_SET_VMA_ANON_NAME only labels the kernel's record of our
-    // own anonymous mapping at that range; it reads the NUL-terminated name
-    // and touches no memory of ours.
-    let rc = unsafe {
-        libc::prctl(
-            libc::PR_SET_VMA,
-            libc::PR_SET_VMA_ANON_NAME as libc::c_ulong,
-            addr as libc::c_ulong,
-            len as libc::c_ulong,
-            name.as_ptr() as libc::c_ulong,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Grows an anonymous mapping to `new_len` bytes (it may move; the pages
-/// move with it, huge pages whole where old and new place are 2 MiB
-/// aligned alike). The name and the advice stay with the mapping.
-fn remap_anon(map: &mut MmapMut, new_len: u64) -> io::Result<()> {
-    // SAFETY: the mapping is private anonymous memory of its arena; it may
-    // move, and no reference into it exists because the caller holds it
-    // `&mut`. On error it stays as it was.
-    unsafe { map.remap(new_len as usize, RemapOptions::new().may_move(true)) }
+/// A memory arena's fallback pages: a memfd named `name`.
+fn memfd_pages(name: &CString) -> io::Result<Pages> {
+    let file = memfd(&name.to_string_lossy(), INITIAL_BYTES)?;
+    let map = map_file(&file, INITIAL_BYTES, false)?;
+    Ok(Pages::Memfd(file, map))
 }
 
 /// A new memfd of `len` bytes named `name` (shown as `/memfd:NAME (deleted)`
@@ -704,11 +638,7 @@ mod tests {
 
     #[test]
     fn large_freed_blocks_give_their_pages_back() {
-        for pages in [
-            MemoryPages::Huge,
-            MemoryPages::Memfd,
-            MemoryPages::UnnamedHuge,
-        ] {
+        for pages in [MemoryPages::Huge, MemoryPages::Memfd] {
             let mut a = Arena::with_pages(&Backing::Memory, "punch", pages).unwrap();
             let off = a.alloc(1 << 20).unwrap();
             a.get_mut(off, 1 << 20).unwrap().fill(1);
@@ -741,16 +671,37 @@ mod tests {
             .map(str::to_string)
     }
 
-    /// The name a memory arena labelled `label` shows in /proc/self/maps:
-    /// a named anonymous mapping where the kernel names them, else the
-    /// memfd of the fallback.
-    fn memory_arena_name(label: &str) -> String {
-        let probe = anon_name("probe").unwrap();
-        if anon_map(Some(&probe), PAGE).is_ok() {
-            format!("[anon:heft:{label}:")
-        } else {
-            format!("/memfd:heft:{label} ")
+    /// Checks that a memory arena labelled `label` is a mapping of its
+    /// own, anonymous memory listed by `anon::live` (and named so in maps
+    /// where the kernel names anonymous memory), or the fallback memfd.
+    fn assert_memory_arena_mapping(a: &Arena, label: &str) {
+        let line = maps_line(a.address()).expect("the arena starts a mapping");
+        let usage = crate::accounting::mappings(&[a.address() as u64]).unwrap()[0].unwrap();
+        assert_eq!(usage.size, a.mapped_bytes(), "{line}");
+        let name = format!("heft:{label}");
+        match &a.pages {
+            Pages::Anon(_) => {
+                assert!(anon::live().contains(&(a.address() as u64, name.clone())));
+                let path = line.split_whitespace().nth(5);
+                assert!(
+                    path.is_none() || path == Some(&format!("[anon:{name}]")),
+                    "{line}"
+                );
+            }
+            Pages::Memfd(..) => assert!(line.contains(&format!("/memfd:{name} ")), "{line}"),
+            Pages::File(..) => panic!("a file arena"),
         }
+    }
+
+    /// KiB of the mapping at `addr` that are on huge pages.
+    fn huge_kb(addr: usize) -> u64 {
+        let smaps = fs::read_to_string("/proc/self/smaps").unwrap();
+        let at = smaps.find(&format!("{addr:x}-")).unwrap();
+        smaps[at..]
+            .lines()
+            .find_map(|l| l.strip_prefix("AnonHugePages:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap()
     }
 
     fn thp_for_anonymous_memory() -> bool {
@@ -778,95 +729,59 @@ mod tests {
     }
 
     #[test]
-    fn a_memory_arena_is_named_anonymous_memory_and_keeps_its_data_across_2_mib_growth() {
+    fn a_memory_arena_is_huge_page_memory_listed_by_name_and_keeps_its_data_across_2_mib_growth() {
         let mut a = Arena::new(&Backing::Memory, "grow2m").unwrap();
-        let name = memory_arena_name("grow2m");
-        let line = maps_line(a.address()).expect("the arena starts a mapping");
-        assert!(line.contains(&name), "{line} is not {name}");
-        fill_across_2_mib(&mut a);
-        // Still one mapping, still named, after growing (and maybe moving).
-        let line = maps_line(a.address()).expect("the grown arena starts a mapping");
-        assert!(line.contains(&name), "{line} is not {name}");
-        let usage = crate::accounting::mappings(&[a.address() as u64]).unwrap()[0].unwrap();
-        assert_eq!(usage.size, a.mapped_bytes());
-        assert!(usage.resident >= 6000 * 1000, "{usage:?}");
-        if thp_for_anonymous_memory() && name.starts_with("[anon:") {
-            let smaps = fs::read_to_string("/proc/self/smaps").unwrap();
-            let at = smaps.find(&line).unwrap();
-            let huge: u64 = smaps[at..]
-                .lines()
-                .find_map(|l| l.strip_prefix("AnonHugePages:"))
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-                .unwrap();
-            assert!(huge >= 2048, "no huge page in the grown arena: {huge} kB");
-        }
-    }
-
-    #[test]
-    fn huge_page_arenas_keep_their_data_across_2_mib_growth_and_clear() {
-        // Anonymous memory whatever the kernel's naming support.
-        let mut a = Arena::with_pages(&Backing::Memory, "anon", MemoryPages::UnnamedHuge).unwrap();
-        assert!(matches!(a.pages, Pages::Anon(None)));
-        fill_across_2_mib(&mut a);
-        let usage = crate::accounting::mappings(&[a.address() as u64]).unwrap()[0]
-            .expect("the grown arena starts a mapping");
-        assert!(usage.resident >= 6000 * 1000, "{usage:?}");
-        assert!(usage.size >= a.mapped_bytes(), "{usage:?}");
         if thp_for_anonymous_memory() {
-            let smaps = fs::read_to_string("/proc/self/smaps").unwrap();
-            let at = smaps.find(&format!("{:x}-", a.address())).unwrap();
-            let huge: u64 = smaps[at..]
-                .lines()
-                .find_map(|l| l.strip_prefix("AnonHugePages:"))
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-                .unwrap();
-            assert!(huge >= 2048, "no huge page in the grown arena: {huge} kB");
+            assert!(matches!(a.pages, Pages::Anon(_)));
+        }
+        assert_memory_arena_mapping(&a, "grow2m");
+        let first = a.address();
+        fill_across_2_mib(&mut a);
+        // Still a mapping of its own, listed under its new address only.
+        assert_memory_arena_mapping(&a, "grow2m");
+        assert!(
+            !anon::live().iter().any(|(addr, _)| *addr == first as u64) || first == a.address()
+        );
+        let usage = crate::accounting::mappings(&[a.address() as u64]).unwrap()[0].unwrap();
+        assert!(usage.resident >= 6000 * 1000, "{usage:?}");
+        if matches!(a.pages, Pages::Anon(_)) {
+            assert!(
+                huge_kb(a.address()) >= 2048,
+                "no huge page in the grown arena"
+            );
         }
         a.clear().unwrap();
         assert_eq!(a.mapped_bytes(), INITIAL_BYTES);
         assert_eq!(a.used_bytes(), FIRST_OFFSET);
+        assert_memory_arena_mapping(&a, "grow2m");
         fill_across_2_mib(&mut a);
+        let addr = a.address() as u64;
+        drop(a);
+        assert!(!anon::live().iter().any(|(x, _)| *x == addr));
     }
 
     #[test]
     fn arenas_of_one_table_name_stay_separate_mappings() {
-        let a = Arena::new(&Backing::Memory, "twin").unwrap();
-        let b = Arena::new(&Backing::Memory, "twin").unwrap();
-        let found = crate::accounting::mappings(&[a.address() as u64, b.address() as u64]).unwrap();
-        assert_eq!(found[0].unwrap().size, a.mapped_bytes());
-        assert_eq!(found[1].unwrap().size, b.mapped_bytes());
+        let mut arenas: Vec<Arena> = (0..8)
+            .map(|_| Arena::new(&Backing::Memory, "twin").unwrap())
+            .collect();
+        for a in arenas.iter_mut().step_by(2) {
+            fill_across_2_mib(a);
+        }
+        for a in &arenas {
+            assert_memory_arena_mapping(a, "twin");
+        }
     }
 
     #[test]
     fn the_memfd_fallback_is_named_and_keeps_its_data_across_growth() {
         let mut a = Arena::with_pages(&Backing::Memory, "fallback", MemoryPages::Memfd).unwrap();
+        assert!(matches!(a.pages, Pages::Memfd(..)));
         fill_across_2_mib(&mut a);
-        let line = maps_line(a.address()).expect("the arena starts a mapping");
-        assert!(line.contains("/memfd:heft:fallback "), "{line}");
+        assert_memory_arena_mapping(&a, "fallback");
         a.clear().unwrap();
         assert_eq!(a.mapped_bytes(), INITIAL_BYTES);
         fill_across_2_mib(&mut a);
-    }
-
-    #[test]
-    fn a_cleared_memory_arena_is_named_again() {
-        let mut a = Arena::new(&Backing::Memory, "cleared").unwrap();
-        fill_across_2_mib(&mut a);
-        a.clear().unwrap();
-        let line = maps_line(a.address()).expect("the arena starts a mapping");
-        let name = memory_arena_name("cleared");
-        assert!(line.contains(&name), "{line} is not {name}");
-        fill_across_2_mib(&mut a);
-    }
-
-    #[test]
-    fn long_labels_fit_the_kernels_name_limit() {
-        let label = "x".repeat(64);
-        let name = anon_name(&label).unwrap();
-        assert!(name.as_bytes().len() < ANON_NAME_MAX);
-        let a = Arena::new(&Backing::Memory, &label).unwrap();
-        let line = maps_line(a.address()).unwrap();
-        assert!(line.contains(&memory_arena_name(&label)[..20]), "{line}");
     }
 
     #[test]
