@@ -232,71 +232,6 @@ pub struct Prepared {
     normalized: Option<Vec<u8>>,
 }
 
-/// Record buffers of dropped [`Prepared`]s, kept per thread for the next
-/// ones: a batch of records then allocates nothing, and the memory a batch
-/// used is not freed at its end (glibc would give it back to the kernel,
-/// ERTS having pinned its trim threshold at 128 KiB, and the next batch
-/// would fault it in again). At most [`POOL_BYTES`] of buffers of at most
-/// [`POOL_BUFFER_MAX`] bytes each, [`POOL_BUFFERS`] of them, per thread.
-struct Pool {
-    buffers: Vec<Vec<u8>>,
-    bytes: usize,
-}
-
-/// Bytes of record buffers a thread keeps for reuse.
-const POOL_BYTES: usize = 4 << 20;
-/// Buffers larger than this are freed, not kept.
-const POOL_BUFFER_MAX: usize = 64 << 10;
-/// Buffers a thread keeps.
-const POOL_BUFFERS: usize = 4096;
-
-thread_local! {
-    static POOL: std::cell::RefCell<Pool> =
-        const { std::cell::RefCell::new(Pool { buffers: Vec::new(), bytes: 0 }) };
-}
-
-/// An empty record buffer, from this thread's pool if it has one.
-fn pooled_buffer() -> Vec<u8> {
-    POOL.try_with(|p| {
-        let mut p = p.try_borrow_mut().ok()?;
-        let b = p.buffers.pop()?;
-        p.bytes -= b.capacity();
-        Some(b)
-    })
-    .ok()
-    .flatten()
-    .unwrap_or_default()
-}
-
-/// Keeps `buf` in this thread's pool if there is room.
-fn pool_buffer(mut buf: Vec<u8>) {
-    let cap = buf.capacity();
-    if cap == 0 || cap > POOL_BUFFER_MAX {
-        return;
-    }
-    buf.clear();
-    let _ = POOL.try_with(|p| {
-        if let Ok(mut p) = p.try_borrow_mut() {
-            if p.bytes + cap <= POOL_BYTES && p.buffers.len() < POOL_BUFFERS {
-                p.bytes += cap;
-                p.buffers.push(buf);
-            }
-        }
-    });
-}
-
-/// Bytes of record buffers this thread keeps for reuse.
-#[cfg(test)]
-fn pooled_bytes() -> usize {
-    POOL.try_with(|p| p.borrow().bytes).unwrap_or(0)
-}
-
-impl Drop for Prepared {
-    fn drop(&mut self) {
-        pool_buffer(std::mem::take(&mut self.bytes));
-    }
-}
-
 impl Prepared {
     /// The record as it will be stored (header, key, body).
     pub fn bytes(&self) -> &[u8] {
@@ -1010,7 +945,7 @@ impl Table {
             Codec::Raw => body,
             Codec::Deflate => packed,
         };
-        let mut bytes = pooled_buffer();
+        let mut bytes = Vec::new();
         record::write(&mut bytes, codec, key, stored, body.len());
         let keep_raw = self.kind.is_bag() && codec != Codec::Raw;
         Prepared {
@@ -1723,41 +1658,6 @@ mod tests {
     }
 
     #[test]
-    fn record_buffers_are_reused_across_batches_and_the_pool_stays_bounded() {
-        let t = table(Compression::None);
-        let batch = |from: i64, fill: usize| -> Vec<Prepared> {
-            (from..from + 1000)
-                .map(|i| t.prepare(&key(i), &body(i, fill)))
-                .collect()
-        };
-        let before = pooled_bytes();
-        let recs = batch(0, 1000);
-        t.insert(&recs).unwrap();
-        drop(recs);
-        let kept = pooled_bytes();
-        assert!(kept >= before + 1000 * 1000, "{before} -> {kept}");
-        // The next batch takes its buffers from the pool, whatever their
-        // old contents, and stores its own bytes.
-        let recs = batch(1000, 10);
-        assert!(pooled_bytes() < kept);
-        t.insert(&recs).unwrap();
-        drop(recs);
-        for i in [0, 999, 1000, 1999] {
-            let fill = if i < 1000 { 1000 } else { 10 };
-            assert_eq!(get_body(&t, &key(i)), Some(body(i, fill)), "key {i}");
-        }
-        // A batch far larger than the pool leaves it at its bound.
-        for round in 0..3 {
-            let recs: Vec<Prepared> = (0..6000)
-                .map(|i| t.prepare(&key(i), &body(i + round, 1000)))
-                .collect();
-            t.insert(&recs).unwrap();
-        }
-        assert!(pooled_bytes() <= POOL_BYTES);
-        assert_eq!(get_body(&t, &key(5999)), Some(body(5999 + 2, 1000)));
-    }
-
-    #[test]
     fn insert_get_replace_remove() {
         for compression in [Compression::None, Compression::Zlib(6)] {
             let t = table(compression);
@@ -1942,11 +1842,7 @@ mod tests {
         let t = table(Compression::None);
         let load = |round: i64, range: std::ops::Range<i64>| {
             let recs: Vec<Vec<u8>> = range
-                .map(|i| {
-                    t.prepare(&key(i % 3000), &body(i + round, 3))
-                        .bytes()
-                        .to_vec()
-                })
+                .map(|i| t.prepare(&key(i % 3000), &body(i + round, 3)).bytes)
                 .collect();
             let mut bulk = Bulk::default();
             t.bulk_put(loaded(&t, recs.iter().map(Vec::as_slice)), &mut bulk)
