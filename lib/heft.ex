@@ -33,11 +33,24 @@ defmodule Heft do
   Each record is encoded in the Heft term format (a compact relative of the
   external term format that keeps atoms as per-table ids and keeps subterms
   the BEAM shares stored once; see docs/term-format.md), compressed with
-  raw deflate when that saves space, and copied into the table's arena: a
-  memfd (`arena: :memory`, RAM then swap, never written back to a file) or
-  a 0600 file in a directory you name (`arena: {:file, dir}`, for data
+  raw deflate when that saves space, and copied into the table's arena:
+  memory (`arena: :memory`, RAM then swap, never written back to a file)
+  or a 0600 file in a directory you name (`arena: {:file, dir}`, for data
   larger than RAM). The key index lives in native memory. Lookups copy the
   record to the caller's heap, like ETS.
+
+  A memory arena is anonymous memory on transparent huge pages
+  (`MADV_HUGEPAGE`; 2 MiB pages where the host's THP setting for
+  anonymous memory is `always` or `madvise`), a mapping of its own
+  between guard pages, named `heft:<name>` where the kernel names
+  anonymous memory (Linux 5.17+ with `CONFIG_ANON_VMA_NAME`: smaps shows
+  `[anon:heft:<name>]`); elsewhere it is unnamed in /proc/self/maps and
+  `Heft.Memory` finds it by address. Where the kernel refuses huge pages
+  for it, the arena is a memfd instead (`/memfd:heft:<name> (deleted)`,
+  4 KiB pages unless shmem huge pages are enabled). On huge pages the
+  arena's resident memory grows in 2 MiB steps: `:arena_resident_bytes`
+  runs up to 2 MiB ahead of `:arena_used_bytes`, and the pages of a large
+  freed block that go back to the kernel split the huge page they were in.
 
   ## Table semantics
 
@@ -259,9 +272,9 @@ defmodule Heft do
     * `compression_level: 0..9` - zlib's level for records over 4 KiB
       (default 1); shorter ones are deflated by Heft's own fast encoder
       (fixed Huffman codes), whatever the level.
-    * `arena: :memory` (default) or `{:file, dir}` - a memfd in RAM, or a
-      file in the existing directory `dir` (mode 0600, removed with the
-      table).
+    * `arena: :memory` (default) or `{:file, dir}` - RAM (huge pages, or
+      a memfd; see "How records are stored"), or a file in the existing
+      directory `dir` (mode 0600, removed with the table).
     * `{:read_concurrency, _}`, `{:write_concurrency, _}`,
       `{:decentralized_counters, _}` - accepted for compatibility, ignored.
 
@@ -1353,7 +1366,7 @@ defmodule Heft do
 
     * `:size` - objects in the table.
     * `:memory` - what the table holds: `:index_bytes + :meta_bytes +
-      :arena_used_bytes`. Not counted: the memfd or file pages the kernel
+      :arena_used_bytes`. Not counted: the arena's pages the kernel
       has not been asked for (mapped but never touched), and the allocator's
       own bookkeeping.
     * `:index_bytes` - the key index, exactly. For a set or bag, its slot
@@ -1374,8 +1387,9 @@ defmodule Heft do
     * `:meta_bytes` - the atom dictionary (estimated from capacities) and
       the arena's free lists (Rust heap memory).
     * `:arena_mapped_bytes` - length of the arena mapping
-      (`/memfd:heft:<name>` or the arena file; address space, pages are
-      only allocated when touched).
+      (anonymous memory, `/memfd:heft:<name>` or the arena file;
+      address space, pages are only allocated when touched: on huge pages,
+      2 MiB at a time).
     * `:arena_used_bytes` - arena space handed out: blocks holding objects,
       freed blocks waiting for reuse, and an 8-byte head; whole pages of
       freed large blocks that were given back to the kernel are left out.
@@ -1386,7 +1400,8 @@ defmodule Heft do
       the kernel's view of the arena mapping, from /proc/self/smaps: pages
       in RAM, pages modified and not written back (for a memory arena, all
       resident pages: they are never written back, only swapped), pages in
-      swap.
+      swap. On huge pages resident memory grows in 2 MiB steps, so it may
+      exceed `:arena_used_bytes` by up to 2 MiB.
     * `:index_resident_bytes` - the kernel's view of the index mapping:
       pages in RAM.
     * `:payload_raw_bytes` - sum over objects of their encoded key and

@@ -55,7 +55,8 @@ defmodule Heft.Memory do
       page cache and slab. The figure to compare a new table with.
     * `:buffers`, `:cached`, `:shmem`, `:active_file`, `:inactive_file`:
       the meminfo figures of the same names (page cache; `:cached` includes
-      `:shmem`, which includes memfd-backed Heft memory arenas).
+      `:shmem`, which includes memfd-backed Heft memory arenas; arenas on
+      huge pages are anonymous memory, not shmem).
     * `:swap_total`, `:swap_free`, `:swap_used` (total minus free),
       `:swap_cached`: 0 when the host has no swap.
     * `:dirty`: meminfo Dirty, page cache modified and not yet written back
@@ -143,8 +144,11 @@ defmodule Heft.Memory do
       `/proc/self/smaps`: `%{heft_arena: m, heft_index: m, file: m,
       anonymous: m}` with `m = %{count, size, rss, dirty, swap}` (`:size`
       is the mapped address space). `:heft_arena`: Heft memory arenas
-      (`/memfd:heft:*`) and file arenas (`heft-*.arena`); `:heft_index`:
-      Heft's index slot arrays (`/memfd:heft-index:*`); `:file`: other files
+      (`[anon:heft:*]` on huge pages, found by address where the kernel
+      does not name anonymous memory; else `/memfd:heft:*`) and file arenas
+      (`heft-*.arena`); `:heft_index`:
+      Heft's index slot arrays (`/memfd:heft-index:*`, or
+      `[anon:heft-index:*]`); `:file`: other files
       (beam.smp, libraries, NIFs); `:anonymous`: heap, stacks and anonymous
       mmaps, where ERTS allocators live. nil if smaps cannot be read.
     * `:heft`: Heft's native memory summed over its tables (`:tables`,

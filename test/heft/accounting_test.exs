@@ -3,7 +3,7 @@ defmodule Heft.AccountingTest do
   # {i, 100-tuple of 10-atom lists} (16,872 bytes each in an ETS set) must
   # cost at most 200 bytes each in Heft, and info(tab, :memory) must be
   # within 10% of the growth the kernel shows while loading them. Heft's
-  # memory is its two memfd mappings (arena and index), so the kernel's
+  # memory is its two mappings (arena and index), so the kernel's
   # per-mapping figures in /proc/self/smaps show it exactly; the process's
   # total RSS also moves with the BEAM's own allocators (which return and
   # take memory at times of their choosing), so it is reported, not
@@ -11,7 +11,8 @@ defmodule Heft.AccountingTest do
   use ExUnit.Case, async: false
 
   @count 200_000
-  # The table's memfds are named after it: heft:NAME and heft-index:NAME.
+  # The table's mappings are named after it: heft:NAME (a memfd, or
+  # anonymous memory, named where the kernel can) and heft-index:NAME.
   @name :heft_accounting_200k
 
   test "the 100-tuple record: <= 200 bytes each, within 10% of RSS growth" do
@@ -37,7 +38,11 @@ defmodule Heft.AccountingTest do
     per_record = memory / @count
     assert per_record <= 200, "#{per_record} bytes per record"
 
-    assert abs(memory - growth) <= 0.10 * growth,
+    # On huge pages the arena's resident memory runs up to one 2 MiB page
+    # ahead of what it holds (see Heft's moduledoc).
+    slack = if huge_arena?(), do: 2 * 1024 * 1024, else: 0
+
+    assert abs(memory - growth) <= 0.10 * growth + slack,
            "info :memory #{memory} vs kernel's growth of Heft's mappings #{growth}"
 
     IO.puts(
@@ -45,9 +50,11 @@ defmodule Heft.AccountingTest do
         "info :memory #{memory}, Heft's mappings grew #{growth}, process RSS grew #{process_growth}"
     )
 
-    # The kernel's view of the arena agrees with Heft's own.
+    # The kernel's view of the arena agrees with Heft's own: to a page, or
+    # on huge pages to the 2 MiB page the arena's end lies in.
     info = Heft.info(t)
-    assert_in_delta info[:arena_resident_bytes], info[:arena_used_bytes], 8192
+    page = if huge_arena?(), do: 2 * 1024 * 1024, else: 4096
+    assert_in_delta info[:arena_resident_bytes], info[:arena_used_bytes], page + 4096
     assert Heft.lookup(t, 12_345) == [{12_345, :erlang.make_tuple(100, List.duplicate(:a, 10))}]
     Heft.delete(t)
   end
@@ -56,14 +63,20 @@ defmodule Heft.AccountingTest do
   # /proc/self/smaps (only its own: other tests' tables may be released
   # meanwhile).
   defp heft_rss do
+    # The arena is anonymous memory the kernel may not name: by address.
+    name = "heft:#{@name}"
+
+    anon =
+      for {start, ^name} <- Heft.Native.anonymous_arenas(),
+          do: String.downcase(Integer.to_string(start, 16)) <> "-"
+
     "/proc/self/smaps"
     |> File.read!()
     |> String.split("\n")
     |> Enum.reduce({false, 0}, fn line, {in_heft, sum} ->
       cond do
         Regex.match?(~r/^[0-9a-f]+-[0-9a-f]+ /, line) ->
-          {String.contains?(line, ["/memfd:heft:#{@name} ", "/memfd:heft-index:#{@name} "]) or
-             String.ends_with?(line, ["/memfd:heft:#{@name}", "/memfd:heft-index:#{@name}"]), sum}
+          {ours?(line) or String.starts_with?(line, anon), sum}
 
         in_heft and String.starts_with?(line, "Rss:") ->
           {true, sum + kb(line)}
@@ -73,6 +86,21 @@ defmodule Heft.AccountingTest do
       end
     end)
     |> elem(1)
+  end
+
+  defp ours?(line) do
+    String.contains?(line, [
+      "/memfd:heft:#{@name} ",
+      "/memfd:heft-index:#{@name} ",
+      "[anon:heft:#{@name}]",
+      "[anon:heft-index:#{@name}]"
+    ]) or String.ends_with?(line, ["/memfd:heft:#{@name}", "/memfd:heft-index:#{@name}"])
+  end
+
+  # True when the table's arena is anonymous memory (on huge pages).
+  defp huge_arena? do
+    name = "heft:#{@name}"
+    Enum.any?(Heft.Native.anonymous_arenas(), fn {_, n} -> n == name end)
   end
 
   defp kb(line), do: line |> String.split() |> Enum.at(1) |> String.to_integer() |> Kernel.*(1024)

@@ -38,13 +38,20 @@ defmodule Heft.LeakTest do
            "mapped arena bytes: #{heft_mapped_bytes()}, expected #{mapped0}"
   end
 
-  # Bytes of all Heft memfds (arenas and index slot arrays) mapped into this
-  # process, from the kernel.
+  # Bytes of all Heft mappings (arenas and index slot arrays: memfds, or
+  # named anonymous memory) mapped into this process, from the kernel.
   defp heft_mapped_bytes do
+    # Anonymous arenas by their start address (the kernel may not name them).
+    anon = for {start, _name} <- Heft.Native.anonymous_arenas(), do: Integer.to_string(start, 16)
+
     "/proc/self/maps"
     |> File.read!()
     |> String.split("\n")
-    |> Enum.filter(&String.contains?(&1, "/memfd:heft"))
+    |> Enum.filter(fn line ->
+      String.contains?(line, ["/memfd:heft", "[anon:heft"]) or
+        String.starts_with?(line, Enum.map(anon, &(String.downcase(&1) <> "-")))
+    end)
+    |> Enum.uniq()
     |> Enum.map(fn line ->
       [range | _] = String.split(line, " ")
       [from, to] = range |> String.split("-") |> Enum.map(&String.to_integer(&1, 16))

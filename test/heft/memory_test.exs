@@ -72,9 +72,73 @@ defmodule Heft.MemoryTest do
       assert kinds.file.count > 0 and kinds.anonymous.count > 0
     end
 
+    test "a named anonymous Heft arena is a Heft arena" do
+      text = """
+      7f00aa000000-7f00aa400000 rw-p 00000000 00:00 0                          [anon:heft:users]
+      Size:               4096 kB
+      Rss:                2048 kB
+      Private_Dirty:      2048 kB
+      AnonHugePages:      2048 kB
+      7f00aa400000-7f00aa500000 rw-p 00000000 00:00 0
+      Size:               1024 kB
+      Rss:                 512 kB
+      """
+
+      kinds = text |> Proc.smaps() |> Beam.classify()
+
+      assert kinds.heft_arena == %{
+               count: 1,
+               size: 4 * @mib,
+               rss: 2 * @mib,
+               dirty: 2 * @mib,
+               swap: 0
+             }
+
+      assert kinds.anonymous.count == 1 and kinds.anonymous.rss == div(@mib, 2)
+    end
+
+    test "unnamed anonymous mappings at Heft arenas' addresses are named for them" do
+      maps = [%{start: 1, path: nil}, %{start: 2, path: nil}, %{start: 3, path: "[heap]"}]
+      named = Beam.name_arenas(maps, %{1 => "heft:users", 3 => "heft:x"})
+      assert Enum.map(named, & &1.path) == ["[anon:heft:users]", nil, "[heap]"]
+    end
+
+    test "a live table's arena is a mapping of its own, counted as a Heft arena" do
+      t = Heft.new(:memory_test_named_arena, compression: :none)
+      Heft.insert(t, for(i <- 1..3000, do: {i, :binary.copy(<<i::32>>, 256)}))
+      used = Heft.info(t, :arena_used_bytes)
+      assert used > 3000 * 1024
+      mapped = Heft.info(t, :arena_mapped_bytes)
+
+      anon =
+        for {start, "heft:memory_test_named_arena"} <- Heft.Native.anonymous_arenas(), do: start
+
+      maps = File.read!("/proc/self/smaps") |> Proc.smaps()
+
+      arena =
+        case anon do
+          [start] ->
+            Enum.find(maps, &(&1.start == start))
+
+          [] ->
+            Enum.find(maps, &(&1.path == "/memfd:heft:memory_test_named_arena (deleted)"))
+        end
+
+      assert arena, "no mapping for the table's arena"
+      assert arena.size == mapped
+      [named] = Beam.name_arenas([arena], Map.new(Heft.Native.anonymous_arenas()))
+      assert Beam.kind(named.path) == :heft_arena
+      assert Memory.node().mappings.heft_arena.rss >= used
+      assert Heft.info(t, :arena_resident_bytes) >= used
+      Heft.delete(t)
+    end
+
     test "kind/1" do
       assert Beam.kind("/memfd:heft:users (deleted)") == :heft_arena
       assert Beam.kind("/memfd:heft-index:users (deleted)") == :heft_index
+      assert Beam.kind("[anon:heft:users]") == :heft_arena
+      assert Beam.kind("[anon:heft-index:users]") == :heft_index
+      assert Beam.kind("[anon:heftless]") == :anonymous
       assert Beam.kind("/srv/x/heft-00ff.arena") == :heft_arena
       assert Beam.kind("/srv/x/heft-00ff.arena (deleted)") == :heft_arena
       assert Beam.kind("/srv/x/notheft.arena") == :file

@@ -55,14 +55,44 @@ defmodule Heft.Memory.Beam do
     end
   end
 
-  # Resident bytes by kind of mapping. A Heft memory arena is a memfd named
-  # "heft:<table>" (shown as "/memfd:heft:<table> (deleted)"); a file arena
-  # is a file named heft-*.arena; a table's index is a memfd named
-  # "heft-index:<table>". nil when smaps cannot be read.
+  # Resident bytes by kind of mapping. A Heft memory arena is anonymous
+  # memory named "heft:<table>" (shown as "[anon:heft:<table>]"; where the
+  # kernel does not name anonymous memory, the NIF lists it by address and
+  # it is given that name here), or a memfd named "heft:<table>" (shown as
+  # "/memfd:heft:<table> (deleted)") where the kernel has no huge pages for
+  # it; a file arena is a file named heft-*.arena; a table's index is a
+  # memfd named "heft-index:<table>" (or anonymous memory of that name).
+  # nil when smaps cannot be read.
   defp mappings(source) do
+    names = arena_names(source)
+
     with text when is_binary(text) <- Source.read!(source, "/proc/self/smaps") do
-      text |> Proc.smaps() |> classify()
+      text |> Proc.smaps() |> name_arenas(names) |> classify()
     end
+  end
+
+  # %{start address => name} of the live VM's anonymous Heft arenas (none
+  # for a machine's saved files, or where Heft is not loaded).
+  defp arena_names(%Source{root: "/", heft?: true} = source) do
+    if Source.exported?(source, Heft.Native, :anonymous_arenas, 0) do
+      source |> Source.call(Heft.Native, :anonymous_arenas, []) |> Map.new()
+    else
+      %{}
+    end
+  end
+
+  defp arena_names(_source), do: %{}
+
+  # Gives unnamed anonymous mappings that are Heft arenas their name.
+  @doc false
+  def name_arenas(mappings, names) do
+    Enum.map(mappings, fn
+      %{path: nil, start: start} = m when is_map_key(names, start) ->
+        %{m | path: "[anon:#{names[start]}]"}
+
+      m ->
+        m
+    end)
   end
 
   @doc false
@@ -90,6 +120,8 @@ defmodule Heft.Memory.Beam do
   def kind(nil), do: :anonymous
   def kind("/memfd:heft:" <> _), do: :heft_arena
   def kind("/memfd:heft-index:" <> _), do: :heft_index
+  def kind("[anon:heft:" <> _), do: :heft_arena
+  def kind("[anon:heft-index:" <> _), do: :heft_index
   # [heap], [stack], [vdso], [anon:name] and the like.
   def kind("[" <> _), do: :anonymous
 

@@ -16,8 +16,9 @@ pub struct MappingUsage {
     /// Pages of the mapping in RAM (`Rss`).
     pub resident: u64,
     /// Resident pages modified since they were last written back or
-    /// loaded (`Shared_Dirty + Private_Dirty`). For a memfd every resident
-    /// page counts: such pages are never written back, only swapped.
+    /// loaded (`Shared_Dirty + Private_Dirty`). For a memory arena
+    /// (anonymous memory or a memfd) every resident page counts: such pages
+    /// are never written back, only swapped.
     pub dirty: u64,
     /// Pages of the mapping swapped out (`Swap`).
     pub swap: u64,

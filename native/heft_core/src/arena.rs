@@ -1,8 +1,15 @@
 //! The arena: one mmap'd region per table that holds its records.
 //!
-//! Backing. A memory arena is a memfd (named `heft:<table>`, so it shows in
-//! /proc/PID/maps): its pages live in RAM and can only be swapped, never
-//! written back to a file. A file arena maps a file `heft-<ospid>-<table>-<n>.arena`
+//! Backing. A memory arena is private anonymous memory on transparent
+//! huge pages (see [`anon`]: 2 MiB pages where the kernel has them, so a
+//! table's pages fault in 512 at a time), between guard pages so that it
+//! stays a mapping of its own, named `heft:<table>` where the kernel names
+//! anonymous memory (smaps then shows `[anon:heft:<table>]`) and listed by
+//! address in [`anon::live`] everywhere. Where the kernel has no huge pages
+//! for it (`MADV_HUGEPAGE` refused), it is a memfd named `heft:<table>`
+//! (`/memfd:heft:<table> (deleted)`) instead. Either way its pages live in
+//! RAM and can only be swapped, never written back to a file.
+//! A file arena maps a file `heft-<ospid>-<table>-<n>.arena`
 //! (mode 0600) in a directory the user names, for data larger than RAM; the
 //! file is removed when the arena is dropped, and files left by a VM that
 //! died are removed by the next arena created in that directory.
@@ -12,7 +19,8 @@
 //! on its class's free list and is handed out again before the arena grows,
 //! so a table that keeps overwriting the same keys stays the same size.
 //! Freed blocks of a memory arena that span whole pages give those pages
-//! back to the kernel (punched out of the memfd).
+//! back to the kernel (`MADV_DONTNEED`, or punched out of the memfd; a huge
+//! page with a hole in it is split).
 //!
 //! The region grows by doubling (at most 1 GiB a step) with `mremap`, so it
 //! may move: callers hold no pointers into it across a `&mut` borrow, which
@@ -23,9 +31,12 @@ use std::fs::{self, File};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use memmap2::{Advice, MmapMut, MmapOptions, RemapOptions};
+
+pub mod anon;
+use anon::Region;
 
 /// The smallest mapping an arena starts with.
 const INITIAL_BYTES: u64 = 64 * 1024;
@@ -91,11 +102,33 @@ pub fn class_size(class: usize) -> usize {
 
 static FILE_SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// Where a live arena's pages are, and its mapping.
+enum Pages {
+    /// Anonymous memory on huge pages.
+    Anon(Region),
+    /// A memfd: the fallback for memory arenas.
+    Memfd(File, MmapMut),
+    /// A file of the arena's own at this path.
+    File(File, PathBuf, MmapMut),
+}
+
+/// How a memory arena's pages are obtained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MemoryPages {
+    /// Anonymous huge pages, else a memfd.
+    Huge,
+    /// A memfd always (to test the fallback).
+    #[cfg(test)]
+    Memfd,
+}
+
+/// Set once the kernel refused huge pages for anonymous memory: memory
+/// arenas are memfds from then on.
+static HUGE_REFUSED: AtomicBool = AtomicBool::new(false);
+
 /// An mmap'd region with a size-class allocator.
 pub struct Arena {
-    file: File,
-    path: Option<PathBuf>,
-    map: MmapMut,
+    pages: Pages,
     /// Bytes of the region handed out so far (the bump pointer).
     top: u64,
     free: Vec<Vec<u64>>,
@@ -111,9 +144,31 @@ impl Arena {
     /// Creates an empty arena. `label` names it in /proc/PID/maps (a memfd
     /// name, or part of the file name) and is sanitized to `[A-Za-z0-9_.-]`.
     pub fn new(backing: &Backing, label: &str) -> io::Result<Arena> {
+        Arena::with_pages(backing, label, MemoryPages::Huge)
+    }
+
+    pub(crate) fn with_pages(
+        backing: &Backing,
+        label: &str,
+        memory: MemoryPages,
+    ) -> io::Result<Arena> {
         let label = sanitize(label);
-        let (file, path) = match backing {
-            Backing::Memory => (memfd(&format!("heft:{label}"), INITIAL_BYTES)?, None),
+        let name =
+            CString::new(format!("heft:{label}")).map_err(|_| io::ErrorKind::InvalidInput)?;
+        let huge = memory == MemoryPages::Huge && !HUGE_REFUSED.load(Ordering::Relaxed);
+        let pages = match backing {
+            Backing::Memory if huge => match Region::new(name.clone(), INITIAL_BYTES as usize) {
+                Ok(region) => Pages::Anon(region),
+                Err(e) => {
+                    // EINVAL: this kernel has no huge pages for anonymous
+                    // memory; other errors (out of memory) may pass.
+                    if e.raw_os_error() == Some(libc::EINVAL) {
+                        HUGE_REFUSED.store(true, Ordering::Relaxed);
+                    }
+                    memfd_pages(&name)?
+                }
+            },
+            Backing::Memory => memfd_pages(&name)?,
             Backing::File(dir) => {
                 remove_stale_files(dir);
                 // Created exclusively (a link planted there is not
@@ -125,13 +180,17 @@ impl Arena {
                     std::process::id()
                 ));
                 let file = crate::files::create_new(&path, crate::files::FILE_MODE)?;
-                (file, Some(path))
+                match map_file(&file, INITIAL_BYTES, true) {
+                    Ok(map) => Pages::File(file, path, map),
+                    Err(e) => {
+                        let _ = fs::remove_file(&path);
+                        return Err(e);
+                    }
+                }
             }
         };
         let arena = Arena {
-            map: map_file(&file, INITIAL_BYTES, path.is_some())?,
-            file,
-            path,
+            pages,
             top: FIRST_OFFSET,
             free: Vec::new(),
             live: 0,
@@ -167,7 +226,7 @@ impl Arena {
         if end > OFFSET_MASK {
             return Err(io::ErrorKind::OutOfMemory.into());
         }
-        if end > self.map.len() as u64 {
+        if end > self.bytes().len() as u64 {
             self.grow(end)?;
         }
         self.top = end;
@@ -183,9 +242,9 @@ impl Arena {
         let mut entry = loc;
         // Only memory arenas punch: a file arena keeps its disk blocks so a
         // reused block can never hit a full disk through the mapping.
-        if size as usize >= PUNCH_MIN && self.path.is_none() {
+        if size as usize >= PUNCH_MIN && !matches!(self.pages, Pages::File(..)) {
             if let Some((start, plen)) = punchable(off, size) {
-                if punch_hole(&self.file, start, plen).is_ok() {
+                if self.give_back(start, plen).is_ok() {
                     self.punched += plen;
                     entry |= PUNCHED;
                 }
@@ -202,40 +261,71 @@ impl Arena {
     /// The `len` bytes at block `loc`, or `None` past the end of the arena.
     pub fn get(&self, loc: u64, len: usize) -> Option<&[u8]> {
         let start = usize::try_from(offset(loc)).ok()?;
-        self.map.get(start..start.checked_add(len)?)
+        self.bytes().get(start..start.checked_add(len)?)
+    }
+
+    /// The whole mapping.
+    fn bytes(&self) -> &[u8] {
+        match &self.pages {
+            Pages::Anon(r) => r,
+            Pages::Memfd(_, m) | Pages::File(_, _, m) => m,
+        }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match &mut self.pages {
+            Pages::Anon(r) => r,
+            Pages::Memfd(_, m) | Pages::File(_, _, m) => m,
+        }
     }
 
     /// Up to `max` bytes from block `loc`, fewer where the mapping ends
     /// sooner.
     pub fn tail(&self, loc: u64, max: usize) -> &[u8] {
         let start = usize::try_from(offset(loc)).unwrap_or(usize::MAX);
-        let end = start.saturating_add(max).min(self.map.len());
-        self.map.get(start..end).unwrap_or(&[])
+        let end = start.saturating_add(max).min(self.bytes().len());
+        self.bytes().get(start..end).unwrap_or(&[])
     }
 
     /// The `len` bytes at block `loc`, writable.
     pub fn get_mut(&mut self, loc: u64, len: usize) -> Option<&mut [u8]> {
         let start = usize::try_from(offset(loc)).ok()?;
-        self.map.get_mut(start..start.checked_add(len)?)
+        self.bytes_mut().get_mut(start..start.checked_add(len)?)
+    }
+
+    /// Gives the pages of `[start, start+len)` (whole pages of a freed
+    /// block) back to the kernel; they read as zeros afterwards.
+    fn give_back(&self, start: u64, len: u64) -> io::Result<()> {
+        match &self.pages {
+            Pages::Anon(r) => r.discard(start as usize, len as usize),
+            Pages::Memfd(file, _) => punch_hole(file, start, len),
+            Pages::File(..) => Ok(()),
+        }
     }
 
     fn grow(&mut self, needed: u64) -> io::Result<()> {
-        let mut new_len = self.map.len() as u64;
+        let mut new_len = self.bytes().len() as u64;
         while new_len < needed {
             new_len += new_len.clamp(INITIAL_BYTES, MAX_STEP);
         }
-        let old_len = self.map.len() as u64;
-        if self.path.is_some() {
-            // Reserve the disk blocks now: a store through the mapping into
-            // a hole the disk has no room for would be SIGBUS, not an error.
-            if let Err(e) = allocate(&self.file, old_len, new_len - old_len) {
-                let _ = self.file.set_len(old_len);
-                return Err(e);
+        let old_len = self.bytes().len() as u64;
+        match &mut self.pages {
+            Pages::Anon(r) => r.grow(new_len as usize),
+            Pages::Memfd(file, map) => {
+                file.set_len(new_len)?;
+                remap(file, map, new_len)
             }
-        } else {
-            self.file.set_len(new_len)?;
+            Pages::File(file, _, map) => {
+                // Reserve the disk blocks now: a store through the mapping
+                // into a hole the disk has no room for would be SIGBUS, not
+                // an error.
+                if let Err(e) = allocate(file, old_len, new_len - old_len) {
+                    let _ = file.set_len(old_len);
+                    return Err(e);
+                }
+                remap(file, map, new_len)
+            }
         }
-        remap(&self.file, &mut self.map, new_len)
     }
 
     /// Makes room for about `bytes` more of blocks at once, for a bulk load
@@ -246,28 +336,35 @@ impl Arena {
     /// Best effort: before Linux 5.14 the pages fault in as touched.
     pub fn reserve(&mut self, bytes: u64) -> io::Result<()> {
         let end = self.top.saturating_add(bytes).min(OFFSET_MASK);
-        if end > self.map.len() as u64 {
+        if end > self.bytes().len() as u64 {
             self.grow(end)?;
         }
         let start = self.top / PAGE * PAGE;
-        if self.path.is_none() && end > start {
-            let len = (end - start) as usize;
-            let _ = self
-                .map
-                .advise_range(Advice::PopulateWrite, start as usize, len);
-        }
+        let (start, len) = (start as usize, end.saturating_sub(start) as usize);
+        let _ = match &self.pages {
+            _ if len == 0 => Ok(()),
+            Pages::Anon(r) => r.populate(start, len),
+            Pages::Memfd(_, map) => map.advise_range(Advice::PopulateWrite, start, len),
+            Pages::File(..) => Ok(()),
+        };
         Ok(())
     }
 
     /// Drops every block and gives all pages back, keeping the backing.
     pub fn clear(&mut self) -> io::Result<()> {
-        self.file.set_len(0)?;
-        if self.path.is_some() {
-            allocate(&self.file, 0, INITIAL_BYTES)?;
-        } else {
-            self.file.set_len(INITIAL_BYTES)?;
+        match &mut self.pages {
+            Pages::Anon(r) => *r = Region::new(r.name().clone(), INITIAL_BYTES as usize)?,
+            Pages::Memfd(file, map) => {
+                file.set_len(0)?;
+                file.set_len(INITIAL_BYTES)?;
+                *map = map_file(file, INITIAL_BYTES, false)?;
+            }
+            Pages::File(file, _, map) => {
+                file.set_len(0)?;
+                allocate(file, 0, INITIAL_BYTES)?;
+                *map = map_file(file, INITIAL_BYTES, false)?;
+            }
         }
-        self.map = map_file(&self.file, INITIAL_BYTES, false)?;
         self.top = FIRST_OFFSET;
         self.free.iter_mut().for_each(Vec::clear);
         self.live = 0;
@@ -277,9 +374,10 @@ impl Arena {
     }
 
     /// Bytes mapped: the length of the region (the backing file's size).
-    /// Address space only; the kernel allocates pages when they are touched.
+    /// Address space only; the kernel allocates pages when they are touched
+    /// (in a memory arena on huge pages, 2 MiB at a time where it can).
     pub fn mapped_bytes(&self) -> u64 {
-        self.map.len() as u64
+        self.bytes().len() as u64
     }
 
     /// Bytes handed out so far: blocks in use, blocks on free lists, and the
@@ -307,18 +405,21 @@ impl Arena {
 
     /// The address where the region starts, to find it in /proc/self/smaps.
     pub fn address(&self) -> usize {
-        self.map.as_ptr() as usize
+        self.bytes().as_ptr() as usize
     }
 
     /// The backing file's path (file arenas only).
     pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
+        match &self.pages {
+            Pages::File(_, path, _) => Some(path),
+            _ => None,
+        }
     }
 }
 
 impl Drop for Arena {
     fn drop(&mut self) {
-        if let Some(path) = &self.path {
+        if let Some(path) = self.path() {
             let _ = fs::remove_file(path);
         }
     }
@@ -351,6 +452,13 @@ fn punchable(off: u64, size: u64) -> Option<(u64, u64)> {
     let start = off.div_ceil(PAGE) * PAGE;
     let end = (off + size) / PAGE * PAGE;
     (end > start).then(|| (start, end - start))
+}
+
+/// A memory arena's fallback pages: a memfd named `name`.
+fn memfd_pages(name: &CString) -> io::Result<Pages> {
+    let file = memfd(&name.to_string_lossy(), INITIAL_BYTES)?;
+    let map = map_file(&file, INITIAL_BYTES, false)?;
+    Ok(Pages::Memfd(file, map))
 }
 
 /// A new memfd of `len` bytes named `name` (shown as `/memfd:NAME (deleted)`
@@ -530,23 +638,150 @@ mod tests {
 
     #[test]
     fn large_freed_blocks_give_their_pages_back() {
-        let mut a = Arena::new(&Backing::Memory, "punch").unwrap();
-        let off = a.alloc(1 << 20).unwrap();
-        a.get_mut(off, 1 << 20).unwrap().fill(1);
-        let used = a.used_bytes();
-        a.free(off);
-        assert!(a.used_bytes() < used - (1 << 19));
-        let again = a.alloc(1 << 20).unwrap();
-        assert_eq!(again, off);
-        assert_eq!(a.used_bytes(), used);
-        // The whole pages inside the block read back as zeros and are
-        // writable again; the partial pages at its ends kept their bytes.
-        let (start, len) = punchable(offset(off), block_size(off) as u64).unwrap();
-        let skip = (start - offset(off)) as usize;
-        let block = a.get(again, 1 << 20).unwrap();
-        assert!(block[skip..skip + len as usize].iter().all(|&b| b == 0));
-        assert!(block[..skip].iter().all(|&b| b == 1));
-        a.get_mut(again, 1 << 20).unwrap().fill(2);
+        for pages in [MemoryPages::Huge, MemoryPages::Memfd] {
+            let mut a = Arena::with_pages(&Backing::Memory, "punch", pages).unwrap();
+            let off = a.alloc(1 << 20).unwrap();
+            a.get_mut(off, 1 << 20).unwrap().fill(1);
+            let used = a.used_bytes();
+            a.free(off);
+            assert!(a.used_bytes() < used - (1 << 19), "{pages:?}");
+            let again = a.alloc(1 << 20).unwrap();
+            assert_eq!(again, off);
+            assert_eq!(a.used_bytes(), used);
+            // The whole pages inside the block read back as zeros and are
+            // writable again; the partial pages at its ends kept their bytes.
+            let (start, len) = punchable(offset(off), block_size(off) as u64).unwrap();
+            let skip = (start - offset(off)) as usize;
+            let block = a.get(again, 1 << 20).unwrap();
+            assert!(
+                block[skip..skip + len as usize].iter().all(|&b| b == 0),
+                "{pages:?}"
+            );
+            assert!(block[..skip].iter().all(|&b| b == 1), "{pages:?}");
+            a.get_mut(again, 1 << 20).unwrap().fill(2);
+        }
+    }
+
+    /// The /proc/self/maps line of the mapping that starts at `addr`.
+    fn maps_line(addr: usize) -> Option<String> {
+        let maps = fs::read_to_string("/proc/self/maps").unwrap();
+        let prefix = format!("{addr:x}-");
+        maps.lines()
+            .find(|l| l.starts_with(&prefix))
+            .map(str::to_string)
+    }
+
+    /// Checks that a memory arena labelled `label` is a mapping of its
+    /// own, anonymous memory listed by `anon::live` (and named so in maps
+    /// where the kernel names anonymous memory), or the fallback memfd.
+    fn assert_memory_arena_mapping(a: &Arena, label: &str) {
+        let line = maps_line(a.address()).expect("the arena starts a mapping");
+        let usage = crate::accounting::mappings(&[a.address() as u64]).unwrap()[0].unwrap();
+        assert_eq!(usage.size, a.mapped_bytes(), "{line}");
+        let name = format!("heft:{label}");
+        match &a.pages {
+            Pages::Anon(_) => {
+                assert!(anon::live().contains(&(a.address() as u64, name.clone())));
+                let path = line.split_whitespace().nth(5);
+                assert!(
+                    path.is_none() || path == Some(&format!("[anon:{name}]")),
+                    "{line}"
+                );
+            }
+            Pages::Memfd(..) => assert!(line.contains(&format!("/memfd:{name} ")), "{line}"),
+            Pages::File(..) => panic!("a file arena"),
+        }
+    }
+
+    /// KiB of the mapping at `addr` that are on huge pages.
+    fn huge_kb(addr: usize) -> u64 {
+        let smaps = fs::read_to_string("/proc/self/smaps").unwrap();
+        let at = smaps.find(&format!("{addr:x}-")).unwrap();
+        smaps[at..]
+            .lines()
+            .find_map(|l| l.strip_prefix("AnonHugePages:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap()
+    }
+
+    fn thp_for_anonymous_memory() -> bool {
+        fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .is_ok_and(|s| !s.contains("[never]"))
+    }
+
+    /// Fills 6 MiB of blocks numbered by their first bytes, growing the
+    /// arena from 64 KiB past several 2 MiB boundaries, and checks them.
+    fn fill_across_2_mib(a: &mut Arena) {
+        let mut blocks = Vec::new();
+        for i in 0..6000u32 {
+            let off = a.alloc(1000).unwrap();
+            let b = a.get_mut(off, 1000).unwrap();
+            b.fill(i as u8);
+            b[..4].copy_from_slice(&i.to_le_bytes());
+            blocks.push(off);
+        }
+        assert!(a.mapped_bytes() > 4 << 20);
+        for (i, off) in blocks.iter().enumerate() {
+            let b = a.get(*off, 1000).unwrap();
+            assert_eq!(&b[..4], &(i as u32).to_le_bytes());
+            assert!(b[4..].iter().all(|&x| x == i as u8));
+        }
+    }
+
+    #[test]
+    fn a_memory_arena_is_huge_page_memory_listed_by_name_and_keeps_its_data_across_2_mib_growth() {
+        let mut a = Arena::new(&Backing::Memory, "grow2m").unwrap();
+        if thp_for_anonymous_memory() {
+            assert!(matches!(a.pages, Pages::Anon(_)));
+        }
+        assert_memory_arena_mapping(&a, "grow2m");
+        let first = a.address();
+        fill_across_2_mib(&mut a);
+        // Still a mapping of its own, listed under its new address only.
+        assert_memory_arena_mapping(&a, "grow2m");
+        assert!(
+            !anon::live().iter().any(|(addr, _)| *addr == first as u64) || first == a.address()
+        );
+        let usage = crate::accounting::mappings(&[a.address() as u64]).unwrap()[0].unwrap();
+        assert!(usage.resident >= 6000 * 1000, "{usage:?}");
+        if matches!(a.pages, Pages::Anon(_)) {
+            assert!(
+                huge_kb(a.address()) >= 2048,
+                "no huge page in the grown arena"
+            );
+        }
+        a.clear().unwrap();
+        assert_eq!(a.mapped_bytes(), INITIAL_BYTES);
+        assert_eq!(a.used_bytes(), FIRST_OFFSET);
+        assert_memory_arena_mapping(&a, "grow2m");
+        fill_across_2_mib(&mut a);
+        let addr = a.address() as u64;
+        drop(a);
+        assert!(!anon::live().iter().any(|(x, _)| *x == addr));
+    }
+
+    #[test]
+    fn arenas_of_one_table_name_stay_separate_mappings() {
+        let mut arenas: Vec<Arena> = (0..8)
+            .map(|_| Arena::new(&Backing::Memory, "twin").unwrap())
+            .collect();
+        for a in arenas.iter_mut().step_by(2) {
+            fill_across_2_mib(a);
+        }
+        for a in &arenas {
+            assert_memory_arena_mapping(a, "twin");
+        }
+    }
+
+    #[test]
+    fn the_memfd_fallback_is_named_and_keeps_its_data_across_growth() {
+        let mut a = Arena::with_pages(&Backing::Memory, "fallback", MemoryPages::Memfd).unwrap();
+        assert!(matches!(a.pages, Pages::Memfd(..)));
+        fill_across_2_mib(&mut a);
+        assert_memory_arena_mapping(&a, "fallback");
+        a.clear().unwrap();
+        assert_eq!(a.mapped_bytes(), INITIAL_BYTES);
+        fill_across_2_mib(&mut a);
     }
 
     #[test]

@@ -437,6 +437,14 @@ fn fixations<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
     })
 }
 
+/// `[{start_address, name}]` of this process's anonymous arena mappings,
+/// for Heft.Memory to tell them apart in /proc/self/smaps where the kernel
+/// does not name anonymous memory.
+#[rustler::nif]
+fn anonymous_arenas() -> Vec<(u64, String)> {
+    heft_core::arena::anon::live()
+}
+
 /// Tables whose storage is still allocated (for leak tests).
 #[rustler::nif]
 fn live_tables() -> usize {

@@ -634,16 +634,21 @@ fn contains_zero(t: Term, negative_only: bool) -> bool {
     if !NEG_ZERO_IS_ZERO.load(Ordering::Relaxed) {
         return false;
     }
+    let zero = |t: Term| {
+        t.decode::<f64>()
+            .is_ok_and(|f| f == 0.0 && (f.is_sign_negative() || !negative_only))
+    };
+    // Most keys hold no other term: no stack for them.
+    match t.get_type() {
+        TermType::Tuple | TermType::List | TermType::Map => {}
+        TermType::Float => return zero(t),
+        _ => return false,
+    }
     let env = t.get_env();
     let mut stack = vec![t];
     while let Some(t) = stack.pop() {
         match t.get_type() {
-            TermType::Float
-                if t.decode::<f64>()
-                    .is_ok_and(|f| f == 0.0 && (f.is_sign_negative() || !negative_only)) =>
-            {
-                return true;
-            }
+            TermType::Float if zero(t) => return true,
             TermType::Tuple => {
                 for &e in tuple_words(t).unwrap_or_default() {
                     // SAFETY: an element of a tuple alive in `env`.
