@@ -394,25 +394,6 @@ pub trait Builder {
     fn list(&mut self, elems: &[Self::Term], tail: Self::Term) -> Result<Self::Term, DecodeError>;
     /// A map; `kvs` alternates keys and values.
     fn map(&mut self, kvs: &[Self::Term]) -> Result<Self::Term, DecodeError>;
-    /// A map of `keys[i] => values[i]` (slices of equal length), as the
-    /// lean decoder gathers it.
-    fn map_split(
-        &mut self,
-        keys: &[Self::Term],
-        values: &[Self::Term],
-    ) -> Result<Self::Term, DecodeError> {
-        let kvs: Vec<Self::Term> = keys
-            .iter()
-            .zip(values)
-            .flat_map(|(k, v)| [k.clone(), v.clone()])
-            .collect();
-        self.map(&kvs)
-    }
-    /// A proper list of `elems`.
-    fn proper_list(&mut self, elems: &[Self::Term]) -> Result<Self::Term, DecodeError> {
-        let nil = self.nil()?;
-        self.list(elems, nil)
-    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -435,8 +416,6 @@ pub struct Scratch<T> {
     stack: Vec<T>,
     frames: Vec<Frame>,
     ids: Vec<Option<T>>,
-    /// Map values, while the lean decoder gathers a map's keys on `stack`.
-    values: Vec<T>,
 }
 
 impl<T> Default for Scratch<T> {
@@ -445,7 +424,6 @@ impl<T> Default for Scratch<T> {
             stack: Vec::new(),
             frames: Vec::new(),
             ids: Vec::new(),
-            values: Vec::new(),
         }
     }
 }
@@ -471,27 +449,17 @@ pub fn decode_with<B: Builder>(
     scratch.stack.clear();
     scratch.frames.clear();
     scratch.ids.clear();
-    let mut r = Reader::new(bytes);
-    let result = decode_inner(&mut r, key, b, scratch)?;
-    if r.remaining() != 0 {
-        return Err(DecodeError::TrailingBytes(r.remaining()));
-    }
-    Ok(result)
+    decode_all::<B, true>(bytes, key, b, scratch)
 }
 
-/// How deep the lean decoder recurses before it hands the term to the
-/// iterative decoder (a few hundred bytes of call stack a level).
-const LEAN_DEPTH: u32 = 48;
-
 /// Decodes a record body (with its `key`) or, with `key = None`, a key:
-/// the lean way (no ids kept, maps gathered as keys and values) when the
-/// encoding holds no `REF`, which its first tag says
-/// ([`is_flagged_unshared`]) or the caller knows (`known_unshared`: keys,
-/// and bag bodies, which are canonical); else, or for a term nested deeper
-/// than the lean decoder goes, with [`decode_with`]. A `REF` in a flagged
-/// encoding is an error; in one only `known_unshared` the term is decoded
-/// again with [`decode_with`], so an encoding that does hold one still
-/// decodes.
+/// without numbering compound terms (no ids kept) when the encoding holds
+/// no `REF`, which its first tag says ([`is_flagged_unshared`]) or the
+/// caller knows (`known_unshared`: keys, and bag bodies, which are
+/// canonical); else with [`decode_with`]. A `REF` met on the lean path
+/// hands the whole encoding to [`decode_with`], which follows it, or
+/// refuses it where the first tag ruled it out; so every encoding decodes
+/// exactly as [`decode_with`] decodes it.
 pub fn decode_record<B: Builder>(
     bytes: &[u8],
     key: Option<&[u8]>,
@@ -499,187 +467,36 @@ pub fn decode_record<B: Builder>(
     b: &mut B,
     scratch: &mut Scratch<B::Term>,
 ) -> Result<B::Term, DecodeError> {
-    let flagged = is_flagged_unshared(bytes);
-    if flagged || known_unshared {
+    if known_unshared || is_flagged_unshared(bytes) {
         scratch.stack.clear();
-        scratch.values.clear();
-        let mut lean = Lean {
-            b: &mut *b,
-            key,
-            items: &mut scratch.stack,
-            values: &mut scratch.values,
-            strict: flagged,
-        };
-        match lean.whole(bytes, 0) {
-            Ok(v) => return Ok(v),
-            Err(Stop::Error(e)) => return Err(e),
-            Err(Stop::Full) => {}
+        scratch.frames.clear();
+        match decode_all::<B, false>(bytes, key, b, scratch) {
+            Err(DecodeError::BadRef(_)) => {}
+            result => return result,
         }
     }
     decode_with(bytes, key, b, scratch)
 }
 
-/// Why the lean decoder stopped.
-enum Stop {
-    /// The bytes are not a valid encoding.
-    Error(DecodeError),
-    /// A `REF` it cannot follow, or nesting deeper than [`LEAN_DEPTH`]: the
-    /// iterative decoder takes over.
-    Full,
+/// [`decode_inner`] of a whole encoding: trailing bytes are an error.
+fn decode_all<B: Builder, const IDS: bool>(
+    bytes: &[u8],
+    key: Option<&[u8]>,
+    b: &mut B,
+    s: &mut Scratch<B::Term>,
+) -> Result<B::Term, DecodeError> {
+    let mut r = Reader::new(bytes);
+    let v = decode_inner::<B, IDS>(&mut r, key, b, s)?;
+    if r.remaining() != 0 {
+        return Err(DecodeError::TrailingBytes(r.remaining()));
+    }
+    Ok(v)
 }
 
-impl From<DecodeError> for Stop {
-    fn from(e: DecodeError) -> Self {
-        Stop::Error(e)
-    }
-}
-
-/// A recursive decoder for encodings without `REF`: compound terms are
-/// built as soon as their last child is, from children gathered on
-/// `items` (and map values on `values`), with no frames or ids kept.
-struct Lean<'k, 's, B: Builder> {
-    b: &'s mut B,
-    key: Option<&'k [u8]>,
-    items: &'s mut Vec<B::Term>,
-    values: &'s mut Vec<B::Term>,
-    /// The encoding is flagged unshared: a `REF` in it is an error.
-    strict: bool,
-}
-
-impl<B: Builder> Lean<'_, '_, B> {
-    /// Decodes a whole encoding (a body, or the key met in one), which may
-    /// start with a flagged tuple.
-    fn whole(&mut self, bytes: &[u8], depth: u32) -> Result<B::Term, Stop> {
-        let mut r = Reader::new(bytes);
-        let v = match bytes.first() {
-            Some(&tag::UNSHARED_TUPLE) => {
-                r.pos = 1;
-                let n = r.count(1)?;
-                self.tuple(&mut r, n, depth)?
-            }
-            Some(&t) if is_unshared_small_tuple(t) => {
-                r.pos = 1;
-                self.tuple(&mut r, usize::from(t & 0x0f), depth)?
-            }
-            _ => self.term(&mut r, depth)?,
-        };
-        if r.remaining() != 0 {
-            return Err(DecodeError::TrailingBytes(r.remaining()).into());
-        }
-        Ok(v)
-    }
-
-    fn term(&mut self, r: &mut Reader<'_>, depth: u32) -> Result<B::Term, Stop> {
-        let t = r.u8()?;
-        Ok(match t {
-            t if t >= tag::SMALL_INT => self.b.int(i64::from(t & 0x7f))?,
-            t if t >= tag::SMALL_ATOM => self.b.atom(u32::from(t & 0x3f))?,
-            t if is_small_tuple(t) => self.tuple(r, usize::from(t & 0x0f), depth)?,
-            tag::NIL => self.b.nil()?,
-            tag::KEY => {
-                // The key is an encoding of its own (with its own flag, and
-                // ids of its own to the iterative decoder).
-                let k = self.key.take().ok_or(DecodeError::UnexpectedKey)?;
-                let body_strict = std::mem::replace(&mut self.strict, is_flagged_unshared(k));
-                let v = self.whole(k, depth);
-                self.strict = body_strict;
-                v?
-            }
-            tag::INT => self.b.int(unzigzag(r.varint()?))?,
-            tag::FLOAT => {
-                let mut a = [0u8; 8];
-                a.copy_from_slice(r.bytes(8)?);
-                let f = f64::from_le_bytes(a);
-                if !f.is_finite() {
-                    return Err(DecodeError::BadFloat.into());
-                }
-                self.b.float(f)?
-            }
-            tag::ATOM => {
-                let id = u32::try_from(r.varint()?).map_err(|_| DecodeError::BadVarint)?;
-                self.b.atom(id)?
-            }
-            tag::BINARY => {
-                let n = r.count(1)?;
-                self.b.binary(r.bytes(n)?)?
-            }
-            tag::ETF => {
-                let n = r.count(1)?;
-                self.b.etf(r.bytes(n)?)?
-            }
-            tag::TUPLE => {
-                let n = r.count(1)?;
-                self.tuple(r, n, depth)?
-            }
-            tag::LIST => self.list(r, depth)?,
-            tag::MAP => self.map(r, depth)?,
-            tag::REF if self.strict => return Err(DecodeError::BadRef(r.varint()?).into()),
-            tag::REF => return Err(Stop::Full),
-            t => return Err(DecodeError::BadTag(t).into()),
-        })
-    }
-
-    fn tuple(&mut self, r: &mut Reader<'_>, n: usize, depth: u32) -> Result<B::Term, Stop> {
-        if depth >= LEAN_DEPTH {
-            return Err(Stop::Full);
-        }
-        let base = self.items.len();
-        self.items.reserve(n);
-        for _ in 0..n {
-            let v = self.term(r, depth + 1)?;
-            self.items.push(v);
-        }
-        let v = self.b.tuple(&self.items[base..]);
-        self.items.truncate(base);
-        Ok(v?)
-    }
-
-    fn list(&mut self, r: &mut Reader<'_>, depth: u32) -> Result<B::Term, Stop> {
-        let n = r.count(1)?;
-        if depth >= LEAN_DEPTH {
-            return Err(Stop::Full);
-        }
-        let base = self.items.len();
-        self.items.reserve(n);
-        for _ in 0..n {
-            let v = self.term(r, depth + 1)?;
-            self.items.push(v);
-        }
-        let v = if r.buf.get(r.pos) == Some(&tag::NIL) {
-            r.pos += 1;
-            self.b.proper_list(&self.items[base..])
-        } else {
-            let tail = self.term(r, depth + 1)?;
-            self.b.list(&self.items[base..], tail)
-        };
-        self.items.truncate(base);
-        Ok(v?)
-    }
-
-    fn map(&mut self, r: &mut Reader<'_>, depth: u32) -> Result<B::Term, Stop> {
-        let n = r.count(2)?;
-        if depth >= LEAN_DEPTH {
-            return Err(Stop::Full);
-        }
-        let (kbase, vbase) = (self.items.len(), self.values.len());
-        self.items.reserve(n);
-        self.values.reserve(n);
-        for _ in 0..n {
-            let k = self.term(r, depth + 1)?;
-            self.items.push(k);
-            let v = self.term(r, depth + 1)?;
-            self.values.push(v);
-        }
-        let v = self
-            .b
-            .map_split(&self.items[kbase..], &self.values[vbase..]);
-        self.items.truncate(kbase);
-        self.values.truncate(vbase);
-        Ok(v?)
-    }
-}
-
-fn decode_inner<B: Builder>(
+/// Decodes one term from `r`, on top of whatever `s` holds (left as it
+/// was). With `IDS` compound terms are numbered for `REF`s; without, a
+/// `REF` is an error ([`DecodeError::BadRef`]) and nothing is numbered.
+fn decode_inner<B: Builder, const IDS: bool>(
     r: &mut Reader<'_>,
     mut key: Option<&[u8]>,
     b: &mut B,
@@ -687,6 +504,8 @@ fn decode_inner<B: Builder>(
 ) -> Result<B::Term, DecodeError> {
     // Whether the first tag promised that no `REF` follows.
     let unshared = r.pos == 0 && is_flagged_unshared(r.buf);
+    // Frames below this one belong to an encoding this one is nested in.
+    let floor = s.frames.len();
     loop {
         let first = r.pos == 0;
         let t = match r.u8()? {
@@ -697,10 +516,19 @@ fn decode_inner<B: Builder>(
         // Either a finished value, or the header of a compound term whose
         // `n` children come next.
         let (mut value, open) = match t {
+            t if t >= tag::SMALL_INT => (Some(b.int(i64::from(t & 0x7f))?), None),
+            t if t >= tag::SMALL_ATOM => (Some(b.atom(u32::from(t & 0x3f))?), None),
+            t if is_small_tuple(t) => (None, Some((Kind::Tuple, usize::from(t & 0x0f)))),
             tag::NIL => (Some(b.nil()?), None),
             tag::KEY => {
+                // The key is an encoding of its own, with its own ids.
                 let k = key.take().ok_or(DecodeError::UnexpectedKey)?;
-                (Some(decode(k, None, b)?), None)
+                let v = if IDS {
+                    decode(k, None, b)?
+                } else {
+                    decode_all::<B, false>(k, None, b, s)?
+                };
+                (Some(v), None)
             }
             tag::INT => (Some(b.int(unzigzag(r.varint()?))?), None),
             tag::FLOAT => {
@@ -725,7 +553,9 @@ fn decode_inner<B: Builder>(
                 } else {
                     b.etf(data)?
                 };
-                s.ids.push(Some(v.clone()));
+                if IDS {
+                    s.ids.push(Some(v.clone()));
+                }
                 (Some(v), None)
             }
             tag::TUPLE => (None, Some((Kind::Tuple, r.count(1)?))),
@@ -733,7 +563,7 @@ fn decode_inner<B: Builder>(
             tag::MAP => (None, Some((Kind::Map, r.count(2)? * 2))),
             tag::REF => {
                 let id = r.varint()?;
-                if unshared {
+                if unshared || !IDS {
                     return Err(DecodeError::BadRef(id));
                 }
                 let v = usize::try_from(id)
@@ -743,19 +573,18 @@ fn decode_inner<B: Builder>(
                     .ok_or(DecodeError::BadRef(id))?;
                 (Some(v), None)
             }
-            t if t >= tag::SMALL_INT => (Some(b.int(i64::from(t & 0x7f))?), None),
-            t if t >= tag::SMALL_ATOM => (Some(b.atom(u32::from(t & 0x3f))?), None),
-            t if (tag::SMALL_TUPLE..tag::SMALL_TUPLE + 16).contains(&t) => {
-                (None, Some((Kind::Tuple, usize::from(t & 0x0f))))
-            }
             t => return Err(DecodeError::BadTag(t)),
         };
         if let Some((kind, n)) = open {
             let id = s.ids.len();
-            s.ids.push(None);
+            if IDS {
+                s.ids.push(None);
+            }
             if n == 0 {
                 let v = build(b, kind, &[])?;
-                s.ids[id] = Some(v.clone());
+                if IDS {
+                    s.ids[id] = Some(v.clone());
+                }
                 value = Some(v);
             } else {
                 s.frames.push(Frame {
@@ -770,6 +599,9 @@ fn decode_inner<B: Builder>(
         // completes.
         let Some(mut v) = value else { continue };
         loop {
+            if s.frames.len() == floor {
+                return Ok(v);
+            }
             let Some(f) = s.frames.last_mut() else {
                 return Ok(v);
             };
@@ -782,7 +614,9 @@ fn decode_inner<B: Builder>(
             s.frames.pop();
             v = build(b, kind, &s.stack[base..])?;
             s.stack.truncate(base);
-            s.ids[id] = Some(v.clone());
+            if IDS {
+                s.ids[id] = Some(v.clone());
+            }
         }
     }
 }
@@ -1511,9 +1345,8 @@ mod tests {
     }
 
     #[test]
-    fn lean_decoding_handles_nesting_past_its_depth_and_malformed_input() {
-        // [[[...]]] 500 deep in a flagged body: past LEAN_DEPTH, so the
-        // iterative decoder finishes it.
+    fn lean_decoding_handles_deep_nesting_and_malformed_input() {
+        // [[[...]]] 500 deep in a flagged body.
         let mut deep = Value::Nil;
         for _ in 0..500 {
             deep = list(vec![deep]);

@@ -723,6 +723,7 @@ fn decode_in(
         env,
         raw_env: env.as_c_arg(),
         atoms,
+        nil: None,
         keys,
         values,
     };
@@ -734,30 +735,11 @@ struct TermBuilder<'a, 'c> {
     env: Env<'a>,
     raw_env: *mut sys::ErlNifEnv,
     atoms: &'c AtomCache,
-    /// A map's keys and values, split, for the iterative decoder's maps.
+    /// `[]`, once made.
+    nil: Option<Word>,
+    /// A map's keys and values, split for enif_make_map_from_arrays.
     keys: &'c mut Vec<Word>,
     values: &'c mut Vec<Word>,
-}
-
-/// A map of `keys[i] => values[i]`, in one go.
-fn make_map(env: *mut sys::ErlNifEnv, keys: &[Word], values: &[Word]) -> Result<Word, DecodeError> {
-    let mut out = Word::default();
-    // SAFETY: two live slices of equal length (the callers' invariant)
-    // of words built in this env; `out` is a local the VM writes on
-    // success.
-    let ok = unsafe {
-        sys::enif_make_map_from_arrays(
-            env,
-            keys.as_ptr(),
-            values.as_ptr(),
-            keys.len().min(values.len()),
-            &mut out,
-        )
-    };
-    if ok == 0 {
-        return Err(DecodeError::Builder("map with duplicate keys"));
-    }
-    Ok(out)
 }
 
 impl Builder for TermBuilder<'_, '_> {
@@ -765,8 +747,10 @@ impl Builder for TermBuilder<'_, '_> {
 
     #[inline]
     fn nil(&mut self) -> Result<Word, DecodeError> {
-        // SAFETY: an empty list needs no elements; the env is this call's.
-        Ok(unsafe { sys::enif_make_list_from_array(self.raw_env, std::ptr::null(), 0) })
+        Ok(*self.nil.get_or_insert_with(|| {
+            // SAFETY: an empty list needs no elements; the env is this call's.
+            unsafe { sys::enif_make_list_from_array(self.raw_env, std::ptr::null(), 0) }
+        }))
     }
 
     #[inline]
@@ -825,28 +809,19 @@ impl Builder for TermBuilder<'_, '_> {
         Ok(unsafe { sys::enif_make_tuple_from_array(self.raw_env, elems.as_ptr(), n) })
     }
 
-    #[inline]
-    fn proper_list(&mut self, elems: &[Word]) -> Result<Word, DecodeError> {
-        let n = u32::try_from(elems.len()).map_err(|_| DecodeError::Builder("list too long"))?;
-        // SAFETY: a live slice of `n` words built in this env.
-        Ok(unsafe { sys::enif_make_list_from_array(self.raw_env, elems.as_ptr(), n) })
-    }
-
     fn list(&mut self, elems: &[Word], tail: Word) -> Result<Word, DecodeError> {
         let env = self.raw_env;
-        // SAFETY: `tail` was built in this env; enif_is_empty_list only reads it.
-        if unsafe { sys::enif_is_empty_list(env, tail) } != 0 {
-            return self.proper_list(elems);
+        // `[]` is one word, the same wherever it was made.
+        if tail == self.nil()? {
+            let n =
+                u32::try_from(elems.len()).map_err(|_| DecodeError::Builder("list too long"))?;
+            // SAFETY: a live slice of `n` words built in this env.
+            return Ok(unsafe { sys::enif_make_list_from_array(env, elems.as_ptr(), n) });
         }
         // SAFETY: each cell is made of words built in this env.
         Ok(elems.iter().rev().fold(tail, |acc, e| unsafe {
             sys::enif_make_list_cell(env, *e, acc)
         }))
-    }
-
-    #[inline]
-    fn map_split(&mut self, keys: &[Word], values: &[Word]) -> Result<Word, DecodeError> {
-        make_map(self.raw_env, keys, values)
     }
 
     fn map(&mut self, kvs: &[Word]) -> Result<Word, DecodeError> {
@@ -856,6 +831,21 @@ impl Builder for TermBuilder<'_, '_> {
             self.keys.push(pair[0]);
             self.values.push(pair[1]);
         }
-        make_map(self.raw_env, self.keys, self.values)
+        let mut out = Word::default();
+        // SAFETY: two live slices of equal length of words built in this
+        // env; `out` is a local the VM writes on success.
+        let ok = unsafe {
+            sys::enif_make_map_from_arrays(
+                self.raw_env,
+                self.keys.as_ptr(),
+                self.values.as_ptr(),
+                self.keys.len(),
+                &mut out,
+            )
+        };
+        if ok == 0 {
+            return Err(DecodeError::Builder("map with duplicate keys"));
+        }
+        Ok(out)
     }
 }
