@@ -1385,6 +1385,51 @@ mod tests {
     }
 
     #[test]
+    fn the_lean_path_decodes_exactly_what_the_id_keeping_decoder_does() {
+        // Valid bodies (flagged, unflagged, with REFs) with bytes changed at
+        // random: both decoders agree on success and on the value.
+        let key = Value::Tuple(vec![Value::Int(5), Value::Atom(1)]).to_bytes();
+        let mut shared = Writer::new();
+        shared.tuple(4);
+        shared.key();
+        let l = shared.list(2);
+        shared.atom(3);
+        shared.binary(b"ab");
+        shared.nil();
+        shared.backref(l);
+        shared.backref(l + 1);
+        let seeds = [
+            body(&sample_elems(), true),
+            body(&sample_elems(), false),
+            shared.buf.clone(),
+        ];
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut decoded = 0;
+        for round in 0..30_000 {
+            let mut bytes = seeds[round % seeds.len()].clone();
+            for _ in 0..1 + next() % 3 {
+                let at = (next() as usize) % bytes.len();
+                bytes[at] = next() as u8;
+            }
+            let full = decode(&bytes, Some(&key), &mut ValueBuilder);
+            for known in [false, true] {
+                assert_eq!(decode_rec(&bytes, Some(&key), known), full, "{bytes:02x?}");
+            }
+            decoded += usize::from(full.is_ok());
+        }
+        assert!(
+            decoded > 1000,
+            "too few mutants decode ({decoded}) to compare values"
+        );
+    }
+
+    #[test]
     fn deep_nesting_does_not_use_the_call_stack() {
         let depth = 200_000;
         let mut w = Writer::new();
