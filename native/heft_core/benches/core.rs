@@ -4,7 +4,9 @@
 
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use heft_core::arena::{Arena, Backing};
-use heft_core::codec::{decode_with, Builder, DecodeError, Scratch, Value, ValueBuilder, Writer};
+use heft_core::codec::{
+    decode_record, decode_with, Builder, DecodeError, Scratch, Value, ValueBuilder, Writer,
+};
 use heft_core::compress::{compress, decompress, Compression};
 use heft_core::index::HashIndex;
 use heft_core::table::{Kind, Options, RecordBuf, Table};
@@ -40,6 +42,17 @@ fn big_record(i: i64) -> Vec<u8> {
         w.backref(list);
     }
     let _ = i;
+    w.buf
+}
+
+/// A record body as the NIF writes it for a set: `{KEY, elems...}`, its
+/// first tag flagged unshared (it holds no back-reference).
+fn body_of(elems: &[Value]) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.tuple(elems.len() + 1);
+    w.key();
+    elems.iter().for_each(|e| e.encode(&mut w));
+    w.flag_if_unshared();
     w.buf
 }
 
@@ -101,6 +114,32 @@ fn codec(c: &mut Criterion) {
         let mut s = Scratch::default();
         b.iter(|| decode_with(black_box(&big), Some(&key), &mut Walk, &mut s).unwrap())
     });
+    // The same bodies through the id-keeping decoder (what an unflagged
+    // body gets) and the lean one (flagged): the format walk's share of a
+    // lookup's term building, without the VM's own costs.
+    let Value::Tuple(small_elems) = small_record(123_456) else {
+        unreachable!()
+    };
+    let unshared_100: Vec<Value> = vec![Value::Tuple(
+        (1..=100)
+            .map(|j| Value::Tuple(vec![Value::Int(j), Value::Binary(format!("v{j}").into())]))
+            .collect(),
+    )];
+    for (name, elems) in [
+        ("small record", &small_elems[1..]),
+        ("unshared 100-tuple record", &unshared_100[..]),
+    ] {
+        let body = body_of(elems);
+        let mut s = Scratch::default();
+        g.bench_function(format!("walk {name}, id-keeping decoder"), |b| {
+            b.iter(|| decode_with(black_box(&body), Some(&key), &mut Walk, &mut s).unwrap())
+        });
+        g.bench_function(format!("walk {name}, lean decoder"), |b| {
+            b.iter(|| {
+                decode_record(black_box(&body), Some(&key), false, &mut Walk, &mut s).unwrap()
+            })
+        });
+    }
     g.finish();
 }
 

@@ -14,7 +14,7 @@
 
 use std::fmt;
 
-/// Tag bytes. Values 0x0B..=0x1F and 0x30..=0x3F are reserved.
+/// Tag bytes. Values 0x0C..=0x1F are reserved.
 pub mod tag {
     /// `[]`.
     pub const NIL: u8 = 0x00;
@@ -38,8 +38,14 @@ pub mod tag {
     pub const REF: u8 = 0x09;
     /// External term format: varint length, bytes starting with 131.
     pub const ETF: u8 = 0x0A;
+    /// Tuple (varint arity, elements) that starts an encoding holding no
+    /// `REF` (first tag only).
+    pub const UNSHARED_TUPLE: u8 = 0x0B;
     /// 0x20..=0x2F: tuple of arity 0..=15, no length varint.
     pub const SMALL_TUPLE: u8 = 0x20;
+    /// 0x30..=0x3F: tuple of arity 0..=15 that starts an encoding holding
+    /// no `REF` (first tag only).
+    pub const UNSHARED_SMALL_TUPLE: u8 = 0x30;
     /// 0x40..=0x7F: atom id 0..=63.
     pub const SMALL_ATOM: u8 = 0x40;
     /// 0x80..=0xFF: integer 0..=127.
@@ -103,6 +109,22 @@ pub fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
 pub fn varint_len(v: u64) -> usize {
     let bits = 64 - (v | 1).leading_zeros() as usize;
     bits.div_ceil(7)
+}
+
+#[inline]
+fn is_small_tuple(t: u8) -> bool {
+    (tag::SMALL_TUPLE..tag::SMALL_TUPLE + 16).contains(&t)
+}
+
+#[inline]
+fn is_unshared_small_tuple(t: u8) -> bool {
+    (tag::UNSHARED_SMALL_TUPLE..tag::UNSHARED_SMALL_TUPLE + 16).contains(&t)
+}
+
+/// Whether `bytes` start with a tag that says the encoding holds no `REF`
+/// (a record body written by [`Writer::flag_if_unshared`]).
+pub fn is_flagged_unshared(bytes: &[u8]) -> bool {
+    matches!(bytes.first(), Some(&t) if t == tag::UNSHARED_TUPLE || is_unshared_small_tuple(t))
 }
 
 #[inline]
@@ -170,7 +192,7 @@ impl<'a> Reader<'a> {
     /// Reads a varint that counts items of at least `min_item` bytes each,
     /// rejecting counts the remaining bytes cannot hold.
     #[inline]
-    pub(crate) fn count(&mut self, min_item: usize) -> Result<usize, DecodeError> {
+    pub fn count(&mut self, min_item: usize) -> Result<usize, DecodeError> {
         let n = self.varint()?;
         let fits = (n as u128) * (min_item as u128) <= self.remaining() as u128;
         if fits {
@@ -198,6 +220,8 @@ pub struct Writer {
     /// The encoded bytes so far.
     pub buf: Vec<u8>,
     next_id: u32,
+    /// A `REF` was written.
+    shared: bool,
 }
 
 impl Writer {
@@ -209,13 +233,40 @@ impl Writer {
     /// A writer appending to `buf`, emptied first (its allocation reused).
     pub fn from_vec(mut buf: Vec<u8>) -> Self {
         buf.clear();
-        Writer { buf, next_id: 0 }
+        Writer {
+            buf,
+            next_id: 0,
+            shared: false,
+        }
     }
 
     /// Empties the writer for reuse, keeping its allocation.
     pub fn clear(&mut self) {
         self.buf.clear();
         self.next_id = 0;
+        self.shared = false;
+    }
+
+    /// Whether a back-reference has been written since the writer was made
+    /// or cleared.
+    pub fn has_backrefs(&self) -> bool {
+        self.shared
+    }
+
+    /// Marks a finished encoding that starts with a tuple (a record body)
+    /// as holding no `REF`, if it holds none: its first tag becomes the
+    /// unshared form of the tuple tag, so a decoder can skip keeping ids
+    /// (docs/term-format.md). Call it once the whole body is written.
+    pub fn flag_if_unshared(&mut self) {
+        if !self.shared {
+            if let Some(first) = self.buf.first_mut() {
+                *first = match *first {
+                    tag::TUPLE => tag::UNSHARED_TUPLE,
+                    t if is_small_tuple(t) => tag::UNSHARED_SMALL_TUPLE | (t & 0x0f),
+                    t => t,
+                };
+            }
+        }
     }
 
     fn next_id(&mut self) -> u32 {
@@ -308,11 +359,13 @@ impl Writer {
 
     /// A reference to the compound term that got `id` earlier.
     pub fn backref(&mut self, id: u32) {
+        self.shared = true;
         self.buf.push(tag::REF);
         put_varint(&mut self.buf, u64::from(id));
     }
 
-    /// Appends bytes that are already a complete encoded term.
+    /// Appends bytes that are already a complete encoded term holding no
+    /// `REF` (a canonical encoding).
     pub fn raw(&mut self, bytes: &[u8]) {
         self.buf.extend_from_slice(bytes);
     }
@@ -396,29 +449,86 @@ pub fn decode_with<B: Builder>(
     scratch.stack.clear();
     scratch.frames.clear();
     scratch.ids.clear();
+    decode_all::<B, true>(bytes, key, b, scratch)
+}
+
+/// Decodes a record body (with its `key`) or, with `key = None`, a key:
+/// without numbering compound terms (no ids kept) when the encoding holds
+/// no `REF`, which its first tag says ([`is_flagged_unshared`]) or the
+/// caller knows (`known_unshared`: keys, and bag bodies, which are
+/// canonical); else with [`decode_with`]. A `REF` met on the lean path
+/// hands the whole encoding to [`decode_with`], which follows it, or
+/// refuses it where the first tag ruled it out; so every encoding decodes
+/// exactly as [`decode_with`] decodes it.
+pub fn decode_record<B: Builder>(
+    bytes: &[u8],
+    key: Option<&[u8]>,
+    known_unshared: bool,
+    b: &mut B,
+    scratch: &mut Scratch<B::Term>,
+) -> Result<B::Term, DecodeError> {
+    if known_unshared || is_flagged_unshared(bytes) {
+        scratch.stack.clear();
+        scratch.frames.clear();
+        match decode_all::<B, false>(bytes, key, b, scratch) {
+            Err(DecodeError::BadRef(_)) => {}
+            result => return result,
+        }
+    }
+    decode_with(bytes, key, b, scratch)
+}
+
+/// [`decode_inner`] of a whole encoding: trailing bytes are an error.
+fn decode_all<B: Builder, const IDS: bool>(
+    bytes: &[u8],
+    key: Option<&[u8]>,
+    b: &mut B,
+    s: &mut Scratch<B::Term>,
+) -> Result<B::Term, DecodeError> {
     let mut r = Reader::new(bytes);
-    let result = decode_inner(&mut r, key, b, scratch)?;
+    let v = decode_inner::<B, IDS>(&mut r, key, b, s)?;
     if r.remaining() != 0 {
         return Err(DecodeError::TrailingBytes(r.remaining()));
     }
-    Ok(result)
+    Ok(v)
 }
 
-fn decode_inner<B: Builder>(
+/// Decodes one term from `r`, on top of whatever `s` holds (left as it
+/// was). With `IDS` compound terms are numbered for `REF`s; without, a
+/// `REF` is an error ([`DecodeError::BadRef`]) and nothing is numbered.
+fn decode_inner<B: Builder, const IDS: bool>(
     r: &mut Reader<'_>,
     mut key: Option<&[u8]>,
     b: &mut B,
     s: &mut Scratch<B::Term>,
 ) -> Result<B::Term, DecodeError> {
+    // Whether the first tag promised that no `REF` follows.
+    let unshared = r.pos == 0 && is_flagged_unshared(r.buf);
+    // Frames below this one belong to an encoding this one is nested in.
+    let floor = s.frames.len();
     loop {
-        let t = r.u8()?;
+        let first = r.pos == 0;
+        let t = match r.u8()? {
+            tag::UNSHARED_TUPLE if first => tag::TUPLE,
+            t if first && is_unshared_small_tuple(t) => tag::SMALL_TUPLE | (t & 0x0f),
+            t => t,
+        };
         // Either a finished value, or the header of a compound term whose
         // `n` children come next.
         let (mut value, open) = match t {
+            t if t >= tag::SMALL_INT => (Some(b.int(i64::from(t & 0x7f))?), None),
+            t if t >= tag::SMALL_ATOM => (Some(b.atom(u32::from(t & 0x3f))?), None),
+            t if is_small_tuple(t) => (None, Some((Kind::Tuple, usize::from(t & 0x0f)))),
             tag::NIL => (Some(b.nil()?), None),
             tag::KEY => {
+                // The key is an encoding of its own, with its own ids.
                 let k = key.take().ok_or(DecodeError::UnexpectedKey)?;
-                (Some(decode(k, None, b)?), None)
+                let v = if IDS {
+                    decode(k, None, b)?
+                } else {
+                    decode_all::<B, false>(k, None, b, s)?
+                };
+                (Some(v), None)
             }
             tag::INT => (Some(b.int(unzigzag(r.varint()?))?), None),
             tag::FLOAT => {
@@ -443,7 +553,9 @@ fn decode_inner<B: Builder>(
                 } else {
                     b.etf(data)?
                 };
-                s.ids.push(Some(v.clone()));
+                if IDS {
+                    s.ids.push(Some(v.clone()));
+                }
                 (Some(v), None)
             }
             tag::TUPLE => (None, Some((Kind::Tuple, r.count(1)?))),
@@ -451,6 +563,9 @@ fn decode_inner<B: Builder>(
             tag::MAP => (None, Some((Kind::Map, r.count(2)? * 2))),
             tag::REF => {
                 let id = r.varint()?;
+                if unshared || !IDS {
+                    return Err(DecodeError::BadRef(id));
+                }
                 let v = usize::try_from(id)
                     .ok()
                     .and_then(|i| s.ids.get(i))
@@ -458,19 +573,18 @@ fn decode_inner<B: Builder>(
                     .ok_or(DecodeError::BadRef(id))?;
                 (Some(v), None)
             }
-            t if t >= tag::SMALL_INT => (Some(b.int(i64::from(t & 0x7f))?), None),
-            t if t >= tag::SMALL_ATOM => (Some(b.atom(u32::from(t & 0x3f))?), None),
-            t if (tag::SMALL_TUPLE..tag::SMALL_TUPLE + 16).contains(&t) => {
-                (None, Some((Kind::Tuple, usize::from(t & 0x0f))))
-            }
             t => return Err(DecodeError::BadTag(t)),
         };
         if let Some((kind, n)) = open {
             let id = s.ids.len();
-            s.ids.push(None);
+            if IDS {
+                s.ids.push(None);
+            }
             if n == 0 {
                 let v = build(b, kind, &[])?;
-                s.ids[id] = Some(v.clone());
+                if IDS {
+                    s.ids[id] = Some(v.clone());
+                }
                 value = Some(v);
             } else {
                 s.frames.push(Frame {
@@ -485,6 +599,9 @@ fn decode_inner<B: Builder>(
         // completes.
         let Some(mut v) = value else { continue };
         loop {
+            if s.frames.len() == floor {
+                return Ok(v);
+            }
             let Some(f) = s.frames.last_mut() else {
                 return Ok(v);
             };
@@ -497,7 +614,9 @@ fn decode_inner<B: Builder>(
             s.frames.pop();
             v = build(b, kind, &s.stack[base..])?;
             s.stack.truncate(base);
-            s.ids[id] = Some(v.clone());
+            if IDS {
+                s.ids[id] = Some(v.clone());
+            }
         }
     }
 }
@@ -541,10 +660,11 @@ fn part(r: &mut Reader<'_>) -> Result<(u8, Part), DecodeError> {
             r.bytes(n)?;
             Part::Leaf
         }
-        tag::TUPLE => Part::Compound(r.count(1)?, false),
+        tag::TUPLE | tag::UNSHARED_TUPLE => Part::Compound(r.count(1)?, false),
         tag::LIST => Part::Compound(r.count(1)? + 1, false),
         tag::MAP => Part::Compound(r.count(2)? * 2, true),
         t if t >= tag::SMALL_ATOM => Part::Leaf,
+        t if is_unshared_small_tuple(t) => Part::Compound(usize::from(t & 0x0f), false),
         t if (tag::SMALL_TUPLE..tag::SMALL_TUPLE + 16).contains(&t) => {
             Part::Compound(usize::from(t & 0x0f), false)
         }
@@ -558,8 +678,8 @@ fn part(r: &mut Reader<'_>) -> Result<(u8, Part), DecodeError> {
 pub fn tuple_arity(bytes: &[u8]) -> Option<u64> {
     let mut r = Reader::new(bytes);
     match r.u8().ok()? {
-        t @ tag::SMALL_TUPLE..=0x2f => Some(u64::from(t - tag::SMALL_TUPLE)),
-        tag::TUPLE => r.varint().ok(),
+        t if is_small_tuple(t) || is_unshared_small_tuple(t) => Some(u64::from(t & 0x0f)),
+        tag::TUPLE | tag::UNSHARED_TUPLE => r.varint().ok(),
         _ => None,
     }
 }
@@ -651,6 +771,12 @@ pub fn canonical(
         let raw = &bytes[start..r.position()];
         match t {
             tag::KEY | tag::MAP => {}
+            // The canonical form does not depend on the flag.
+            tag::UNSHARED_TUPLE => {
+                out.push(tag::TUPLE);
+                out.extend_from_slice(&raw[1..]);
+            }
+            t if is_unshared_small_tuple(t) => out.push(tag::SMALL_TUPLE | (t & 0x0f)),
             tag::FLOAT if normalize_zero && raw[1..] == (-0.0f64).to_le_bytes() => {
                 out.push(tag::FLOAT);
                 out.extend_from_slice(&0.0f64.to_le_bytes());
@@ -955,8 +1081,8 @@ mod tests {
             assert!(decode(&good[..cut], None, &mut ValueBuilder).is_err());
         }
         assert_eq!(
-            decode(&[0x0b], None, &mut ValueBuilder),
-            Err(DecodeError::BadTag(0x0b))
+            decode(&[0x0c], None, &mut ValueBuilder),
+            Err(DecodeError::BadTag(0x0c))
         );
         let mut nan = vec![tag::FLOAT];
         nan.extend_from_slice(&f64::NAN.to_le_bytes());
@@ -1041,6 +1167,265 @@ mod tests {
         assert_eq!(
             canonical(&body(&a), None, true),
             Err(DecodeError::UnexpectedKey)
+        );
+    }
+
+    /// A record body `{KEY, elems...}` (key at position 1), flagged by the
+    /// writer if it holds no back-reference.
+    fn body(elems: &[Value], flag: bool) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.tuple(elems.len() + 1);
+        w.key();
+        elems.iter().for_each(|e| e.encode(&mut w));
+        if flag {
+            w.flag_if_unshared();
+        }
+        w.buf
+    }
+
+    fn sample_elems() -> Vec<Value> {
+        vec![
+            Value::Map(vec![
+                (Value::Atom(0), Value::Int(7)),
+                (Value::Atom(1), Value::Binary(b"user-7".to_vec())),
+                (Value::Atom(70), Value::Int(-300)),
+            ]),
+            list(vec![Value::Float(1.5), Value::Etf(vec![131, 97, 1])]),
+            Value::List(vec![Value::Int(1)], Box::new(Value::Int(2))),
+            Value::Tuple(vec![Value::Tuple(vec![]), Value::Map(vec![]), Value::Nil]),
+            Value::Tuple((0..20).map(Value::Int).collect()),
+        ]
+    }
+
+    fn record_of(key: &[u8], elems: &[Value]) -> Value {
+        let k = decode(key, None, &mut ValueBuilder).unwrap();
+        Value::Tuple(std::iter::once(k).chain(elems.iter().cloned()).collect())
+    }
+
+    fn decode_rec(bytes: &[u8], key: Option<&[u8]>, known: bool) -> Result<Value, DecodeError> {
+        decode_record(
+            bytes,
+            key,
+            known,
+            &mut ValueBuilder,
+            &mut Scratch::default(),
+        )
+    }
+
+    #[test]
+    fn a_body_without_backrefs_is_flagged_and_one_with_them_is_not() {
+        let few = body(&[Value::Int(1)], true);
+        assert_eq!(few[0], tag::UNSHARED_SMALL_TUPLE | 2);
+        assert!(is_flagged_unshared(&few));
+        let many = body(&vec![Value::Nil; 20], true);
+        assert_eq!(many[0], tag::UNSHARED_TUPLE);
+        assert!(is_flagged_unshared(&many));
+        // {KEY, L, L}: the second L is a REF, so no flag.
+        let mut w = Writer::new();
+        w.tuple(3);
+        w.key();
+        let l = w.list(1);
+        w.int(1);
+        w.nil();
+        w.backref(l);
+        assert!(w.has_backrefs());
+        w.flag_if_unshared();
+        assert_eq!(w.buf[0], tag::SMALL_TUPLE | 3);
+        assert!(!is_flagged_unshared(&w.buf));
+        // Clearing forgets the REF.
+        w.clear();
+        w.tuple(0);
+        w.flag_if_unshared();
+        assert_eq!(w.buf, [tag::UNSHARED_SMALL_TUPLE]);
+    }
+
+    #[test]
+    fn flagged_unflagged_and_known_unshared_bodies_decode_alike() {
+        let key = Value::Tuple(vec![Value::Atom(3), Value::Binary(b"k".to_vec())]).to_bytes();
+        let elems = sample_elems();
+        let want = record_of(&key, &elems);
+        let plain = body(&elems, false);
+        let flagged = body(&elems, true);
+        assert_ne!(plain, flagged);
+        assert_eq!(&plain[1..], &flagged[1..], "only the first tag differs");
+        for (bytes, known) in [(&plain, false), (&plain, true), (&flagged, false)] {
+            assert_eq!(decode_rec(bytes, Some(&key), known), Ok(want.clone()));
+            assert_eq!(
+                decode(bytes, Some(&key), &mut ValueBuilder),
+                Ok(want.clone())
+            );
+        }
+        // A key alone, decoded as known unshared.
+        let k = decode(&key, None, &mut ValueBuilder).unwrap();
+        assert_eq!(decode_rec(&key, None, true), Ok(k));
+        // Shapes, arities and tags, as encodings of their own.
+        let v = Value::Tuple(elems.clone());
+        for known in [false, true] {
+            assert_eq!(decode_rec(&v.to_bytes(), None, known), Ok(v.clone()));
+        }
+    }
+
+    #[test]
+    fn an_old_body_with_backrefs_decodes_with_or_without_the_hint() {
+        // {KEY, L, L} written before the flag existed: unflagged, with a REF.
+        let mut w = Writer::new();
+        w.tuple(3);
+        w.key();
+        let l = w.list(1);
+        w.atom(5);
+        w.nil();
+        w.backref(l);
+        let key = Value::Int(9).to_bytes();
+        let la = list(vec![Value::Atom(5)]);
+        let want = Value::Tuple(vec![Value::Int(9), la.clone(), la]);
+        assert_eq!(decode_rec(&w.buf, Some(&key), false), Ok(want.clone()));
+        // A caller that (wrongly) says unshared still gets the term.
+        assert_eq!(decode_rec(&w.buf, Some(&key), true), Ok(want));
+    }
+
+    #[test]
+    fn a_backref_in_a_flagged_body_is_an_error() {
+        let mut w = Writer::new();
+        w.tuple(3);
+        w.key();
+        let l = w.list(1);
+        w.nil();
+        w.nil();
+        w.backref(l);
+        w.buf[0] = tag::UNSHARED_SMALL_TUPLE | 3; // a flag that lies
+        let key = Value::Int(1).to_bytes();
+        for known in [false, true] {
+            assert_eq!(
+                decode_rec(&w.buf, Some(&key), known),
+                Err(DecodeError::BadRef(1))
+            );
+        }
+        assert_eq!(
+            decode(&w.buf, Some(&key), &mut ValueBuilder),
+            Err(DecodeError::BadRef(1))
+        );
+    }
+
+    #[test]
+    fn the_flag_is_only_read_as_the_first_tag() {
+        // {{}} with the inner tuple flagged: not a valid encoding.
+        let nested = [tag::SMALL_TUPLE | 1, tag::UNSHARED_SMALL_TUPLE];
+        let nested_big = [tag::SMALL_TUPLE | 1, tag::UNSHARED_TUPLE, 0];
+        for bytes in [&nested[..], &nested_big[..]] {
+            assert_eq!(
+                decode(bytes, None, &mut ValueBuilder),
+                Err(DecodeError::BadTag(bytes[1]))
+            );
+            assert_eq!(
+                decode_rec(bytes, None, true),
+                Err(DecodeError::BadTag(bytes[1]))
+            );
+        }
+        // Readers of structure see a flagged body as the tuple it is.
+        let flagged = body(&[Value::Atom(4), Value::Atom(99)], true);
+        assert_eq!(tuple_arity(&flagged), Some(3));
+        assert_eq!(tuple_arity(&body(&vec![Value::Nil; 30], true)), Some(31));
+        assert_eq!(skip(&flagged), Ok(flagged.len()));
+        let mut ids = Vec::new();
+        assert_eq!(
+            atoms_all(&flagged, &mut |id| {
+                ids.push(id);
+                true
+            }),
+            Ok(true)
+        );
+        assert_eq!(ids, [4, 99]);
+        // The canonical form does not depend on the flag.
+        let key = Value::Int(1).to_bytes();
+        let elems = sample_elems();
+        assert_eq!(
+            canonical(&body(&elems, true), Some(&key), false),
+            canonical(&body(&elems, false), Some(&key), false)
+        );
+    }
+
+    #[test]
+    fn lean_decoding_handles_deep_nesting_and_malformed_input() {
+        // [[[...]]] 500 deep in a flagged body.
+        let mut deep = Value::Nil;
+        for _ in 0..500 {
+            deep = list(vec![deep]);
+        }
+        let key = Value::Int(1).to_bytes();
+        let flagged = body(std::slice::from_ref(&deep), true);
+        let want = record_of(&key, &[deep]);
+        assert_eq!(decode_rec(&flagged, Some(&key), false), Ok(want.clone()));
+        assert_eq!(decode_rec(&flagged, Some(&key), true), Ok(want));
+        // Every cut of a flagged body is an error, as is a byte more.
+        let good = body(&sample_elems(), true);
+        for cut in 0..good.len() {
+            assert!(decode_rec(&good[..cut], Some(&key), false).is_err());
+        }
+        let mut trailing = good.clone();
+        trailing.push(0);
+        assert_eq!(
+            decode_rec(&trailing, Some(&key), false),
+            Err(DecodeError::TrailingBytes(1))
+        );
+        // A second KEY, or a KEY with no key given.
+        let two = body(&[], true);
+        assert_eq!(
+            decode_rec(&two, None, false),
+            Err(DecodeError::UnexpectedKey)
+        );
+        let mut w = Writer::new();
+        w.tuple(2);
+        w.key();
+        w.key();
+        w.flag_if_unshared();
+        assert_eq!(
+            decode_rec(&w.buf, Some(&key), false),
+            Err(DecodeError::UnexpectedKey)
+        );
+    }
+
+    #[test]
+    fn the_lean_path_decodes_exactly_what_the_id_keeping_decoder_does() {
+        // Valid bodies (flagged, unflagged, with REFs) with bytes changed at
+        // random: both decoders agree on success and on the value.
+        let key = Value::Tuple(vec![Value::Int(5), Value::Atom(1)]).to_bytes();
+        let mut shared = Writer::new();
+        shared.tuple(4);
+        shared.key();
+        let l = shared.list(2);
+        shared.atom(3);
+        shared.binary(b"ab");
+        shared.nil();
+        shared.backref(l);
+        shared.backref(l + 1);
+        let seeds = [
+            body(&sample_elems(), true),
+            body(&sample_elems(), false),
+            shared.buf.clone(),
+        ];
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut decoded = 0;
+        for round in 0..30_000 {
+            let mut bytes = seeds[round % seeds.len()].clone();
+            for _ in 0..1 + next() % 3 {
+                let at = (next() as usize) % bytes.len();
+                bytes[at] = next() as u8;
+            }
+            let full = decode(&bytes, Some(&key), &mut ValueBuilder);
+            for known in [false, true] {
+                assert_eq!(decode_rec(&bytes, Some(&key), known), full, "{bytes:02x?}");
+            }
+            decoded += usize::from(full.is_ok());
+        }
+        assert!(
+            decoded > 1000,
+            "too few mutants decode ({decoded}) to compare values"
         );
     }
 

@@ -30,11 +30,11 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use heft_core::codec::{decode_with, Builder, DecodeError, Scratch, Writer};
+use heft_core::codec::{decode_record, Builder, DecodeError, Scratch, Writer};
 use rustler::sys::{self, ErlNifTerm};
-use rustler::{Atom, Binary, Encoder, Env, MapIterator, NewBinary, Term, TermType};
+use rustler::{Atom, Binary, Env, MapIterator, Term, TermType};
 
-use crate::resource::{AtomCache, AtomMemo};
+use crate::resource::AtomCache;
 
 /// A term as the VM passes it around: one machine word.
 type Word = ErlNifTerm;
@@ -162,7 +162,6 @@ struct BuildBufs {
     scratch: Scratch<Word>,
     keys: Vec<Word>,
     values: Vec<Word>,
-    memo: AtomMemo,
 }
 
 thread_local! {
@@ -403,6 +402,14 @@ impl<'c> TermEncoder<'c> {
                     break;
                 }
             }
+        }
+        // A body of a set or ordered_set that holds no back-reference says
+        // so in its first tag, for the lean decoder. Bag bodies are
+        // canonical (never a back-reference) and stay unflagged: objects
+        // are told apart by their bytes, also against objects stored
+        // before the flag existed.
+        if !canonical_body {
+            w.flag_if_unshared();
         }
         self.walk.body = w.buf;
         self.exact_zero = false;
@@ -681,75 +688,112 @@ fn contains_zero(t: Term, negative_only: bool) -> bool {
 }
 
 /// Decodes `bytes` (a record body with its `key`, or a key alone with
-/// `key = None`) into a term of `env`.
+/// `key = None`) into a term of `env`. `canonical` says the bytes hold no
+/// back-references whatever their first tag (keys, bodies of bag tables);
+/// see heft_core's `codec::decode_record` for how that and the body's own
+/// flag choose the lean decoder.
 pub fn decode<'a>(
     env: Env<'a>,
     atoms: &AtomCache,
     bytes: &[u8],
     key: Option<&[u8]>,
+    canonical: bool,
 ) -> Result<Term<'a>, DecodeError> {
-    let mut bufs = take(|p| &mut p.build);
-    let mut scratch = std::mem::take(&mut bufs.scratch);
+    let decoded = POOL.with(|p| match p.try_borrow_mut() {
+        // The pool's buffers are used in place (no copy in and out); only
+        // a decode nested in another (never expected) brings its own.
+        Ok(mut pool) => decode_in(env, atoms, bytes, key, canonical, &mut pool.build),
+        Err(_) => decode_in(env, atoms, bytes, key, canonical, &mut BuildBufs::default()),
+    });
+    // SAFETY: every word the decoder returns was made by the builder's own
+    // enif calls on `env` during this call (the decoder empties its scratch
+    // space first, so no word from an earlier call can come back).
+    decoded.map(|w| unsafe { term_of(env, w) })
+}
+
+fn decode_in(
+    env: Env,
+    atoms: &AtomCache,
+    bytes: &[u8],
+    key: Option<&[u8]>,
+    canonical: bool,
+    bufs: &mut BuildBufs,
+) -> Result<Word, DecodeError> {
+    let BuildBufs {
+        scratch,
+        keys,
+        values,
+    } = bufs;
     let mut b = TermBuilder {
         env,
+        raw_env: env.as_c_arg(),
         atoms,
-        bufs,
-        recent_atoms: [(u32::MAX, Word::default()); 8],
-        recent_next: 0,
+        nil: None,
+        keys,
+        values,
     };
-    let result = decode_with(bytes, key, &mut b, &mut scratch);
-    b.bufs.scratch = scratch;
-    give(|p| &mut p.build, b.bufs);
-    // SAFETY: every word the decoder returns was made by the builder's own
-    // enif calls on `env` during this call (decode_with empties the scratch
-    // space first, so no word from an earlier call can come back).
-    result.map(|w| unsafe { term_of(env, w) })
+    decode_record(bytes, key, canonical, &mut b, scratch)
 }
 
 /// Builds BEAM terms in `env`, as words.
 struct TermBuilder<'a, 'c> {
     env: Env<'a>,
+    raw_env: *mut sys::ErlNifEnv,
     atoms: &'c AtomCache,
-    bufs: BuildBufs,
-    /// The last atoms built (id, word), as in TermEncoder.
-    recent_atoms: [(u32, Word); 8],
-    recent_next: usize,
+    /// `[]`, once made.
+    nil: Option<Word>,
+    /// A map's keys and values, split for enif_make_map_from_arrays.
+    keys: &'c mut Vec<Word>,
+    values: &'c mut Vec<Word>,
 }
 
 impl Builder for TermBuilder<'_, '_> {
     type Term = Word;
 
+    #[inline]
     fn nil(&mut self) -> Result<Word, DecodeError> {
-        Ok(Term::list_new_empty(self.env).as_c_arg())
+        Ok(*self.nil.get_or_insert_with(|| {
+            // SAFETY: an empty list needs no elements; the env is this call's.
+            unsafe { sys::enif_make_list_from_array(self.raw_env, std::ptr::null(), 0) }
+        }))
     }
 
+    #[inline]
     fn int(&mut self, v: i64) -> Result<Word, DecodeError> {
-        Ok(v.encode(self.env).as_c_arg())
+        // SAFETY: makes an integer in this call's env.
+        Ok(unsafe { sys::enif_make_int64(self.raw_env, v) })
     }
 
+    #[inline]
     fn float(&mut self, v: f64) -> Result<Word, DecodeError> {
-        Ok(v.encode(self.env).as_c_arg())
+        // SAFETY: makes a float in this call's env (`v` is finite: the
+        // decoder refuses NaN and infinities).
+        Ok(unsafe { sys::enif_make_double(self.raw_env, v) })
     }
 
+    #[inline]
     fn atom(&mut self, id: u32) -> Result<Word, DecodeError> {
-        if let Some((_, w)) = self.recent_atoms.iter().find(|(i, _)| *i == id) {
-            return Ok(*w);
-        }
         // Atoms are global to the VM: their words hold in any env.
-        let word = self
-            .atoms
-            .atom_memo(self.env, id, &mut self.bufs.memo)
-            .map(|a| a.as_c_arg())
+        self.atoms
+            .atom_word(self.env, id)
             .ok_or(DecodeError::Builder(
                 "atom id not in the table's dictionary",
-            ))?;
-        self.recent_atoms[self.recent_next] = (id, word);
-        self.recent_next = (self.recent_next + 1) % self.recent_atoms.len();
-        Ok(word)
+            ))
     }
 
+    #[inline]
     fn binary(&mut self, bytes: &[u8]) -> Result<Word, DecodeError> {
-        Ok(Term::from(NewBinary::from_slice(self.env, bytes)).as_c_arg())
+        let mut out = Word::default();
+        // SAFETY: the VM allocates `bytes.len()` bytes for a new binary in
+        // this env and returns them (or null), writing its term to `out`.
+        let data = unsafe { sys::enif_make_new_binary(self.raw_env, bytes.len(), &mut out) };
+        if data.is_null() {
+            return Err(DecodeError::Builder("binary allocation failed"));
+        }
+        // SAFETY: `data` points to `bytes.len()` writable bytes of the new
+        // binary, which cannot overlap `bytes` (stored record data).
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), data, bytes.len()) };
+        Ok(out)
     }
 
     fn etf(&mut self, bytes: &[u8]) -> Result<Word, DecodeError> {
@@ -762,17 +806,18 @@ impl Builder for TermBuilder<'_, '_> {
             ))
     }
 
+    #[inline]
     fn tuple(&mut self, elems: &[Word]) -> Result<Word, DecodeError> {
         let n = u32::try_from(elems.len()).map_err(|_| DecodeError::Builder("tuple too large"))?;
         // SAFETY: `elems` is a live slice of `n` words built in this env;
         // the VM copies them into the new tuple.
-        Ok(unsafe { sys::enif_make_tuple_from_array(self.env.as_c_arg(), elems.as_ptr(), n) })
+        Ok(unsafe { sys::enif_make_tuple_from_array(self.raw_env, elems.as_ptr(), n) })
     }
 
     fn list(&mut self, elems: &[Word], tail: Word) -> Result<Word, DecodeError> {
-        let env = self.env.as_c_arg();
-        // SAFETY: `tail` was built in this env; enif_is_empty_list only reads it.
-        if unsafe { sys::enif_is_empty_list(env, tail) } != 0 {
+        let env = self.raw_env;
+        // `[]` is one word, the same wherever it was made.
+        if tail == self.nil()? {
             let n =
                 u32::try_from(elems.len()).map_err(|_| DecodeError::Builder("list too long"))?;
             // SAFETY: a live slice of `n` words built in this env.
@@ -785,22 +830,21 @@ impl Builder for TermBuilder<'_, '_> {
     }
 
     fn map(&mut self, kvs: &[Word]) -> Result<Word, DecodeError> {
-        let (keys, values) = (&mut self.bufs.keys, &mut self.bufs.values);
-        keys.clear();
-        values.clear();
+        self.keys.clear();
+        self.values.clear();
         for pair in kvs.chunks_exact(2) {
-            keys.push(pair[0]);
-            values.push(pair[1]);
+            self.keys.push(pair[0]);
+            self.values.push(pair[1]);
         }
         let mut out = Word::default();
         // SAFETY: two live slices of equal length of words built in this
         // env; `out` is a local the VM writes on success.
         let ok = unsafe {
             sys::enif_make_map_from_arrays(
-                self.env.as_c_arg(),
-                keys.as_ptr(),
-                values.as_ptr(),
-                keys.len(),
+                self.raw_env,
+                self.keys.as_ptr(),
+                self.values.as_ptr(),
+                self.keys.len(),
                 &mut out,
             )
         };

@@ -4,6 +4,7 @@
 //! conventions: retry markers, dirty variants).
 
 mod admin;
+mod atom_words;
 mod codec;
 mod errors;
 mod fix;

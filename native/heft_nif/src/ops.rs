@@ -286,7 +286,8 @@ pub(crate) fn decode_item<'a>(
     let body = buf
         .body(it, scratch)
         .map_err(|_| badarg("internal error: a stored record does not inflate"))?;
-    codec::decode(env, &t.atoms, body, Some(buf.key(it))).map_err(|e| {
+    let canonical = t.core.kind().is_bag();
+    codec::decode(env, &t.atoms, body, Some(buf.key(it)), canonical).map_err(|e| {
         badarg(format!(
             "internal error: a stored record does not decode: {e}"
         ))
@@ -314,7 +315,7 @@ fn decode_all<'a>(
 }
 
 fn decode_key<'a>(env: Env<'a>, t: &TableRes, key: &[u8]) -> NifResult<Term<'a>> {
-    codec::decode(env, &t.atoms, key, None)
+    codec::decode(env, &t.atoms, key, None, true)
         .map_err(|e| badarg(format!("internal error: a stored key does not decode: {e}")))
 }
 

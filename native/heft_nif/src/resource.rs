@@ -40,6 +40,7 @@ use rustler::sys::{self, ErlNifTerm};
 use rustler::{Atom, Encoder, Env, LocalPid, Monitor, OwnedEnv, Resource, ResourceArc, Term};
 use std::sync::Arc as CoreArc;
 
+use crate::atom_words::AtomWords;
 use crate::codec::{EncodeError, WordHasher};
 
 mod atoms {
@@ -93,37 +94,23 @@ pub struct Meta {
 /// Atom ids <-> atom terms for one table, in front of the core dictionary
 /// (which holds the names).
 pub struct AtomCache {
-    /// Unique for the life of the VM (never reused), so per-thread caches
-    /// can key on it.
-    id: u64,
     names: Arc<RwLock<AtomTable>>,
     inner: RwLock<AtomInner>,
+    /// Id -> atom word, read by the decoder without a lock.
+    words: AtomWords,
 }
-
-static NEXT_CACHE_ID: AtomicU64 = AtomicU64::new(1);
-
-/// A direct-mapped memo of (cache id, atom id) -> atom, kept per thread by
-/// the decoder (codec.rs) in front of the caches' locks: decoding a record
-/// names the same few atoms in call after call. Entries never go stale: a
-/// table's ids never change meaning, cache ids are never reused, and atoms
-/// live as long as the VM.
-pub type AtomMemo = Vec<(u64, u32, Option<Atom>)>;
-
-/// Slots of an [`AtomMemo`].
-pub const MEMO_SLOTS: usize = 256;
 
 #[derive(Default)]
 struct AtomInner {
     by_word: HashMap<ErlNifTerm, u32, BuildHasherDefault<WordHasher>>,
-    by_id: Vec<Option<Atom>>,
 }
 
 impl AtomCache {
     fn new(names: Arc<RwLock<AtomTable>>) -> Self {
         AtomCache {
-            id: NEXT_CACHE_ID.fetch_add(1, Ordering::Relaxed),
             names,
             inner: RwLock::new(AtomInner::default()),
+            words: AtomWords::default(),
         }
     }
 
@@ -139,29 +126,20 @@ impl AtomCache {
         Ok(id)
     }
 
-    /// The atom with this id.
-    /// The atom with this id, through `memo` (an empty memo is filled to
-    /// [`MEMO_SLOTS`] on first use).
-    pub fn atom_memo(&self, env: Env, id: u32, memo: &mut AtomMemo) -> Option<Atom> {
-        if memo.is_empty() {
-            memo.resize(MEMO_SLOTS, (0, 0, None));
+    /// The word of the atom with this id (a lock-free read once the atom
+    /// has been met).
+    #[inline]
+    pub fn atom_word(&self, env: Env, id: u32) -> Option<ErlNifTerm> {
+        match self.words.get(id) {
+            Some(word) => Some(word),
+            None => self.atom(env, id).map(|a| a.as_c_arg()),
         }
-        let slot =
-            (self.id.wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize ^ id as usize) % MEMO_SLOTS;
-        if let (cache, memo_id, Some(atom)) = memo[slot] {
-            if cache == self.id && memo_id == id {
-                return Some(atom);
-            }
-        }
-        let atom = self.atom(env, id)?;
-        memo[slot] = (self.id, id, Some(atom));
-        Some(atom)
     }
 
     /// The atom with this id.
     pub fn atom(&self, env: Env, id: u32) -> Option<Atom> {
-        if let Some(Some(a)) = self.inner.read().by_id.get(id as usize) {
-            return Some(*a);
+        if let Some(atom) = self.words.atom(id) {
+            return Some(atom);
         }
         let name = self.names.read().name(id)?.to_owned();
         let atom = make_atom(env, &name)?;
@@ -170,13 +148,8 @@ impl AtomCache {
     }
 
     fn remember(&self, id: u32, atom: Atom) {
-        let mut inner = self.inner.write();
-        inner.by_word.insert(atom.as_c_arg(), id);
-        let i = id as usize;
-        if inner.by_id.len() <= i {
-            inner.by_id.resize(i + 1, None);
-        }
-        inner.by_id[i] = Some(atom);
+        self.inner.write().by_word.insert(atom.as_c_arg(), id);
+        self.words.set(id, atom);
     }
 }
 
