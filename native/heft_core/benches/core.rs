@@ -129,6 +129,63 @@ fn deflate(c: &mut Criterion) {
     g.finish();
 }
 
+/// The bodies of `mix bench`'s JSON-like records as the NIF encodes them:
+/// `{i, json}` is a 2-tuple whose key is stored outside the body, so the
+/// body is the tuple header, the key marker and the 1,024-byte binary.
+/// json_1k.bin holds `Heft.Bench.Kinds.json(i)` of eight keys, written by
+/// lib/heft/bench/kinds.ex itself (see the file's neighbour, json_1k.exs).
+fn json_1k_bodies() -> Vec<Vec<u8>> {
+    include_bytes!("json_1k.bin")
+        .chunks_exact(1024)
+        .map(|json| {
+            let mut w = Writer::new();
+            w.tuple(2);
+            w.key();
+            w.binary(json);
+            w.buf
+        })
+        .collect()
+}
+
+/// Deflate and inflate of those bodies, one after another.
+fn json_1k(c: &mut Criterion) {
+    let mut g = c.benchmark_group("json_1k");
+    let bodies = json_1k_bodies();
+    let packed: Vec<Vec<u8>> = bodies
+        .iter()
+        .map(|b| {
+            let mut out = Vec::new();
+            compress(b, Compression::Zlib(1), &mut out);
+            out
+        })
+        .collect();
+    let stored: usize = packed.iter().map(Vec::len).sum();
+    eprintln!(
+        "json_1k: {} bodies of {} bytes stored in {:.1} bytes on average",
+        bodies.len(),
+        bodies[0].len(),
+        stored as f64 / bodies.len() as f64
+    );
+    g.throughput(Throughput::Bytes(bodies[0].len() as u64));
+    g.bench_function("deflate mix bench record", |b| {
+        let mut out = Vec::new();
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % bodies.len();
+            compress(black_box(&bodies[i]), Compression::Zlib(1), &mut out)
+        })
+    });
+    g.bench_function("inflate mix bench record", |b| {
+        let mut out = Vec::new();
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % bodies.len();
+            decompress(black_box(&packed[i]), bodies[i].len(), &mut out).unwrap()
+        })
+    });
+    g.finish();
+}
+
 fn index(c: &mut Criterion) {
     let mut g = c.benchmark_group("index");
     let h = |k: u64| k.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (k >> 7);
@@ -210,5 +267,5 @@ fn table(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, codec, deflate, index, arena, table);
+criterion_group!(benches, codec, deflate, json_1k, index, arena, table);
 criterion_main!(benches);
