@@ -375,6 +375,9 @@ pub enum InflateError {
     Dynamic,
 }
 
+/// The most bytes one byte of deflate input can stand for.
+const MAX_EXPANSION: usize = 1032;
+
 /// Bytes of room past the expected length: matches are copied up to 16
 /// bytes at a time and may write up to 15 past their end.
 const SLACK: usize = 16;
@@ -510,6 +513,11 @@ impl BitReader<'_> {
 /// checked against the output so far and the room left.
 pub fn inflate(input: &[u8], raw_len: usize, out: &mut Vec<u8>) -> Result<(), InflateError> {
     out.clear();
+    // No deflate stream grows more than 1032-fold (a 258-byte match in two
+    // bits): a larger claimed length is refused before any room is made.
+    if raw_len > input.len().saturating_mul(MAX_EXPANSION) {
+        return Err(InflateError::Corrupt);
+    }
     out.resize(raw_len + SLACK, 0);
     let mut r = BitReader {
         input,
@@ -685,7 +693,8 @@ mod tests {
     /// ends in its last byte (compress.rs's rule), if anything.
     fn flate2_inflate(data: &[u8], len: usize) -> Option<Vec<u8>> {
         let mut d = Decompress::new(false);
-        let mut out = Vec::with_capacity(len);
+        // Room for any stream these tests make, whatever length is claimed.
+        let mut out = Vec::with_capacity(len.min(1 << 20));
         match d.decompress_vec(data, &mut out, FlushDecompress::Finish) {
             Ok(Status::StreamEnd) if out.len() == len && d.total_in() == data.len() as u64 => {
                 Some(out)
@@ -783,9 +792,12 @@ mod tests {
                 }
                 cases.push((bad, len));
             }
-            // The right stream with a wrong length, and trailing garbage.
+            // The right stream with a wrong length (one no stream of its
+            // size can reach is refused without making room for it), and
+            // trailing garbage.
             cases.push((packed.clone(), len - 1));
             cases.push((packed.clone(), len + 1));
+            cases.push((packed.clone(), usize::MAX - 8));
             cases.push(([packed.as_slice(), &[0]].concat(), len));
             for (bad, len) in cases {
                 let mut back = Vec::new();
