@@ -2,6 +2,7 @@
 //! `cargo bench -p heft_core`. The record shapes mirror `mix bench`'s: the
 //! small map record and the 100-tuple of 10-atom lists.
 
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use heft_core::arena::{Arena, Backing};
 use heft_core::codec::{
@@ -168,6 +169,105 @@ fn deflate(c: &mut Criterion) {
     g.finish();
 }
 
+/// The bodies of `mix bench`'s JSON-like records as the NIF encodes them:
+/// `{i, json}` is a 2-tuple whose key is stored outside the body, so the
+/// body is the tuple header, the key marker and the 1,024-byte binary.
+/// json_1k.bin holds `Heft.Bench.Kinds.json(i)` of eight keys, written by
+/// lib/heft/bench/kinds.ex itself (see the file's neighbour, json_1k.exs).
+fn json_1k_bodies() -> Vec<Vec<u8>> {
+    include_bytes!("json_1k.bin")
+        .chunks_exact(1024)
+        .map(|json| {
+            let mut w = Writer::new();
+            w.tuple(2);
+            w.key();
+            w.binary(json);
+            w.buf
+        })
+        .collect()
+}
+
+/// The calling thread's CPU time, in nanoseconds: on a machine shared with
+/// other jobs, wall time counts the time others ran while this thread
+/// waited for a core, CPU time does not.
+struct ThreadCpu;
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant
+    // every Linux kernel since 2.6.12 knows.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl Measurement for ThreadCpu {
+    type Intermediate = u64;
+    type Value = u64;
+    fn start(&self) -> u64 {
+        thread_cpu_ns()
+    }
+    fn end(&self, start: u64) -> u64 {
+        thread_cpu_ns() - start
+    }
+    fn add(&self, a: &u64, b: &u64) -> u64 {
+        a + b
+    }
+    fn zero(&self) -> u64 {
+        0
+    }
+    fn to_f64(&self, v: &u64) -> f64 {
+        *v as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        // Nanoseconds, shown as wall time's are.
+        static WALL: WallTime = WallTime;
+        WALL.formatter()
+    }
+}
+
+/// Deflate and inflate of those bodies, one after another, in thread CPU
+/// time (see [`ThreadCpu`]).
+fn json_1k(c: &mut Criterion<ThreadCpu>) {
+    let mut g = c.benchmark_group("json_1k");
+    let bodies = json_1k_bodies();
+    let packed: Vec<Vec<u8>> = bodies
+        .iter()
+        .map(|b| {
+            let mut out = Vec::new();
+            compress(b, Compression::Zlib(1), &mut out);
+            out
+        })
+        .collect();
+    let stored: usize = packed.iter().map(Vec::len).sum();
+    eprintln!(
+        "json_1k: {} bodies of {} bytes stored in {:.1} bytes on average",
+        bodies.len(),
+        bodies[0].len(),
+        stored as f64 / bodies.len() as f64
+    );
+    g.throughput(Throughput::Bytes(bodies[0].len() as u64));
+    g.bench_function("deflate mix bench record", |b| {
+        let mut out = Vec::new();
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % bodies.len();
+            compress(black_box(&bodies[i]), Compression::Zlib(1), &mut out)
+        })
+    });
+    g.bench_function("inflate mix bench record", |b| {
+        let mut out = Vec::new();
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % bodies.len();
+            decompress(black_box(&packed[i]), bodies[i].len(), &mut out).unwrap()
+        })
+    });
+    g.finish();
+}
+
 fn index(c: &mut Criterion) {
     let mut g = c.benchmark_group("index");
     let h = |k: u64| k.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (k >> 7);
@@ -250,4 +350,9 @@ fn table(c: &mut Criterion) {
 }
 
 criterion_group!(benches, codec, deflate, index, arena, table);
-criterion_main!(benches);
+criterion_group! {
+    name = cpu_time;
+    config = Criterion::default().with_measurement(ThreadCpu);
+    targets = json_1k
+}
+criterion_main!(benches, cpu_time);

@@ -2,13 +2,16 @@
 //! up to [`SMALL_LEN`] bytes are deflated by our own fixed-Huffman encoder
 //! (deflate.rs: no per-call table reset, which is what makes zlib slow on
 //! short inputs); longer ones by flate2 (zlib-rs), one compressor per
-//! thread. Everything is inflated by flate2, one decompressor per thread.
+//! thread. Streams of stored and fixed-Huffman blocks (all that deflate.rs
+//! writes) are inflated by deflate.rs, which needs no setup; streams with
+//! dynamic Huffman blocks by flate2, one decompressor per thread.
 //!
 //! A body is only stored compressed when that saves space: tiny bodies and
 //! incompressible ones are stored as they are (see [`Codec`]).
 
 use std::cell::RefCell;
 
+use crate::deflate::InflateError;
 use flate2::{Compress, Compression as Level, Decompress, FlushCompress, FlushDecompress, Status};
 
 /// How a table compresses record bodies.
@@ -134,6 +137,11 @@ pub struct CorruptBody;
 /// Inflates `stored` (written by [`compress`]) into `out`, which must end up
 /// exactly `raw_len` bytes long.
 pub fn decompress(stored: &[u8], raw_len: usize, out: &mut Vec<u8>) -> Result<(), CorruptBody> {
+    match crate::deflate::inflate(stored, raw_len, out) {
+        Ok(()) => return Ok(()),
+        Err(InflateError::Corrupt) => return Err(CorruptBody),
+        Err(InflateError::Dynamic) => {}
+    }
     out.clear();
     out.reserve_exact(raw_len);
     INFLATE.with(|cell| {
