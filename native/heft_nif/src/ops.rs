@@ -479,6 +479,22 @@ fn write_objects<'a>(
     done.map(|b| b.encode(env)).map_err(errors::core)
 }
 
+/// Encodes a lookup's key into `k`: an integer or binary without an
+/// encoder ([`codec::quick_key_into`]).
+fn key_into<'a>(
+    env: Env<'a>,
+    t: &TableRes,
+    sched: Sched,
+    key: Term<'a>,
+    k: &mut Vec<u8>,
+) -> Result<(), EncodeError> {
+    let mut budget = sched.budget();
+    if codec::quick_key_into(key, k, &mut budget) {
+        return Ok(());
+    }
+    TermEncoder::new(&t.atoms, budget).walk_key_into(env, key, k)
+}
+
 fn lookup_impl<'a>(
     env: Env<'a>,
     sched: Sched,
@@ -486,9 +502,8 @@ fn lookup_impl<'a>(
     key: Term<'a>,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
-    let mut enc = TermEncoder::new(&t.atoms, sched.budget());
     with_bufs(|buf, scratch, k| {
-        or_absent!(env, enc.key_into(env, key, k), Vec::<Term>::new());
+        or_absent!(env, key_into(env, &t, sched, key, k), Vec::<Term>::new());
         t.core.get(t.core.hash(k), k, buf).map_err(errors::core)?;
         decode_all(env, sched, &t, buf, scratch)
     })
@@ -537,9 +552,8 @@ fn member_impl<'a>(
     key: Term<'a>,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
-    let mut enc = TermEncoder::new(&t.atoms, sched.budget());
     with_bufs(|_, _, k| {
-        or_absent!(env, enc.key_into(env, key, k), false);
+        or_absent!(env, key_into(env, &t, sched, key, k), false);
         let found = t.core.contains(t.core.hash(k), k).map_err(errors::core)?;
         Ok(found.encode(env))
     })
