@@ -998,13 +998,12 @@ impl Table {
     pub fn get(&self, hash: u64, key: &[u8], out: &mut RecordBuf) -> Result<bool, Error> {
         let st = self.read()?;
         let names = self.names();
-        Ok(match st.find(order(&names), hash, key) {
-            Some((pos, n)) => {
-                (0..n).for_each(|i| st.copy_out(Entries::nth(pos, i), out));
-                true
-            }
-            None => false,
-        })
+        let Some(f) = st.entries.find_record(&st.arena, order(&names), hash, key) else {
+            return Ok(false);
+        };
+        out.push(f.hash, f.loc, f.header, f.bytes);
+        (1..f.n).for_each(|i| st.copy_out(Entries::nth(f.pos, i), out));
+        Ok(true)
     }
 
     /// True if the key is present.

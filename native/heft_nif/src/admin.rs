@@ -9,7 +9,7 @@ use heft_core::{accounting, Backing, Compression, Options, Table};
 use rustler::{Atom, Binary, Encoder, Env, LocalPid, NifResult, ResourceArc, Term};
 
 use crate::errors::{self, badarg};
-use crate::ops::resolve;
+use crate::ops::{resolve, resolve_arc};
 use crate::resource::{self, tab_struct, tab_term, Heir, Meta, Protection, TableRes};
 
 mod atoms {
@@ -227,7 +227,7 @@ fn new_io<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>> {
 /// closing it and removing its files is I/O (persist.rs `persist_close_io`).
 #[rustler::nif]
 fn delete_table<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
-    let t = resolve(tab)?;
+    let t = resolve_arc(tab)?;
     if !t.may_write(env) {
         return Err(badarg(
             "only the owner may delete a protected or private table",
@@ -242,7 +242,7 @@ fn delete_table<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
 
 #[rustler::nif]
 fn give_away<'a>(env: Env<'a>, tab: Term<'a>, pid: Term<'a>, data: Term<'a>) -> NifResult<bool> {
-    let t = resolve(tab)?;
+    let t = resolve_arc(tab)?;
     let pid: LocalPid = pid.decode().map_err(|_| badarg("not a local pid"))?;
     if !t.caller_is_owner(env) {
         return Err(badarg("only the owner may give the table away"));
@@ -286,7 +286,7 @@ fn set_heir<'a>(env: Env<'a>, tab: Term<'a>, heir: Term<'a>) -> NifResult<bool> 
 /// one (whose name only shows in info/1) with its identifier, as in ETS.
 #[rustler::nif]
 fn rename<'a>(env: Env<'a>, tab: Term<'a>, name: Atom) -> NifResult<Term<'a>> {
-    let t = resolve(tab)?;
+    let t = resolve_arc(tab)?;
     if !t.may_write(env) {
         return Err(badarg(
             "only the owner may rename a protected or private table",
@@ -324,7 +324,7 @@ fn all(env: Env) -> Vec<Term> {
 /// The table's facts and figures as a map (Heft.info/1 orders them).
 #[rustler::nif]
 fn info<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
-    let t = resolve(tab)?;
+    let t = resolve_arc(tab)?;
     let s = t.core.stats().map_err(errors::core)?;
     let meta = t.meta.lock();
     // An heir that has exited will never take the table: none, then.

@@ -214,6 +214,41 @@ fn tuple_words<'a>(t: Term<'a>) -> Option<&'a [Word]> {
     Some(unsafe { std::slice::from_raw_parts(array, arity as usize) })
 }
 
+/// Encodes the commonest keys, an integer of 64 bits or a binary, into
+/// `out` (replacing its contents) without an encoder: one VM call, where
+/// the walk asks the term's type first and then converts it, and no
+/// thread-local buffers. The bytes are those [`TermEncoder::term`] writes,
+/// and so is the budget spent. False, with `out` and `budget` untouched,
+/// for any other term and for a binary over the budget (which the walk
+/// refuses with `TooBig`).
+pub fn quick_key_into(key: Term, out: &mut Vec<u8>, budget: &mut usize) -> bool {
+    let mut int = 0i64;
+    // SAFETY: reads `key`, a term of its env; writes only the local `int`.
+    let is_int =
+        unsafe { sys::enif_get_int64(key.get_env().as_c_arg(), key.as_c_arg(), &mut int) } != 0;
+    let bin = match is_int {
+        true => None,
+        false => match Binary::from_term(key) {
+            Ok(b) => Some(b),
+            Err(_) => return false,
+        },
+    };
+    let units = bin.map_or(1, |b| 1 + b.len() / 64);
+    let Some(left) = budget.checked_sub(units) else {
+        return false;
+    };
+    *budget = left;
+    let mut w = Writer::from_vec(std::mem::take(out));
+    match bin {
+        Some(b) => {
+            w.binary(b.as_slice());
+        }
+        None => w.int(int),
+    }
+    *out = w.buf;
+    true
+}
+
 /// Encodes terms for one table.
 pub struct TermEncoder<'c> {
     atoms: &'c AtomCache,
@@ -311,14 +346,28 @@ impl<'c> TermEncoder<'c> {
 
     /// Encodes a key canonically.
     pub fn key<'a>(&mut self, env: Env<'a>, key: Term<'a>) -> Result<Vec<u8>, EncodeError> {
-        let mut w = Writer::new();
-        self.term(env, key, &mut w, true)?;
-        Ok(w.buf)
+        let mut out = Vec::new();
+        self.key_into(env, key, &mut out)?;
+        Ok(out)
     }
 
     /// Encodes a key canonically into `out` (replacing its contents), so a
     /// hot path can reuse one buffer instead of allocating.
     pub fn key_into<'a>(
+        &mut self,
+        env: Env<'a>,
+        key: Term<'a>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), EncodeError> {
+        if quick_key_into(key, out, &mut self.budget) {
+            return Ok(());
+        }
+        self.walk_key_into(env, key, out)
+    }
+
+    /// [`Self::key_into`] by the full walk, for keys that
+    /// [`quick_key_into`] has turned down.
+    pub fn walk_key_into<'a>(
         &mut self,
         env: Env<'a>,
         key: Term<'a>,

@@ -15,7 +15,7 @@ use rustler::{Atom, Binary, Encoder, Env, NewBinary, NifResult, ResourceArc, Ter
 
 use crate::codec::{self, EncodeError, TermEncoder, NEG_ZERO_IS_ZERO, NORMAL_BUDGET};
 use crate::errors::{self, badarg, no_table, retry_cpu, retry_io};
-use crate::resource::{live, named, Protection, TableRes};
+use crate::resource::{live_tab, named, Protection, Tab, TableRes};
 
 mod atoms {
     rustler::atoms! {
@@ -127,21 +127,28 @@ variants!(slot_impl => slot, slot_cpu, slot_io (tab, i));
 /// The table a handle names: a name atom or a resource.
 /// A table whose owner has died is handled first (resource.rs, "Owner
 /// death"): it is gone, or the heir's.
-pub fn resolve(tab: Term) -> NifResult<ResourceArc<TableRes>> {
-    live(tab.get_env(), resolve_again(tab)?).ok_or_else(no_table)
+pub fn resolve(tab: Term) -> NifResult<Tab> {
+    live_tab(tab.get_env(), resolve_again(tab)?, tab).ok_or_else(no_table)
+}
+
+/// [`resolve`] as a counted reference, for calls that keep the table or
+/// need the resource itself (delete, give_away, rename, handles).
+pub fn resolve_arc(tab: Term) -> NifResult<ResourceArc<TableRes>> {
+    resolve(tab)?.arc(tab).ok_or_else(no_table)
 }
 
 /// As [`resolve`], without handling a dead owner's tables: for a second
 /// look at a table that the same call has resolved already.
-pub fn resolve_again(tab: Term) -> NifResult<ResourceArc<TableRes>> {
-    let t = match Atom::from_term(tab) {
-        Ok(name) => named(name),
-        Err(_) => Some(
-            tab.decode::<ResourceArc<TableRes>>()
-                .map_err(|_| no_table())?,
-        ),
+pub fn resolve_again(tab: Term) -> NifResult<Tab> {
+    let t = match Tab::of_handle(tab) {
+        Some(t) => t,
+        None => Atom::from_term(tab)
+            .ok()
+            .and_then(named)
+            .map(Tab::Counted)
+            .ok_or_else(no_table)?,
     };
-    t.filter(|t| !t.is_deleted()).ok_or_else(no_table)
+    (!t.is_deleted()).then_some(t).ok_or_else(no_table)
 }
 
 /// Resolves the table and checks access; `Err(term)` is a retry marker.
@@ -150,7 +157,7 @@ pub(crate) fn open<'a>(
     tab: Term<'a>,
     sched: Sched,
     write: bool,
-) -> NifResult<Result<ResourceArc<TableRes>, Term<'a>>> {
+) -> NifResult<Result<Tab<'a>, Term<'a>>> {
     let t = resolve(tab)?;
     // File arenas may page from disk: they run on dirty I/O schedulers. (A
     // persistent table's log append is a copy into a mapping: persist.rs.)
@@ -473,6 +480,22 @@ fn write_objects<'a>(
     done.map(|b| b.encode(env)).map_err(errors::core)
 }
 
+/// Encodes a lookup's key into `k`: an integer or binary without an
+/// encoder ([`codec::quick_key_into`]).
+fn key_into<'a>(
+    env: Env<'a>,
+    t: &TableRes,
+    sched: Sched,
+    key: Term<'a>,
+    k: &mut Vec<u8>,
+) -> Result<(), EncodeError> {
+    let mut budget = sched.budget();
+    if codec::quick_key_into(key, k, &mut budget) {
+        return Ok(());
+    }
+    TermEncoder::new(&t.atoms, budget).walk_key_into(env, key, k)
+}
+
 fn lookup_impl<'a>(
     env: Env<'a>,
     sched: Sched,
@@ -480,9 +503,8 @@ fn lookup_impl<'a>(
     key: Term<'a>,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
-    let mut enc = TermEncoder::new(&t.atoms, sched.budget());
     with_bufs(|buf, scratch, k| {
-        or_absent!(env, enc.key_into(env, key, k), Vec::<Term>::new());
+        or_absent!(env, key_into(env, &t, sched, key, k), Vec::<Term>::new());
         t.core.get(t.core.hash(k), k, buf).map_err(errors::core)?;
         decode_all(env, sched, &t, buf, scratch)
     })
@@ -531,9 +553,8 @@ fn member_impl<'a>(
     key: Term<'a>,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
-    let mut enc = TermEncoder::new(&t.atoms, sched.budget());
     with_bufs(|_, _, k| {
-        or_absent!(env, enc.key_into(env, key, k), false);
+        or_absent!(env, key_into(env, &t, sched, key, k), false);
         let found = t.core.contains(t.core.hash(k), k).map_err(errors::core)?;
         Ok(found.encode(env))
     })

@@ -28,7 +28,7 @@ use rustler::{Atom, Binary, Encoder, Env, LocalPid, NewBinary, NifResult, OwnedE
 
 use crate::admin::{install, parse_new_args};
 use crate::errors::{self, badarg};
-use crate::ops::{resolve, resolve_again};
+use crate::ops::{resolve, resolve_again, resolve_arc};
 use crate::resource::{self, tab_term, TableRes};
 
 mod atoms {
@@ -327,7 +327,7 @@ fn persistent(t: &TableRes) -> NifResult<&PersistRes> {
 /// `:ok` or `{:error, reason}` (`:poisoned` if a sync had failed).
 #[rustler::nif(schedule = "DirtyIo")]
 fn persist_close_io<'a>(env: Env<'a>, tab: Term<'a>, remove: bool) -> NifResult<Term<'a>> {
-    let t = resolve(tab)?;
+    let t = resolve_arc(tab)?;
     let p = persistent(&t)?;
     if !t.may_write(env) {
         return Err(badarg(

@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, LazyLock, Mutex as StdMutex};
 
@@ -370,17 +370,142 @@ pub fn register(env: Env, res: &ResourceArc<TableRes>, name: Atom, named: bool) 
     true
 }
 
+/// A table a NIF call works on, for the length of the call.
+pub enum Tab<'a> {
+    /// Borrowed from the handle the caller passed: the resource term keeps
+    /// the resource alive until the call returns, so there is no reference
+    /// counting and no counted `ResourceArc` to make (rustler's decode of
+    /// one keeps and releases it: a fair share of a lookup).
+    Handle(&'a TableRes),
+    /// A counted reference: from the name registry (whose entry a
+    /// concurrent delete may drop) or a registry walk.
+    Counted(ResourceArc<TableRes>),
+}
+
+impl std::ops::Deref for Tab<'_> {
+    type Target = TableRes;
+
+    fn deref(&self) -> &TableRes {
+        match self {
+            Tab::Handle(t) => t,
+            Tab::Counted(t) => t,
+        }
+    }
+}
+
+/// The VM's resource type of [`TableRes`], once learnt ([`learn_type`]):
+/// with it a handle is checked by one `enif_get_resource`, where rustler's
+/// decode first finds the type in a SipHash map of `TypeId`s.
+static TABLE_TYPE: AtomicPtr<sys::ErlNifResourceType> = AtomicPtr::new(std::ptr::null_mut());
+/// Set once [`learn_type`] has run (it runs once, successful or not).
+static TYPE_TRIED: AtomicBool = AtomicBool::new(false);
+
+impl<'a> Tab<'a> {
+    /// The table of a resource handle term; `None` for any other term.
+    pub fn of_handle(term: Term<'a>) -> Option<Tab<'a>> {
+        let ty = TABLE_TYPE.load(Ordering::Relaxed);
+        if ty.is_null() {
+            let t = term.try_get_resource::<TableRes>()?;
+            if !TYPE_TRIED.swap(true, Ordering::Relaxed) {
+                learn_type(term);
+            }
+            return Some(Tab::Handle(t));
+        }
+        let mut obj: *const std::ffi::c_void = std::ptr::null();
+        // SAFETY: `term` is a term of its env; the VM only compares `ty`
+        // with the resource's type and writes `obj`, a local.
+        let ok = unsafe {
+            sys::enif_get_resource(term.get_env().as_c_arg(), term.as_c_arg(), ty, &mut obj)
+        };
+        if ok == 0 {
+            return None;
+        }
+        // SAFETY: `obj` is the data of a resource of `TableRes`'s type
+        // (checked by the VM), where rustler's ResourceArc::new wrote a
+        // TableRes at the first address past `obj` aligned for it; the
+        // term holds a reference to the resource for the whole call, so it
+        // outlives `'a`.
+        Some(Tab::Handle(unsafe { &*table_in(obj) }))
+    }
+
+    /// A counted reference, for what keeps the table past the call or
+    /// needs the resource itself (monitors, handles built for messages);
+    /// `handle` is the term the table was resolved from.
+    pub fn arc(&self, handle: Term) -> Option<ResourceArc<TableRes>> {
+        match self {
+            Tab::Handle(_) => handle.decode().ok(),
+            Tab::Counted(t) => Some(t.clone()),
+        }
+    }
+}
+
+/// Where rustler places a `TableRes` in a resource's data (rustler's
+/// `align_alloced_mem_for_struct`: the next aligned address, at least one
+/// byte on).
+fn table_in(obj: *const std::ffi::c_void) -> *const TableRes {
+    let align = std::mem::align_of::<TableRes>();
+    obj.cast::<u8>()
+        .wrapping_add(align - (obj as usize) % align)
+        .cast::<TableRes>()
+}
+
+/// Learns `TableRes`'s resource type from a handle rustler has accepted.
+/// The NIF API hands a type out only to the `load` callback that opens it
+/// (rustler's, which keeps it private), so the type is read from the
+/// header the VM keeps in front of every resource's data (its first word,
+/// two words before the data in ERTS's `ErtsResource`), and only kept if
+/// `enif_get_resource` with it finds this very resource: a wrong guess is
+/// never kept, and handles keep going through rustler's decode.
+fn learn_type(term: Term) {
+    let Ok(res) = term.decode::<ResourceArc<TableRes>>() else {
+        return;
+    };
+    let data = res.as_c_arg();
+    // SAFETY: `data` points into the VM's allocation of a live resource
+    // (a magic binary: its own header, then the resource's type and
+    // monitor words, then the data), so the two words before it are
+    // readable memory of that allocation; an unaligned read makes no
+    // assumption on their alignment. What they hold is only used after the
+    // check below.
+    let guess = unsafe {
+        data.cast::<*mut sys::ErlNifResourceType>()
+            .wrapping_sub(2)
+            .read_unaligned()
+    };
+    let mut obj: *const std::ffi::c_void = std::ptr::null();
+    // SAFETY: as in `Tab::of_handle`: the VM only compares `guess` with the
+    // resource's type, never dereferences it.
+    let ok = unsafe {
+        sys::enif_get_resource(term.get_env().as_c_arg(), term.as_c_arg(), guess, &mut obj)
+    };
+    if ok != 0 && std::ptr::eq(obj, data) {
+        TABLE_TYPE.store(guess, Ordering::Relaxed);
+    }
+}
+
 /// `res` unless it is deleted, after handling its owner's death if the
 /// owner is no longer alive (it may then belong to the heir).
 pub fn live(env: Env, res: ResourceArc<TableRes>) -> Option<ResourceArc<TableRes>> {
-    if res.is_deleted() {
+    match live_tab(
+        env,
+        Tab::Counted(res),
+        rustler::types::atom::nil().to_term(env),
+    )? {
+        Tab::Counted(res) => Some(res),
+        Tab::Handle(_) => None,
+    }
+}
+
+/// [`live`] of a [`Tab`] resolved from `handle`.
+pub fn live_tab<'a>(env: Env<'a>, tab: Tab<'a>, handle: Term<'a>) -> Option<Tab<'a>> {
+    if tab.is_deleted() {
         return None;
     }
-    let owner = res.owner();
+    let owner = tab.owner();
     if !env.is_process_alive(owner) {
-        owner_exit(env, &res, owner);
+        owner_exit(env, &tab.arc(handle)?, owner);
     }
-    (!res.is_deleted()).then_some(res)
+    (!tab.is_deleted()).then_some(tab)
 }
 
 /// Handles the death of a table's owner `dead`, as ETS does when a

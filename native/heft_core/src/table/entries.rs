@@ -6,14 +6,16 @@
 //! (one entry a set, any number a bag); an ordered_set has one entry a key,
 //! keys being equal when they compare equal in term order (`1 == 1.0`).
 
+use std::cell::Cell;
 use std::cmp::Ordering;
 
-use super::{key_in, Direction, Kind};
+use super::{key_in, record_in, Direction, Kind};
 use crate::arena::Arena;
 use crate::atoms::AtomTable;
 use crate::index::{HashIndex, Inserted, Slot};
 use crate::order;
 use crate::ordered::{self, OrderedIndex};
+use crate::record::Header;
 
 /// How keys are told apart and ordered.
 #[derive(Clone, Copy)]
@@ -43,14 +45,65 @@ impl Order<'_> {
     where
         Self: 'k,
     {
-        let prefix = match self {
-            Order::Bytes => None,
-            Order::Term(names) => order::prefix(key, |id| names.name(id).unwrap_or("")),
-        };
         ordered::Probe {
-            prefix,
+            prefix: self.prefix(key),
             cmp: move |l| self.cmp(key_in(arena, l), key),
         }
+    }
+
+    /// The ordered index's prefix of `key` (see [`order::prefix`]).
+    fn prefix(self, key: &[u8]) -> Option<u64> {
+        match self {
+            Order::Bytes => None,
+            Order::Term(names) => order::prefix(key, |id| names.name(id).unwrap_or("")),
+        }
+    }
+}
+
+/// A key found in the index ([`Entries::find_record`]).
+pub(super) struct Found<'a> {
+    /// Its first entry.
+    pub pos: Pos,
+    /// How many entries it has (objects: several in a bag).
+    pub n: usize,
+    /// The hash kept with its first entry ([`Entries::hash`]).
+    pub hash: u64,
+    /// The first entry's record: where, its header, its bytes.
+    pub loc: u64,
+    pub header: Header,
+    pub bytes: &'a [u8],
+}
+
+/// Reads records for a search, remembering the last one read: the search
+/// compares the key it stops at once more, and its caller copies that
+/// record out, and neither parses its header again.
+struct LastRead<'a> {
+    arena: &'a Arena,
+    last: Cell<Option<(u64, Header, &'a [u8])>>,
+}
+
+impl<'a> LastRead<'a> {
+    fn new(arena: &'a Arena) -> Self {
+        LastRead {
+            arena,
+            last: Cell::new(None),
+        }
+    }
+
+    fn record(&self, loc: u64) -> (Header, &'a [u8]) {
+        if let Some((l, h, bytes)) = self.last.get() {
+            if l == loc {
+                return (h, bytes);
+            }
+        }
+        let (h, bytes) = record_in(self.arena, loc);
+        self.last.set(Some((loc, h, bytes)));
+        (h, bytes)
+    }
+
+    fn key(&self, loc: u64) -> &'a [u8] {
+        let (h, bytes) = self.record(loc);
+        &bytes[h.key_start()..h.body_start()]
     }
 }
 
@@ -172,14 +225,60 @@ impl Entries {
         hash: u64,
         key: &[u8],
     ) -> Option<(Pos, usize)> {
+        let (pos, _, n) = self.locate(&LastRead::new(arena), ord, hash, key)?;
+        Some((pos, n))
+    }
+
+    /// [`Entries::find`], with the first entry's record: one search of the
+    /// index and one read of each record compared, the one found included.
+    pub(super) fn find_record<'a>(
+        &self,
+        arena: &'a Arena,
+        ord: Order,
+        hash: u64,
+        key: &[u8],
+    ) -> Option<Found<'a>> {
+        let read = LastRead::new(arena);
+        let (pos, loc, n) = self.locate(&read, ord, hash, key)?;
+        let (header, bytes) = read.record(loc);
+        Some(Found {
+            pos,
+            n,
+            hash: self.hash(pos),
+            loc,
+            header,
+            bytes,
+        })
+    }
+
+    /// The first entry of `key`, its loc and the key's number of entries.
+    fn locate(
+        &self,
+        read: &LastRead,
+        ord: Order,
+        hash: u64,
+        key: &[u8],
+    ) -> Option<(Pos, u64, usize)> {
         match self {
             Entries::Hash(ix) => {
-                let cmp = |l| key_in(arena, l).cmp(key);
+                let cmp = |l| read.key(l).cmp(key);
                 let p = ix.find(hash, cmp)?;
-                let n = ix.seek_after(hash, cmp) - p;
-                Some((Pos::Hash(p), n))
+                // A key's entries sit together in hash order: only when
+                // the next entry has the same hash (a bag key's next
+                // object, or a collision) is there more to count.
+                let n = match ix.get(p + 1) {
+                    Some(next) if next.hash == hash => ix.seek_after(hash, cmp) - p,
+                    _ => 1,
+                };
+                Some((Pos::Hash(p), ix.get(p)?.loc, n))
             }
-            Entries::Ordered(ix) => ix.find(ord.probe(arena, key)).map(|p| (Pos::Ordered(p), 1)),
+            Entries::Ordered(ix) => {
+                let p = ix.find(ordered::Probe {
+                    prefix: ord.prefix(key),
+                    cmp: |l| ord.cmp(read.key(l), key),
+                })?;
+                Some((Pos::Ordered(p), ix.get(p)?, 1))
+            }
         }
     }
 
