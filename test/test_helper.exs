@@ -3,7 +3,10 @@
 #                                       mix test --include slow
 # - :heft_accounting, loads millions of records (minutes, GiBs):
 #                                       mix test --include heft_accounting
-ExUnit.start(exclude: [:slow, :heft_accounting])
+# assert_receive waits up to 5 s (ExUnit's default, 100 ms, is shorter than
+# a table's creation and load on a loaded 2-core host); it returns as soon
+# as the message is there, so passing tests take no longer.
+ExUnit.start(exclude: [:slow, :heft_accounting], assert_receive_timeout: 5_000)
 
 if Heft.Contract.heft_available?() do
   IO.puts("Heft contract: running every contract test against :ets and Heft")

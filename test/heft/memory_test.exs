@@ -150,6 +150,13 @@ defmodule Heft.MemoryTest do
 
   describe "ets/0" do
     test "bytes are words times the word size, and match the VM's byte count" do
+      # :erlang.memory(:ets) also moves with every other table (a table of
+      # an exited test process is freed in the background): a few tries,
+      # one of which must agree; bytes misread as words never would.
+      assert Enum.any?(1..3, fn _ -> ets_bytes_match_the_vm_growth() end)
+    end
+
+    defp ets_bytes_match_the_vm_growth do
       before = :erlang.memory(:ets)
       t = :ets.new(:heft_memory_test, [:set, :public])
       :ets.insert(t, for(i <- 1..50_000, do: {i, "value-#{i}", [i, i]}))
@@ -158,11 +165,11 @@ defmodule Heft.MemoryTest do
       entry = Enum.find(Memory.ets().ets, &(&1.id == t))
       assert entry.bytes == :ets.info(t, :memory) * :erlang.system_info(:wordsize)
       assert entry.size == 50_000 and entry.owner == self()
+      :ets.delete(t)
       # :erlang.memory(:ets) is in bytes: the table's growth in bytes, not
       # half of it (words x 4) or a word count. It also counts ets_alloc's
-      # own block overhead and any other table that grew meanwhile (~6%).
-      assert_in_delta entry.bytes, grown, grown * 0.1
-      :ets.delete(t)
+      # own block overhead (~6%).
+      abs(entry.bytes - grown) <= grown * 0.1
     end
 
     test "largest first, owners named" do
