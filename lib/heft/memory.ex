@@ -144,7 +144,8 @@ defmodule Heft.Memory do
       anonymous: m}` with `m = %{count, size, rss, dirty, swap}` (`:size`
       is the mapped address space). `:heft_arena`: Heft memory arenas
       (`/memfd:heft:*`) and file arenas (`heft-*.arena`); `:heft_index`:
-      Heft's index slot arrays (`/memfd:heft-index:*`); `:file`: other files
+      Heft's index slot arrays (`[anon:heft-index:*]`, or
+      `/memfd:heft-index:*`); `:file`: other files
       (beam.smp, libraries, NIFs); `:anonymous`: heap, stacks and anonymous
       mmaps, where ERTS allocators live. nil if smaps cannot be read.
     * `:heft`: Heft's native memory summed over its tables (`:tables`,

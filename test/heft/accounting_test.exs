@@ -3,7 +3,7 @@ defmodule Heft.AccountingTest do
   # {i, 100-tuple of 10-atom lists} (16,872 bytes each in an ETS set) must
   # cost at most 200 bytes each in Heft, and info(tab, :memory) must be
   # within 10% of the growth the kernel shows while loading them. Heft's
-  # memory is its two memfd mappings (arena and index), so the kernel's
+  # memory is its two mappings (arena and index), so the kernel's
   # per-mapping figures in /proc/self/smaps show it exactly; the process's
   # total RSS also moves with the BEAM's own allocators (which return and
   # take memory at times of their choosing), so it is reported, not
@@ -11,7 +11,8 @@ defmodule Heft.AccountingTest do
   use ExUnit.Case, async: false
 
   @count 200_000
-  # The table's memfds are named after it: heft:NAME and heft-index:NAME.
+  # The table's mappings are named after it: heft:NAME (a memfd) and
+  # heft-index:NAME (anonymous, or a memfd).
   @name :heft_accounting_200k
 
   test "the 100-tuple record: <= 200 bytes each, within 10% of RSS growth" do
@@ -52,7 +53,7 @@ defmodule Heft.AccountingTest do
     Heft.delete(t)
   end
 
-  # Resident bytes of this test's table's two memfd mappings, from
+  # Resident bytes of this test's table's two mappings, from
   # /proc/self/smaps (only its own: other tests' tables may be released
   # meanwhile).
   defp heft_rss do
@@ -63,7 +64,11 @@ defmodule Heft.AccountingTest do
       cond do
         Regex.match?(~r/^[0-9a-f]+-[0-9a-f]+ /, line) ->
           {String.contains?(line, ["/memfd:heft:#{@name} ", "/memfd:heft-index:#{@name} "]) or
-             String.ends_with?(line, ["/memfd:heft:#{@name}", "/memfd:heft-index:#{@name}"]), sum}
+             String.ends_with?(line, [
+               "/memfd:heft:#{@name}",
+               "/memfd:heft-index:#{@name}",
+               "[anon:heft-index:#{@name}]"
+             ]), sum}
 
         in_heft and String.starts_with?(line, "Rss:") ->
           {true, sum + kb(line)}

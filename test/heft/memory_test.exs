@@ -75,6 +75,7 @@ defmodule Heft.MemoryTest do
     test "kind/1" do
       assert Beam.kind("/memfd:heft:users (deleted)") == :heft_arena
       assert Beam.kind("/memfd:heft-index:users (deleted)") == :heft_index
+      assert Beam.kind("[anon:heft-index:users]") == :heft_index
       assert Beam.kind("/srv/x/heft-00ff.arena") == :heft_arena
       assert Beam.kind("/srv/x/heft-00ff.arena (deleted)") == :heft_arena
       assert Beam.kind("/srv/x/notheft.arena") == :file

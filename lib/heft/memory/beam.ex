@@ -57,8 +57,10 @@ defmodule Heft.Memory.Beam do
 
   # Resident bytes by kind of mapping. A Heft memory arena is a memfd named
   # "heft:<table>" (shown as "/memfd:heft:<table> (deleted)"); a file arena
-  # is a file named heft-*.arena; a table's index is a memfd named
-  # "heft-index:<table>". nil when smaps cannot be read.
+  # is a file named heft-*.arena; a table's index is a mapping named
+  # "heft-index:<table>" (anonymous, "[anon:heft-index:<table>]", or a memfd
+  # where the kernel cannot name anonymous memory, and for an ordered_set).
+  # nil when smaps cannot be read.
   defp mappings(source) do
     with text when is_binary(text) <- Source.read!(source, "/proc/self/smaps") do
       text |> Proc.smaps() |> classify()
@@ -90,6 +92,7 @@ defmodule Heft.Memory.Beam do
   def kind(nil), do: :anonymous
   def kind("/memfd:heft:" <> _), do: :heft_arena
   def kind("/memfd:heft-index:" <> _), do: :heft_index
+  def kind("[anon:heft-index:" <> _), do: :heft_index
   # [heap], [stack], [vdso], [anon:name] and the like.
   def kind("[" <> _), do: :anonymous
 

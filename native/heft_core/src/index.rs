@@ -249,17 +249,27 @@ impl DerefMut for SlotArray {
 /// (`[anon:<name>]`); where anonymous memory cannot be named (kernels
 /// before 5.17, or without CONFIG_ANON_VMA_NAME), a memfd of that name
 /// (`/memfd:<name>`), so that reports always find it. Every page is faulted
-/// in at once (an index is at least 40% full once built).
+/// in at once (an index is at least 40% full once built, and slots are
+/// spread over all of it).
 fn named_anon(name: &str, bytes: usize) -> MmapMut {
     // Mappings only fail when the process is out of descriptors or address
     // space, where a Vec would abort as well.
-    if let Ok(map) = MmapMut::map_anon(bytes) {
+    if let Some(mut map) = can_name_anon()
+        .then(|| MmapMut::map_anon(bytes).ok())
+        .flatten()
+    {
+        // Best effort: huge pages where THP allows them (a mapping of less
+        // than 2 MiB gets none), then the pages at once (Linux 5.14 and
+        // later), or at least the first (so the mapping has memory of its
+        // own before it is named: a fresh mapping would merge with a
+        // neighbouring one of the same name, another table's index, into
+        // one that reports could not tell apart).
+        let _ = map.advise(memmap2::Advice::HugePage);
+        if map.advise(memmap2::Advice::PopulateWrite).is_err() {
+            // SAFETY: the mapping is at least a page long and ours alone.
+            unsafe { std::ptr::write_volatile(map.as_mut_ptr(), 0) };
+        }
         if name_anon(&map, name) {
-            // Best effort: huge pages where THP allows them (a mapping of
-            // less than 2 MiB gets none), then the pages at once (Linux
-            // 5.14 and later).
-            let _ = map.advise(memmap2::Advice::HugePage);
-            let _ = map.advise(memmap2::Advice::PopulateWrite);
             return map;
         }
     }
@@ -268,6 +278,12 @@ fn named_anon(name: &str, bytes: usize) -> MmapMut {
         .expect("mapping the index slot array");
     let _ = map.advise(memmap2::Advice::PopulateWrite);
     map
+}
+
+/// True if the kernel can name anonymous memory (asked once, of a page).
+fn can_name_anon() -> bool {
+    static CAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CAN.get_or_init(|| MmapMut::map_anon(4096).is_ok_and(|m| name_anon(&m, "heft-probe")))
 }
 
 /// Names an anonymous mapping; false if the kernel cannot.
