@@ -19,8 +19,8 @@ defmodule Heft.Memory.Sizing do
   # Heft: a temporary memory-arena Heft table holds the samples; the arena
   # cost per record (info :memory minus :index_bytes) scales linearly. The
   # index is a hash table of 8-byte slots kept at most 80% full, growing by
-  # half (native/heft_core/src/index.rs): h home slots, h the first of 16,
-  # 24, 36, ... (each the last plus half of it, rounded down) with
+  # half (native/heft_core/src/index.rs): h home slots, h the first of 255,
+  # 382, 573, ... (each the last plus half of it, rounded down) with
   # count <= 0.8 * h, plus a tail of min(h, 256) slots for probe runs past
   # the last home slot, and a byte per 64 slots. If the
   # table's own :index_bytes at the sample size (and empty) disagrees with
@@ -31,7 +31,7 @@ defmodule Heft.Memory.Sizing do
   alias Heft.Memory.Tables
 
   @slot_bytes 8
-  @min_home_slots 16
+  @min_home_slots 255
   @max_tail_slots 256
   @max_load 0.8
   @headroom 0.85

@@ -59,8 +59,10 @@ pub enum Inserted {
     Replaced(u64),
 }
 
-/// The fewest home slots.
-const MIN_HOMES: usize = 16;
+/// The fewest home slots: as many as fit in one page with their tail and
+/// block counts (510 slots and 8 counts in 4,088 bytes), so that a small
+/// table's index, a page whatever its size, grows only once it must.
+const MIN_HOMES: usize = 255;
 /// The table grows past 80% full, by half.
 const LOAD_NUM: usize = 4;
 const LOAD_DEN: usize = 5;
@@ -1077,6 +1079,17 @@ mod tests {
         }
         assert_eq!(ix.len(), model.len());
         ix
+    }
+
+    #[test]
+    fn the_smallest_index_fills_its_one_page() {
+        let ix = HashIndex::default();
+        assert_eq!(ix.heap_bytes(), 4096);
+        let bytes = |homes: usize| {
+            let slots = slots_for(homes, 0);
+            slots * 8 + slots.div_ceil(BLOCK)
+        };
+        assert!(bytes(MIN_HOMES) <= 4096 && bytes(MIN_HOMES + 1) > 4096);
     }
 
     #[test]
