@@ -582,7 +582,10 @@ impl State {
     }
 
     fn copy_out(&self, pos: Pos, out: &mut RecordBuf) {
-        self.copy_out_as(pos, self.entries.hash(&self.arena, pos), out);
+        let loc = self.entries.loc(pos);
+        let (h, bytes) = self.record_at(loc);
+        let hash = self.entries.hash_of(&bytes[h.key_start()..h.body_start()]);
+        out.push(hash, loc, h, bytes);
     }
 
     /// [`State::copy_out`] of an entry whose key hash the caller knows.
