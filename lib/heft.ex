@@ -1370,9 +1370,12 @@ defmodule Heft do
       has not been asked for (mapped but never touched), and the allocator's
       own bookkeeping.
     * `:index_bytes` - the key index, exactly. For a set or bag, its slot
-      array: its own memfd mapping (`/memfd:heft-index:<name>` in
-      /proc/self/maps), 16 bytes a slot (an object) and a byte per 64
-      slots, kept at most 80% full, rounded up to whole pages. It shrinks
+      array: its own mapping (`[anon:heft-index:<name>]` in
+      /proc/self/maps, on 2 MiB pages where the kernel allows, or
+      `/memfd:heft-index:<name>` where it cannot name anonymous memory),
+      8 bytes a slot (an object) and a byte per 64 slots, kept at most 80%
+      full and growing by half (10 to 15 bytes an object), rounded up to
+      whole pages. It shrinks
       once it is under an eighth full and has lost half of its objects
       since it last changed size, unless the survivors sit crowded in one
       part of the hash space (after deleting in walk order, as a

@@ -12,7 +12,8 @@ defmodule Heft.AccountingTest do
 
   @count 200_000
   # The table's mappings are named after it: heft:NAME (a memfd, or
-  # anonymous memory, named where the kernel can) and heft-index:NAME.
+  # anonymous memory, named where the kernel can) and heft-index:NAME
+  # (anonymous, or a memfd).
   @name :heft_accounting_200k
 
   test "the 100-tuple record: <= 200 bytes each, within 10% of RSS growth" do
@@ -59,7 +60,7 @@ defmodule Heft.AccountingTest do
     Heft.delete(t)
   end
 
-  # Resident bytes of this test's table's two memfd mappings, from
+  # Resident bytes of this test's table's two mappings, from
   # /proc/self/smaps (only its own: other tests' tables may be released
   # meanwhile).
   defp heft_rss do

@@ -61,7 +61,9 @@ defmodule Heft.Memory.Beam do
   # it is given that name here), or a memfd named "heft:<table>" (shown as
   # "/memfd:heft:<table> (deleted)") where the kernel has no huge pages for
   # it; a file arena is a file named heft-*.arena; a table's index is a
-  # memfd named "heft-index:<table>" (or anonymous memory of that name).
+  # mapping named "heft-index:<table>" (anonymous, "[anon:heft-index:<table>]",
+  # or a memfd where the kernel cannot name anonymous memory, and for an
+  # ordered_set).
   # nil when smaps cannot be read.
   defp mappings(source) do
     names = arena_names(source)

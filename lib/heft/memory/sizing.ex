@@ -18,10 +18,11 @@ defmodule Heft.Memory.Sizing do
   #
   # Heft: a temporary memory-arena Heft table holds the samples; the arena
   # cost per record (info :memory minus :index_bytes) scales linearly. The
-  # index is a hash table of 16-byte slots kept at most 80% full, doubling
-  # when it grows (native/heft_core/src/index.rs): 2^bits home slots, bits
-  # at least 4 and the smallest with count <= 0.8 * 2^bits, plus a tail of
-  # min(2^bits, 256) slots for probe runs past the last home slot. If the
+  # index is a hash table of 8-byte slots kept at most 80% full, growing by
+  # half (native/heft_core/src/index.rs): h home slots, h the first of 255,
+  # 382, 573, ... (each the last plus half of it, rounded down) with
+  # count <= 0.8 * h, plus a tail of min(h, 256) slots for probe runs past
+  # the last home slot, and a byte per 64 slots. If the
   # table's own :index_bytes at the sample size (and empty) disagrees with
   # that rule, the rule is not trusted and the index is scaled per record
   # instead (:index_model says which).
@@ -29,8 +30,8 @@ defmodule Heft.Memory.Sizing do
 
   alias Heft.Memory.Tables
 
-  @slot_bytes 16
-  @min_home_slots 16
+  @slot_bytes 8
+  @min_home_slots 255
   @max_tail_slots 256
   @max_load 0.8
   @headroom 0.85
@@ -177,8 +178,11 @@ defmodule Heft.Memory.Sizing do
   # Index bytes of a table holding `n` records, by the rule above (the slot
   # array is a mapping of its own, so whole pages).
   defp index_bytes(n) do
-    cap = Stream.iterate(@min_home_slots, &(&1 * 2)) |> Enum.find(&(n <= @max_load * &1))
-    bytes = (cap + min(cap, @max_tail_slots)) * @slot_bytes
+    homes =
+      Stream.iterate(@min_home_slots, &(&1 + div(&1, 2))) |> Enum.find(&(n <= @max_load * &1))
+
+    slots = homes + min(homes, @max_tail_slots)
+    bytes = slots * @slot_bytes + div(slots + 63, 64)
     div(bytes + 4095, 4096) * 4096
   end
 

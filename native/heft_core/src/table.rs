@@ -584,7 +584,15 @@ impl State {
     fn copy_out(&self, pos: Pos, out: &mut RecordBuf) {
         let loc = self.entries.loc(pos);
         let (h, bytes) = self.record_at(loc);
-        out.push(self.entries.hash(pos), loc, h, bytes);
+        let hash = self.entries.hash_of(&bytes[h.key_start()..h.body_start()]);
+        out.push(hash, loc, h, bytes);
+    }
+
+    /// [`State::copy_out`] of an entry whose key hash the caller knows.
+    fn copy_out_as(&self, pos: Pos, hash: u64, out: &mut RecordBuf) {
+        let loc = self.entries.loc(pos);
+        let (h, bytes) = self.record_at(loc);
+        out.push(hash, loc, h, bytes);
     }
 
     /// Copies out the record whose key a walk reports for the key at `pos`:
@@ -597,7 +605,7 @@ impl State {
     fn continues(&self, pos: Pos, out: &RecordBuf) -> bool {
         out.items.last().is_some_and(|last| {
             let loc = self.entries.loc(pos);
-            self.entries.hash(pos) == last.hash && self.key_at(loc) == out.key(last)
+            self.entries.hash(&self.arena, pos) == last.hash && self.key_at(loc) == out.key(last)
         })
     }
 }
@@ -648,12 +656,13 @@ impl Table {
     pub fn new(opts: &Options) -> io::Result<Table> {
         let arena = Arena::new(&opts.backing, &opts.label)?;
         LIVE.fetch_add(1, AtomicOrdering::Relaxed);
+        let hasher = KeyedHash::random();
         Ok(Table {
-            hasher: KeyedHash::random(),
+            hasher,
             compression: opts.compression,
             kind: opts.kind,
             state: RwLock::new(Some(State {
-                entries: Entries::new(opts.kind, &opts.label),
+                entries: Entries::new(opts.kind, &opts.label, hasher),
                 arena,
                 raw_bytes: 0,
                 stored_bytes: 0,
@@ -712,6 +721,9 @@ impl Table {
         let empty = self.len().is_ok_and(|n| n == 0);
         if empty {
             self.hasher = hasher;
+            if let Some(st) = self.state.get_mut() {
+                st.entries.set_hasher(hasher);
+            }
         }
         empty
     }
@@ -1002,7 +1014,7 @@ impl Table {
             return Ok(false);
         };
         out.push(f.hash, f.loc, f.header, f.bytes);
-        (1..f.n).for_each(|i| st.copy_out(Entries::nth(f.pos, i), out));
+        (1..f.n).for_each(|i| st.copy_out_as(Entries::nth(f.pos, i), hash, out));
         Ok(true)
     }
 
@@ -1029,7 +1041,7 @@ impl Table {
         st.refuse_long(0, || 0, n)?;
         self.log(&[Change::Delete(key)])?;
         if let Some(out) = out {
-            (0..n).for_each(|i| st.copy_out(Entries::nth(pos, i), out));
+            (0..n).for_each(|i| st.copy_out_as(Entries::nth(pos, i), hash, out));
         }
         for loc in st.entries.remove_where(pos, n, |_| true) {
             st.release(loc);
@@ -1108,7 +1120,7 @@ impl Table {
         let mut scratch = Vec::new();
         while let Some(pos) = next.filter(|_| seen < max) {
             let (e, a) = (&st.entries, &st.arena);
-            let hash = e.hash(pos);
+            let hash = e.hash(a, pos);
             let key = key_in(a, e.loc(pos));
             let n = match self.kind.is_bag() {
                 true => st.find(ord, hash, key).map_or(1, |(_, n)| n),
@@ -1135,7 +1147,7 @@ impl Table {
         }
         let resume = match (next, last) {
             (Some(_), Some(pos)) => Some(Cursor {
-                hash: st.entries.hash(pos),
+                hash: st.entries.hash(&st.arena, pos),
                 key: st.key_at(st.entries.loc(pos)).to_vec(),
             }),
             _ => None,
@@ -1216,6 +1228,8 @@ impl Table {
         match (pos, new) {
             (None, Some(_)) => st.refuse_long(1, || 1, 0)?,
             (Some(_), None) => st.refuse_long(0, || 0, 1)?,
+            // A new location may widen the index's packing.
+            (Some(_), Some(_)) => st.refuse_long(0, || 0, 0)?,
             _ => {}
         }
         match (pos, new) {
@@ -1425,7 +1439,7 @@ impl Table {
         if i == n {
             return Ok(Slotted::End);
         }
-        for pos in st.entries.slot_entries(i, bits) {
+        for pos in st.entries.slot_entries(&st.arena, i, bits) {
             st.copy_out(pos, out);
         }
         Ok(Slotted::Records)

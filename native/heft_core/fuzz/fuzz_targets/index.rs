@@ -11,8 +11,9 @@ fuzz_target!(|data: &[u8]| {
     let mut model = BTreeMap::new();
     for pair in data.chunks_exact(2) {
         let key = u64::from(pair[1] & 0x7f);
-        let hash = (key % 5) << 61 | key % 3;
-        let cmp = |loc: u64| (loc - 8).cmp(&key);
+        let hash = hash_of(key);
+        // Entries compare by (hash, key).
+        let cmp = |loc: u64| (hash_of(loc - 8), loc - 8).cmp(&(hash, key));
         if pair[0] % 3 == 0 {
             if let Some(p) = ix.find(hash, cmp) {
                 ix.remove_at(p);
@@ -24,8 +25,15 @@ fuzz_target!(|data: &[u8]| {
         }
         assert_eq!(ix.len(), model.len());
     }
-    for key in model.keys() {
-        let hash = (key % 5) << 61 | key % 3;
-        assert!(ix.find(hash, |loc| (loc - 8).cmp(key)).is_some());
+    for &key in model.keys() {
+        let hash = hash_of(key);
+        assert!(ix
+            .find(hash, |loc| (hash_of(loc - 8), loc - 8).cmp(&(hash, key)))
+            .is_some());
     }
 });
+
+/// Few distinct hashes, equal in their top bits or in all of them.
+fn hash_of(key: u64) -> u64 {
+    (key % 5) << 61 | key % 3
+}

@@ -12,6 +12,7 @@ use std::cmp::Ordering;
 use super::{key_in, record_in, Direction, Kind};
 use crate::arena::Arena;
 use crate::atoms::AtomTable;
+use crate::hash::KeyedHash;
 use crate::index::{HashIndex, Inserted, Slot};
 use crate::order;
 use crate::ordered::{self, OrderedIndex};
@@ -114,24 +115,32 @@ pub(super) enum Pos {
     Ordered(ordered::Pos),
 }
 
-/// The index itself.
+/// The index itself; a hash index with the table's key hash (its slots
+/// keep only the top bits of a hash: the rest is the key's, recomputed).
 pub(super) enum Entries {
-    Hash(HashIndex),
+    Hash(HashIndex, KeyedHash),
     Ordered(OrderedIndex),
 }
 
 impl Entries {
-    pub(super) fn new(kind: Kind, label: &str) -> Entries {
+    pub(super) fn new(kind: Kind, label: &str, hasher: KeyedHash) -> Entries {
         match kind {
             Kind::OrderedSet => Entries::Ordered(OrderedIndex::new(label)),
-            _ => Entries::Hash(HashIndex::new(label)),
+            _ => Entries::Hash(HashIndex::new(label), hasher),
+        }
+    }
+
+    /// Replaces the key hash (of an empty table).
+    pub(super) fn set_hasher(&mut self, new: KeyedHash) {
+        if let Entries::Hash(_, hasher) = self {
+            *hasher = new;
         }
     }
 
     /// Number of entries (objects).
     pub(super) fn len(&self) -> usize {
         match self {
-            Entries::Hash(ix) => ix.len(),
+            Entries::Hash(ix, _) => ix.len(),
             Entries::Ordered(ix) => ix.len(),
         }
     }
@@ -139,7 +148,7 @@ impl Entries {
     /// Bytes the index holds (see each index's `heap_bytes`).
     pub(super) fn heap_bytes(&self) -> u64 {
         match self {
-            Entries::Hash(ix) => ix.heap_bytes(),
+            Entries::Hash(ix, _) => ix.heap_bytes(),
             Entries::Ordered(ix) => ix.heap_bytes(),
         }
     }
@@ -147,7 +156,7 @@ impl Entries {
     /// Start address of the index's memfd mapping.
     pub(super) fn address(&self) -> usize {
         match self {
-            Entries::Hash(ix) => ix.address(),
+            Entries::Hash(ix, _) => ix.address(),
             Entries::Ordered(ix) => ix.address(),
         }
     }
@@ -165,7 +174,7 @@ impl Entries {
         removed: usize,
     ) -> bool {
         match self {
-            Entries::Hash(ix) => {
+            Entries::Hash(ix, _) => {
                 ix.capacity() > slots
                     && ix.would_resize(at_most, removed)
                     && ix.would_resize(added(), removed)
@@ -176,7 +185,7 @@ impl Entries {
 
     pub(super) fn clear(&mut self) {
         match self {
-            Entries::Hash(ix) => ix.clear(),
+            Entries::Hash(ix, _) => ix.clear(),
             Entries::Ordered(ix) => ix.clear(),
         }
     }
@@ -185,7 +194,7 @@ impl Entries {
     /// (hash, key), a bag's entries of one key in their order. An ordered
     /// index is filled entry by entry instead.
     pub(super) fn build_sorted(&mut self, slots: &[Slot]) {
-        if let Entries::Hash(ix) = self {
+        if let Entries::Hash(ix, _) = self {
             ix.build_sorted(slots);
         }
     }
@@ -193,25 +202,38 @@ impl Entries {
     /// The loc at a valid position.
     pub(super) fn loc(&self, pos: Pos) -> u64 {
         match (self, pos) {
-            (Entries::Hash(ix), Pos::Hash(p)) => ix.get(p).map_or(0, |s| s.loc),
+            (Entries::Hash(ix, _), Pos::Hash(p)) => ix.get(p).unwrap_or(0),
             (Entries::Ordered(ix), Pos::Ordered(p)) => ix.get(p).unwrap_or(0),
             _ => 0,
         }
     }
 
-    /// The key hash kept with an entry (0 in an ordered index, which keeps
-    /// none).
-    pub(super) fn hash(&self, pos: Pos) -> u64 {
+    /// The key hash of an entry (0 in an ordered index, which has none).
+    pub(super) fn hash(&self, arena: &Arena, pos: Pos) -> u64 {
+        self.loc_of(pos)
+            .map_or(0, |l| self.hash_of(key_in(arena, l)))
+    }
+
+    fn loc_of(&self, pos: Pos) -> Option<u64> {
         match (self, pos) {
-            (Entries::Hash(ix), Pos::Hash(p)) => ix.get(p).map_or(0, |s| s.hash),
-            _ => 0,
+            (Entries::Hash(ix, _), Pos::Hash(p)) => ix.get(p),
+            _ => None,
+        }
+    }
+
+    /// The hash of a stored key as the index orders it (0 in an ordered
+    /// index, which has none).
+    pub(super) fn hash_of(&self, key: &[u8]) -> u64 {
+        match self {
+            Entries::Hash(_, hasher) => hasher.hash(key),
+            Entries::Ordered(_) => 0,
         }
     }
 
     /// Points a valid position at another record of the same key.
     pub(super) fn set_loc(&mut self, pos: Pos, loc: u64) {
         match (self, pos) {
-            (Entries::Hash(ix), Pos::Hash(p)) => ix.set_loc(p, loc),
+            (Entries::Hash(ix, _), Pos::Hash(p)) => ix.set_loc(p, loc),
             (Entries::Ordered(ix), Pos::Ordered(p)) => ix.set_loc(p, loc),
             _ => {}
         }
@@ -244,7 +266,7 @@ impl Entries {
         Some(Found {
             pos,
             n,
-            hash: self.hash(pos),
+            hash,
             loc,
             header,
             bytes,
@@ -260,17 +282,9 @@ impl Entries {
         key: &[u8],
     ) -> Option<(Pos, u64, usize)> {
         match self {
-            Entries::Hash(ix) => {
-                let cmp = |l| read.key(l).cmp(key);
-                let p = ix.find(hash, cmp)?;
-                // A key's entries sit together in hash order: only when
-                // the next entry has the same hash (a bag key's next
-                // object, or a collision) is there more to count.
-                let n = match ix.get(p + 1) {
-                    Some(next) if next.hash == hash => ix.seek_after(hash, cmp) - p,
-                    _ => 1,
-                };
-                Some((Pos::Hash(p), ix.get(p)?.loc, n))
+            Entries::Hash(ix, hasher) => {
+                let (p, n) = ix.find_all(hash, by_hash(|l| read.key(l), hasher, hash, key))?;
+                Some((Pos::Hash(p), ix.get(p)?, n))
             }
             Entries::Ordered(ix) => {
                 let p = ix.find(ordered::Probe {
@@ -286,13 +300,10 @@ impl Entries {
     /// key's entries sit together; elsewhere `pos` itself).
     pub(super) fn last_of_key(&self, arena: &Arena, pos: Pos) -> Pos {
         match (self, pos) {
-            (Entries::Hash(ix), Pos::Hash(p)) => {
-                let Some(s) = ix.get(p) else { return pos };
-                let key = key_in(arena, s.loc);
-                let same = |q: usize| {
-                    ix.get(q)
-                        .is_some_and(|t| t.hash == s.hash && key_in(arena, t.loc) == key)
-                };
+            (Entries::Hash(ix, _), Pos::Hash(p)) => {
+                let Some(loc) = ix.get(p) else { return pos };
+                let key = key_in(arena, loc);
+                let same = |q: usize| ix.get(q).is_some_and(|t| key_in(arena, t) == key);
                 Pos::Hash(p + (p + 1..).take_while(|&q| same(q)).count())
             }
             _ => pos,
@@ -311,7 +322,7 @@ impl Entries {
     /// Removes the entry at a valid position; returns its loc.
     pub(super) fn remove_at(&mut self, pos: Pos) -> u64 {
         match (self, pos) {
-            (Entries::Hash(ix), Pos::Hash(p)) => ix.remove_at(p).loc,
+            (Entries::Hash(ix, _), Pos::Hash(p)) => ix.remove_at(p),
             (Entries::Ordered(ix), Pos::Ordered(p)) => ix.remove_at(p).unwrap_or(0),
             _ => 0,
         }
@@ -326,11 +337,7 @@ impl Entries {
         mut remove: impl FnMut(u64) -> bool,
     ) -> Vec<u64> {
         match (self, pos) {
-            (Entries::Hash(ix), Pos::Hash(p)) => ix
-                .remove_if(p, n, |s| remove(s.loc))
-                .into_iter()
-                .map(|s| s.loc)
-                .collect(),
+            (Entries::Hash(ix, _), Pos::Hash(p)) => ix.remove_if(p, n, remove),
             (Entries::Ordered(ix), Pos::Ordered(p)) => match ix.get(p) {
                 Some(loc) if remove(loc) => ix.remove_at(p).into_iter().collect(),
                 _ => Vec::new(),
@@ -352,11 +359,13 @@ impl Entries {
         loc: u64,
     ) -> Option<u64> {
         let replaced = match self {
-            Entries::Hash(ix) if append => {
-                ix.append(hash, loc, |l| key_in(arena, l).cmp(key));
+            Entries::Hash(ix, hasher) if append => {
+                ix.append(hash, loc, by_hash(|l| key_in(arena, l), hasher, hash, key));
                 Inserted::New
             }
-            Entries::Hash(ix) => ix.insert(hash, loc, |l| key_in(arena, l).cmp(key)),
+            Entries::Hash(ix, hasher) => {
+                ix.insert(hash, loc, by_hash(|l| key_in(arena, l), hasher, hash, key))
+            }
             Entries::Ordered(ix) => ix.insert(loc, ord.probe(arena, key)),
         };
         match replaced {
@@ -369,7 +378,7 @@ impl Entries {
     /// are `2^bits`); `None` for an ordered index.
     pub(super) fn slot_bits(&self) -> Option<u32> {
         match self {
-            Entries::Hash(ix) => Some(ix.bits()),
+            Entries::Hash(ix, _) => Some(ix.bits()),
             Entries::Ordered(_) => None,
         }
     }
@@ -379,7 +388,7 @@ impl Entries {
     /// index its entries.
     pub(super) fn slot_count(&self, bits: Option<u32>) -> usize {
         match self {
-            Entries::Hash(ix) => 1 << bits.unwrap_or(ix.bits()),
+            Entries::Hash(ix, _) => 1 << bits.unwrap_or(ix.bits()),
             Entries::Ordered(ix) => ix.len(),
         }
     }
@@ -387,20 +396,26 @@ impl Entries {
     /// The entries of slot `i` (below [`Entries::slot_count`]) in walk
     /// order: those of a hash index whose hash begins with the `bits` bits
     /// of `i`, or the `i`-th entry of an ordered index.
-    pub(super) fn slot_entries(&self, i: usize, bits: Option<u32>) -> Vec<Pos> {
+    pub(super) fn slot_entries(&self, arena: &Arena, i: usize, bits: Option<u32>) -> Vec<Pos> {
         match self {
-            Entries::Hash(ix) => ix
-                .prefix_run(i as u64, bits.unwrap_or(ix.bits()))
-                .filter(|&p| ix.get(p).is_some())
-                .map(Pos::Hash)
-                .collect(),
+            Entries::Hash(ix, hasher) => {
+                let bits = bits.unwrap_or(ix.bits());
+                // With more bits than the slots keep, neighbouring slots'
+                // entries are told apart by their keys' hashes.
+                let exact = bits <= ix.hash_bits();
+                let ours = |l| exact || hasher.hash(key_in(arena, l)) >> (64 - bits) == i as u64;
+                ix.prefix_run(i as u64, bits)
+                    .filter(|&p| ix.get(p).is_some_and(ours))
+                    .map(Pos::Hash)
+                    .collect()
+            }
             Entries::Ordered(ix) => ix.nth(i).map(Pos::Ordered).into_iter().collect(),
         }
     }
 
     pub(super) fn first(&self) -> Option<Pos> {
         match self {
-            Entries::Hash(ix) => ix.next_occupied(0).map(Pos::Hash),
+            Entries::Hash(ix, _) => ix.next_occupied(0).map(Pos::Hash),
             Entries::Ordered(ix) => ix.first().map(Pos::Ordered),
         }
     }
@@ -409,14 +424,14 @@ impl Entries {
     /// entry of a hash index (ETS's `last/1` of a hash table is `first/1`).
     pub(super) fn last(&self) -> Option<Pos> {
         match self {
-            Entries::Hash(_) => self.first(),
+            Entries::Hash(..) => self.first(),
             Entries::Ordered(ix) => ix.last().map(Pos::Ordered),
         }
     }
 
     pub(super) fn next(&self, pos: Pos) -> Option<Pos> {
         match (self, pos) {
-            (Entries::Hash(ix), Pos::Hash(p)) => ix.next_occupied(p + 1).map(Pos::Hash),
+            (Entries::Hash(ix, _), Pos::Hash(p)) => ix.next_occupied(p + 1).map(Pos::Hash),
             (Entries::Ordered(ix), Pos::Ordered(p)) => ix.next(p).map(Pos::Ordered),
             _ => None,
         }
@@ -426,7 +441,7 @@ impl Entries {
     /// entry of a hash index (as `next/2`, like ETS's `prev/2` there).
     pub(super) fn prev(&self, pos: Pos) -> Option<Pos> {
         match (self, pos) {
-            (Entries::Hash(_), _) => self.next(pos),
+            (Entries::Hash(..), _) => self.next(pos),
             (Entries::Ordered(ix), Pos::Ordered(p)) => ix.prev(p).map(Pos::Ordered),
             _ => None,
         }
@@ -438,7 +453,7 @@ impl Entries {
     /// order: its first entry.
     pub(super) fn partition_point(&self, before: impl Fn(u64) -> bool) -> Option<Pos> {
         match self {
-            Entries::Hash(_) => self.first(),
+            Entries::Hash(..) => self.first(),
             Entries::Ordered(ix) => {
                 let (pos, _) = ix.seek(|l| {
                     if before(l) {
@@ -464,10 +479,9 @@ impl Entries {
         hash: u64,
         key: &[u8],
     ) -> Option<Pos> {
-        let cmp = |l| ord.cmp(key_in(arena, l), key);
         match (self, dir) {
-            (Entries::Hash(ix), _) => {
-                let p = ix.seek_after(hash, cmp);
+            (Entries::Hash(ix, hasher), _) => {
+                let p = ix.seek_after(hash, by_hash(|l| key_in(arena, l), hasher, hash, key));
                 ix.next_occupied(p).map(Pos::Hash)
             }
             (Entries::Ordered(ix), Direction::Forward) => {
@@ -476,6 +490,25 @@ impl Entries {
             (Entries::Ordered(ix), Direction::Backward) => {
                 ix.seek_before(ord.probe(arena, key)).map(Pos::Ordered)
             }
+        }
+    }
+}
+
+/// How a hash index compares the entry at a loc with (`hash`, `key`): by
+/// hash, then key, the stored key's hash recomputed only when the keys
+/// differ (the index asks only about entries whose kept hash bits tie).
+fn by_hash<'a>(
+    key_at: impl Fn(u64) -> &'a [u8] + 'a,
+    hasher: &'a KeyedHash,
+    hash: u64,
+    key: &'a [u8],
+) -> impl Fn(u64) -> Ordering + 'a {
+    move |l| {
+        let stored = key_at(l);
+        if stored == key {
+            Ordering::Equal
+        } else {
+            (hasher.hash(stored), stored).cmp(&(hash, key))
         }
     }
 }
