@@ -20,8 +20,12 @@ defmodule Heft.MemoryTest do
       assert n.erlang_carriers >= n.erlang.ets
       # What the VM mapped holds its carriers. (How small the unexplained
       # rest is depends on what the VM ran before: memory_accounting_test
-      # measures it in a VM of its own.)
-      assert n.erlang_mapped >= n.erlang_carriers
+      # measures it in a VM of its own.) The two are read one after the
+      # other while other tests allocate: one of a few reads must agree.
+      assert Enum.any?([n | for(_ <- 1..4, do: Memory.node())], fn m ->
+               m.erlang_mapped >= m.erlang_carriers
+             end)
+
       assert p.files == n.mappings.file.rss
     end
 
