@@ -108,6 +108,15 @@ fn codec(c: &mut Criterion) {
         let mut s = Scratch::default();
         b.iter(|| decode_with(black_box(&bytes), None, &mut ValueBuilder, &mut s).unwrap())
     });
+    g.bench_function(
+        "decode small record (lookup path: no shared subterms)",
+        |b| {
+            let mut s = Scratch::default();
+            b.iter(|| {
+                decode_record(black_box(&bytes), None, false, &mut ValueBuilder, &mut s).unwrap()
+            })
+        },
+    );
     let big = big_record(1);
     let key = Value::Int(1).to_bytes();
     g.throughput(Throughput::Bytes(big.len() as u64));
