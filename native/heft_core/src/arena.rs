@@ -737,11 +737,16 @@ mod tests {
         assert_memory_arena_mapping(&a, "grow2m");
         let first = a.address();
         fill_across_2_mib(&mut a);
-        // Still a mapping of its own, listed under its new address only.
+        // Still a mapping of its own, listed under its new address only
+        // (tests run in parallel: another test's arena may take the old
+        // address, under its own name).
         assert_memory_arena_mapping(&a, "grow2m");
-        assert!(
-            !anon::live().iter().any(|(addr, _)| *addr == first as u64) || first == a.address()
-        );
+        let ours = |addr: u64| {
+            anon::live()
+                .iter()
+                .any(|(x, n)| *x == addr && n == "heft:grow2m")
+        };
+        assert!(!ours(first as u64) || first == a.address());
         let usage = crate::accounting::mappings(&[a.address() as u64]).unwrap()[0].unwrap();
         assert!(usage.resident >= 6000 * 1000, "{usage:?}");
         if matches!(a.pages, Pages::Anon(_)) {
@@ -757,7 +762,7 @@ mod tests {
         fill_across_2_mib(&mut a);
         let addr = a.address() as u64;
         drop(a);
-        assert!(!anon::live().iter().any(|(x, _)| *x == addr));
+        assert!(!ours(addr));
     }
 
     #[test]
