@@ -11,16 +11,9 @@ use heft_core::codec::Value;
 use heft_core::table::{quick, Error, Kind};
 use heft_core::{Backing, Compression, Options, Table};
 
-fn cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given; the clock id
-    // is a constant the kernel supports.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+#[path = "../benches/support/thread_cpu.rs"]
+mod thread_cpu;
+use thread_cpu::thread_cpu_ns as cpu_ns;
 
 fn main() {
     let n: i64 = std::env::args()

@@ -601,12 +601,13 @@ impl State {
         self.copy_out(self.entries.last_of_key(&self.arena, pos), out);
     }
 
-    /// True if the entry at `pos` has the key of `out`'s last record.
+    /// True if the entry at `pos` has the key of `out`'s last record (the
+    /// index keeps no full hashes: equal keys are what decides, and their
+    /// hashes are then equal too).
     fn continues(&self, pos: Pos, out: &RecordBuf) -> bool {
-        out.items.last().is_some_and(|last| {
-            let loc = self.entries.loc(pos);
-            self.entries.hash(&self.arena, pos) == last.hash && self.key_at(loc) == out.key(last)
-        })
+        out.items
+            .last()
+            .is_some_and(|last| self.key_at(self.entries.loc(pos)) == out.key(last))
     }
 }
 
@@ -1120,8 +1121,8 @@ impl Table {
         let mut scratch = Vec::new();
         while let Some(pos) = next.filter(|_| seen < max) {
             let (e, a) = (&st.entries, &st.arena);
-            let hash = e.hash(a, pos);
             let key = key_in(a, e.loc(pos));
+            let hash = e.hash_of(key);
             let n = match self.kind.is_bag() {
                 true => st.find(ord, hash, key).map_or(1, |(_, n)| n),
                 false => 1,
@@ -1146,10 +1147,13 @@ impl Table {
             next = e.next(Entries::nth(pos, n - 1));
         }
         let resume = match (next, last) {
-            (Some(_), Some(pos)) => Some(Cursor {
-                hash: st.entries.hash(&st.arena, pos),
-                key: st.key_at(st.entries.loc(pos)).to_vec(),
-            }),
+            (Some(_), Some(pos)) => {
+                let key = st.key_at(st.entries.loc(pos));
+                Some(Cursor {
+                    hash: st.entries.hash_of(key),
+                    key: key.to_vec(),
+                })
+            }
             _ => None,
         };
         if self.journal.get().is_some() && !keys.is_empty() {

@@ -208,19 +208,6 @@ impl Entries {
         }
     }
 
-    /// The key hash of an entry (0 in an ordered index, which has none).
-    pub(super) fn hash(&self, arena: &Arena, pos: Pos) -> u64 {
-        self.loc_of(pos)
-            .map_or(0, |l| self.hash_of(key_in(arena, l)))
-    }
-
-    fn loc_of(&self, pos: Pos) -> Option<u64> {
-        match (self, pos) {
-            (Entries::Hash(ix, _), Pos::Hash(p)) => ix.get(p),
-            _ => None,
-        }
-    }
-
     /// The hash of a stored key as the index orders it (0 in an ordered
     /// index, which has none).
     pub(super) fn hash_of(&self, key: &[u8]) -> u64 {
