@@ -9,6 +9,7 @@ use heft_core::codec::{
     decode_record, decode_with, Builder, DecodeError, Scratch, Value, ValueBuilder, Writer,
 };
 use heft_core::compress::{compress, decompress, Compression};
+use heft_core::dict::Dictionaries;
 use heft_core::index::HashIndex;
 use heft_core::table::{Kind, Options, RecordBuf, Table};
 
@@ -166,10 +167,22 @@ fn deflate(c: &mut Criterion) {
         g.throughput(Throughput::Bytes(body.len() as u64));
         g.bench_function(format!("deflate level 1: {name}"), |b| {
             let mut out = Vec::new();
-            b.iter(|| compress(black_box(body), Compression::Zlib(1), &mut out))
+            b.iter(|| {
+                compress(
+                    black_box(body),
+                    Compression::Zlib(1),
+                    &Dictionaries::new(3),
+                    &mut out,
+                )
+            })
         });
         let mut packed = Vec::new();
-        compress(body, Compression::Zlib(1), &mut packed);
+        compress(
+            body,
+            Compression::Zlib(1),
+            &Dictionaries::new(3),
+            &mut packed,
+        );
         g.bench_function(format!("inflate: {name}"), |b| {
             let mut out = Vec::new();
             b.iter(|| decompress(black_box(&packed), body.len(), &mut out).unwrap())
@@ -238,7 +251,7 @@ fn json_1k(c: &mut Criterion<ThreadCpu>) {
         .iter()
         .map(|b| {
             let mut out = Vec::new();
-            compress(b, Compression::Zlib(1), &mut out);
+            compress(b, Compression::Zlib(1), &Dictionaries::new(3), &mut out);
             out
         })
         .collect();
@@ -255,7 +268,12 @@ fn json_1k(c: &mut Criterion<ThreadCpu>) {
         let mut i = 0;
         b.iter(|| {
             i = (i + 1) % bodies.len();
-            compress(black_box(&bodies[i]), Compression::Zlib(1), &mut out)
+            compress(
+                black_box(&bodies[i]),
+                Compression::Zlib(1),
+                &Dictionaries::new(3),
+                &mut out,
+            )
         })
     });
     g.bench_function("inflate mix bench record", |b| {

@@ -27,6 +27,7 @@ pub mod codec;
 pub mod compress;
 pub mod crc;
 pub mod deflate;
+pub mod dict;
 pub mod etf;
 pub mod files;
 pub mod hash;

@@ -32,7 +32,8 @@ use parking_lot::{
 use crate::arena::{Arena, Backing};
 use crate::atoms::AtomTable;
 use crate::codec;
-use crate::compress::{self, Codec, Compression};
+use crate::compress::{self, Codec, Compression, Packed};
+use crate::dict::Dictionaries;
 use crate::hash::KeyedHash;
 use crate::index::Slot;
 use crate::record::{self, Header};
@@ -223,7 +224,7 @@ pub struct Prepared {
     key_len: usize,
     header_len: usize,
     raw_len: usize,
-    codec: Codec,
+    packed: Packed,
     bytes: Vec<u8>,
     /// Bag kinds: the uncompressed body, when `bytes` holds it compressed.
     raw: Option<Vec<u8>>,
@@ -315,20 +316,16 @@ impl RecordBuf {
     }
 
     /// The body of record `it`, decompressed into `scratch` if need be.
+    /// `dicts` are the dictionaries of the table it was copied from.
     pub fn body<'a>(
         &'a self,
         it: &Item,
+        dicts: &Dictionaries,
         scratch: &'a mut Vec<u8>,
     ) -> Result<&'a [u8], compress::CorruptBody> {
         let s = it.start + it.header.body_start();
         let stored = &self.bytes[s..s + it.header.stored_len];
-        match it.header.codec {
-            Codec::Raw => Ok(stored),
-            Codec::Deflate => {
-                compress::decompress(stored, it.header.raw_len, scratch)?;
-                Ok(scratch)
-            }
-        }
+        compress::unpack(&it.header, stored, dicts, scratch)
     }
 
     /// Reverses each run of records with one key, from item `from` on.
@@ -442,6 +439,9 @@ pub struct Stats {
 /// A table's storage. Dropping it frees the index and unmaps the arena.
 pub struct State {
     entries: Entries,
+    /// The table's dictionaries (the same as [`Table::dictionaries`]), for
+    /// comparing compressed bag objects under the lock.
+    dicts: Arc<Dictionaries>,
     arena: Arena,
     raw_bytes: u64,
     stored_bytes: u64,
@@ -565,7 +565,7 @@ impl State {
             let objs = keys
                 .entry((r.hash, r.key()))
                 .or_insert_with(|| objects::KeyObjects::new(self.key_locs(ord, r.hash, r.key())));
-            if objs.add(&self.arena, r) {
+            if objs.add(&self.arena, &self.dicts, r) {
                 kept.push(r);
             }
         }
@@ -645,6 +645,7 @@ pub enum Slotted {
 pub struct Table {
     hasher: KeyedHash,
     compression: Compression,
+    dicts: Arc<Dictionaries>,
     kind: Kind,
     state: RwLock<Option<State>>,
     atoms: Arc<RwLock<AtomTable>>,
@@ -658,12 +659,19 @@ impl Table {
         let arena = Arena::new(&opts.backing, &opts.label)?;
         LIVE.fetch_add(1, AtomicOrdering::Relaxed);
         let hasher = KeyedHash::random();
+        let level = match opts.compression {
+            Compression::Zstd { level, .. } => level,
+            _ => compress::ZSTD_DEFAULT_LEVEL,
+        };
+        let dicts = Arc::new(Dictionaries::new(level));
         Ok(Table {
             hasher,
             compression: opts.compression,
+            dicts: dicts.clone(),
             kind: opts.kind,
             state: RwLock::new(Some(State {
                 entries: Entries::new(opts.kind, &opts.label, hasher),
+                dicts,
                 arena,
                 raw_bytes: 0,
                 stored_bytes: 0,
@@ -934,6 +942,16 @@ impl Table {
         self.kind
     }
 
+    /// How the table compresses bodies.
+    pub fn compression(&self) -> Compression {
+        self.compression
+    }
+
+    /// The table's zstd dictionaries (dict.rs).
+    pub fn dictionaries(&self) -> &Arc<Dictionaries> {
+        &self.dicts
+    }
+
     /// The atom dictionary, read-locked, for an ordered_set, whose keys
     /// compare by atom names. Always taken after the state lock (the NIF
     /// takes the dictionary's write lock only while holding neither).
@@ -953,20 +971,20 @@ impl Table {
     }
 
     fn prepare_with(&self, key: &[u8], body: &[u8], packed: &mut Vec<u8>) -> Prepared {
-        let codec = compress::compress(body, self.compression, packed);
-        let stored: &[u8] = match codec {
+        let how = compress::compress(body, self.compression, &self.dicts, packed);
+        let stored: &[u8] = match how.codec {
             Codec::Raw => body,
-            Codec::Deflate => packed,
+            _ => packed,
         };
         let mut bytes = Vec::new();
-        record::write(&mut bytes, codec, key, stored, body.len());
-        let keep_raw = self.kind.is_bag() && codec != Codec::Raw;
+        record::write(&mut bytes, how, key, stored, body.len());
+        let keep_raw = self.kind.is_bag() && how.codec != Codec::Raw;
         Prepared {
             hash: self.hash(key),
             key_len: key.len(),
-            header_len: record::header_len(codec, key.len(), stored.len(), body.len()),
+            header_len: record::header_len(how, key.len(), stored.len(), body.len()),
             raw_len: body.len(),
-            codec,
+            packed: how,
             bytes,
             raw: keep_raw.then(|| body.to_vec()),
             normalized: None,
@@ -1065,7 +1083,7 @@ impl Table {
             .collect();
         let mut gone: Vec<u64> = Vec::new();
         for &loc in &locs {
-            if (every || gone.is_empty()) && objects::same_stored(&st.arena, loc, r) {
+            if (every || gone.is_empty()) && objects::same_stored(&st.arena, &st.dicts, loc, r) {
                 gone.push(loc);
             }
         }
@@ -1120,7 +1138,7 @@ impl Table {
         let mut seen = 0;
         let mut scratch = Vec::new();
         while let Some(pos) = next.filter(|_| seen < max) {
-            let (e, a) = (&st.entries, &st.arena);
+            let (e, a, dicts) = (&st.entries, &st.arena, &st.dicts);
             let key = key_in(a, e.loc(pos));
             let hash = e.hash_of(key);
             let n = match self.kind.is_bag() {
@@ -1130,7 +1148,7 @@ impl Table {
             let (gone_before, stay_before) = (gone.len(), stay.len());
             for i in 0..n {
                 let loc = e.loc(Entries::nth(pos, i));
-                match objects::with_raw_body(a, loc, &mut scratch, &doomed) {
+                match objects::with_raw_body(a, dicts, loc, &mut scratch, &doomed) {
                     Some(true) => gone.push(loc),
                     _ => stay.push(loc),
                 }
@@ -1671,7 +1689,11 @@ mod tests {
         let it = buf.items()[0];
         assert_eq!(buf.key(&it), k);
         let mut scratch = Vec::new();
-        Some(buf.body(&it, &mut scratch).unwrap().to_vec())
+        Some(
+            buf.body(&it, t.dictionaries(), &mut scratch)
+                .unwrap()
+                .to_vec(),
+        )
     }
 
     #[test]
@@ -1953,7 +1975,10 @@ mod tests {
         let mut out = Vec::new();
         let mut scratch = Vec::new();
         each_record(t, dir, n, |buf, it| {
-            let body = buf.body(it, &mut scratch).unwrap().to_vec();
+            let body = buf
+                .body(it, t.dictionaries(), &mut scratch)
+                .unwrap()
+                .to_vec();
             out.push((buf.key(it).to_vec(), body));
         });
         out
@@ -1970,7 +1995,11 @@ mod tests {
         let mut scratch = Vec::new();
         buf.items()
             .iter()
-            .map(|it| buf.body(it, &mut scratch).unwrap().to_vec())
+            .map(|it| {
+                buf.body(it, t.dictionaries(), &mut scratch)
+                    .unwrap()
+                    .to_vec()
+            })
             .collect()
     }
 
@@ -2507,7 +2536,10 @@ mod tests {
             match t.slot(i, bits, &mut buf).unwrap() {
                 Slotted::Records => {
                     for it in buf.items() {
-                        let body = buf.body(it, &mut scratch).unwrap().to_vec();
+                        let body = buf
+                            .body(it, t.dictionaries(), &mut scratch)
+                            .unwrap()
+                            .to_vec();
                         got.push((buf.key(it).to_vec(), body));
                     }
                 }
@@ -2650,14 +2682,9 @@ mod tests {
                             let h = Header::parse(r).map(|h| (h, r.as_slice()));
                             h.map_or(true, |(h, r)| {
                                 let body = &r[h.body_start()..];
-                                let raw = match h.codec {
-                                    Codec::Raw => body,
-                                    Codec::Deflate => {
-                                        compress::decompress(body, h.raw_len, &mut scratch)
-                                            .unwrap();
-                                        &scratch
-                                    }
-                                };
+                                let raw =
+                                    compress::unpack(&h, body, t.dictionaries(), &mut scratch)
+                                        .unwrap();
                                 codec::tuple_arity(raw) != Some(2)
                             })
                         });

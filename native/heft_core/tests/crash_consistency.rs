@@ -164,7 +164,10 @@ fn contents(t: &Table) -> Vec<(Vec<u8>, Vec<u8>)> {
             .unwrap();
         let mut scratch = Vec::new();
         for it in buf.items() {
-            let b = buf.body(it, &mut scratch).unwrap().to_vec();
+            let b = buf
+                .body(it, t.dictionaries(), &mut scratch)
+                .unwrap()
+                .to_vec();
             out.push((buf.key(it).to_vec(), b));
         }
         match next {

@@ -21,6 +21,8 @@ mod atoms {
         protected,
         private,
         zlib,
+        zstd,
+        lz4,
         memory,
         file,
         undefined,
@@ -110,9 +112,43 @@ pub struct NewArgs {
     pub label: String,
 }
 
+/// A compression as Heft.new/2 passes it (see [`parse_new_args`]).
+pub fn compression_of(term: Term) -> NifResult<Compression> {
+    let malformed = || badarg("malformed compression");
+    if let Ok(a) = term.decode::<Atom>() {
+        return match a {
+            a if a == atoms::none() => Ok(Compression::None),
+            a if a == atoms::lz4() => Ok(Compression::Lz4),
+            _ => Err(malformed()),
+        };
+    }
+    if let Ok((a, level)) = term.decode::<(Atom, u32)>() {
+        if a == atoms::zlib() {
+            return Ok(Compression::Zlib(level.min(9)));
+        }
+    }
+    match term.decode::<(Atom, i32, bool)>() {
+        Ok((a, level, dict)) if a == atoms::zstd() && (1..=22).contains(&level) => {
+            Ok(Compression::Zstd { level, dict })
+        }
+        _ => Err(malformed()),
+    }
+}
+
+/// The term [`compression_of`] reads as `c`.
+pub fn compression_term(env: Env, c: Compression) -> Term {
+    match c {
+        Compression::None => atoms::none().encode(env),
+        Compression::Zlib(level) => (atoms::zlib(), level).encode(env),
+        Compression::Lz4 => atoms::lz4().encode(env),
+        Compression::Zstd { level, dict } => (atoms::zstd(), level, dict).encode(env),
+    }
+}
+
 /// Options arrive validated by Heft.new/2:
 /// `{type, named, protection, keypos, heir, compression, arena}` with heir
-/// `:none | {pid, data}`, compression `:none | {:zlib, level}` and arena
+/// `:none | {pid, data}`, compression `:none | {:zlib, level} | :lz4 |
+/// {:zstd, level, dictionary :: boolean}` and arena
 /// `:memory | {:file, dir}`.
 pub fn parse_new_args<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<NewArgs> {
     type Opts<'b> = (Atom, bool, Atom, usize, Term<'b>, Term<'b>, Term<'b>);
@@ -127,17 +163,7 @@ pub fn parse_new_args<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult
         let (pid, data): (LocalPid, Term) = heir.decode().map_err(|_| badarg("malformed heir"))?;
         Some(Heir::new(pid, data))
     };
-    let compression = if compression
-        .decode::<Atom>()
-        .is_ok_and(|a| a == atoms::none())
-    {
-        Compression::None
-    } else {
-        let (_, level): (Atom, u32) = compression
-            .decode()
-            .map_err(|_| badarg("malformed compression"))?;
-        Compression::Zlib(level.min(9))
-    };
+    let compression = compression_of(compression)?;
     let backing = if arena.decode::<Atom>().is_ok_and(|a| a == atoms::memory()) {
         Backing::Memory
     } else {
@@ -332,10 +358,7 @@ fn info<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
         Some(h) if env.is_process_alive(h.pid) => h.pid.encode(env),
         _ => atoms::none().encode(env),
     };
-    let compression = match t.compression {
-        Compression::None => atoms::none().encode(env),
-        Compression::Zlib(level) => (atoms::zlib(), level).encode(env),
-    };
+    let compression = compression_term(env, t.compression);
     let arena = match &t.backing {
         Backing::Memory => atoms::memory().encode(env),
         Backing::File(_) => {

@@ -291,7 +291,7 @@ pub(crate) fn decode_item<'a>(
     scratch: &mut Vec<u8>,
 ) -> NifResult<Term<'a>> {
     let body = buf
-        .body(it, scratch)
+        .body(it, t.core.dictionaries(), scratch)
         .map_err(|_| badarg("internal error: a stored record does not inflate"))?;
     let canonical = t.core.kind().is_bag();
     codec::decode(env, &t.atoms, body, Some(buf.key(it)), canonical).map_err(|e| {

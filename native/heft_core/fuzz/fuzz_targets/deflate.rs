@@ -3,13 +3,15 @@
 #![no_main]
 use flate2::{Decompress, FlushDecompress, Status};
 use heft_core::compress::{compress, decompress, Codec, Compression};
+use heft_core::dict::Dictionaries;
 use heft_core::deflate::{inflate, InflateError};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let level = data.first().map_or(1, |b| u32::from(*b % 10));
     let mut packed = Vec::new();
-    if compress(data, Compression::Zlib(level), &mut packed) == Codec::Deflate {
+    let dicts = Dictionaries::new(3);
+    if compress(data, Compression::Zlib(level), &dicts, &mut packed).codec == Codec::Deflate {
         let mut back = Vec::new();
         decompress(&packed, data.len(), &mut back).expect("our own output inflates");
         assert_eq!(back, data);

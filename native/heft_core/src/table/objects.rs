@@ -18,45 +18,41 @@ use super::{record_in, Prepared};
 use crate::arena::Arena;
 use crate::codec;
 use crate::compress::{self, Codec};
+use crate::dict::Dictionaries;
 
 /// The uncompressed body of the record at `loc`; `None` if it cannot be
 /// inflated.
-fn stored_raw(arena: &Arena, loc: u64) -> Option<Vec<u8>> {
-    with_raw_body(arena, loc, &mut Vec::new(), <[u8]>::to_vec)
+fn stored_raw(arena: &Arena, dicts: &Dictionaries, loc: u64) -> Option<Vec<u8>> {
+    with_raw_body(arena, dicts, loc, &mut Vec::new(), <[u8]>::to_vec)
 }
 
 /// `f` of the uncompressed body of the record at `loc`, inflated into
 /// `scratch` if need be; `None` if it cannot be inflated.
 pub(super) fn with_raw_body<R>(
     arena: &Arena,
+    dicts: &Dictionaries,
     loc: u64,
     scratch: &mut Vec<u8>,
     f: impl FnOnce(&[u8]) -> R,
 ) -> Option<R> {
     let (h, rec) = record_in(arena, loc);
     let stored = &rec[h.body_start()..];
-    match h.codec {
-        Codec::Raw => Some(f(stored)),
-        Codec::Deflate => {
-            compress::decompress(stored, h.raw_len, scratch).ok()?;
-            Some(f(scratch))
-        }
-    }
+    compress::unpack(&h, stored, dicts, scratch).ok().map(f)
 }
 
 /// The form of the record at `loc` that [`Prepared::normalized`] forms
 /// compare with: canonical, zeros' signs ignored.
-fn stored_normalized(arena: &Arena, loc: u64) -> Option<Vec<u8>> {
+fn stored_normalized(arena: &Arena, dicts: &Dictionaries, loc: u64) -> Option<Vec<u8>> {
     let (h, rec) = record_in(arena, loc);
     let key = &rec[h.key_start()..h.body_start()];
-    codec::canonical(&stored_raw(arena, loc)?, Some(key), true).ok()
+    codec::canonical(&stored_raw(arena, dicts, loc)?, Some(key), true).ok()
 }
 
 /// Does the record at `loc` (of the same key) hold an object matching `r`?
 /// A stored record that cannot be read back counts as different.
-pub(super) fn same_stored(arena: &Arena, loc: u64, r: &Prepared) -> bool {
+pub(super) fn same_stored(arena: &Arena, dicts: &Dictionaries, loc: u64, r: &Prepared) -> bool {
     if let Some(form) = &r.normalized {
-        return stored_normalized(arena, loc).is_some_and(|f| &f == form);
+        return stored_normalized(arena, dicts, loc).is_some_and(|f| &f == form);
     }
     let (h, rec) = record_in(arena, loc);
     let stored = &rec[h.body_start()..];
@@ -65,9 +61,18 @@ pub(super) fn same_stored(arena: &Arena, loc: u64, r: &Prepared) -> bool {
     }
     match h.codec {
         Codec::Raw => stored == r.raw_body(),
-        // Equal compressed bytes inflate to equal bodies.
-        Codec::Deflate if r.codec == Codec::Deflate && stored == r.stored_body() => true,
-        Codec::Deflate => stored_raw(arena, loc).is_some_and(|body| body == r.raw_body()),
+        // Equal compressed bytes (of one codec and dictionary) decompress
+        // to equal bodies.
+        _ if r.packed
+            == (compress::Packed {
+                codec: h.codec,
+                dict: h.dict,
+            })
+            && stored == r.stored_body() =>
+        {
+            true
+        }
+        _ => stored_raw(arena, dicts, loc).is_some_and(|body| body == r.raw_body()),
     }
 }
 
@@ -119,11 +124,11 @@ impl<'r> KeyObjects<'r> {
 
     /// Adds `r` (of this key) unless an object stored or added already
     /// matches it; true if added.
-    pub(super) fn add(&mut self, arena: &Arena, r: &'r Prepared) -> bool {
+    pub(super) fn add(&mut self, arena: &Arena, dicts: &Dictionaries, r: &'r Prepared) -> bool {
         let f = form(r);
         let added =
             self.first == Some(f) || self.more.as_ref().is_some_and(|m| m.joining.contains(&f));
-        if added || self.stores(arena, r) {
+        if added || self.stores(arena, dicts, r) {
             return false;
         }
         match self.first {
@@ -139,13 +144,16 @@ impl<'r> KeyObjects<'r> {
     }
 
     /// Is an object matching `r` stored?
-    fn stores(&mut self, arena: &Arena, r: &Prepared) -> bool {
+    fn stores(&mut self, arena: &Arena, dicts: &Dictionaries, r: &Prepared) -> bool {
         let stored = &self.stored;
         if stored.len() <= ONE_BY_ONE {
-            return stored.iter().any(|&loc| same_stored(arena, loc, r));
+            return stored.iter().any(|&loc| same_stored(arena, dicts, loc, r));
         }
-        let set = |f: fn(&Arena, u64) -> Option<Vec<u8>>| {
-            stored.iter().filter_map(|&loc| f(arena, loc)).collect()
+        let set = |f: fn(&Arena, &Dictionaries, u64) -> Option<Vec<u8>>| {
+            stored
+                .iter()
+                .filter_map(|&loc| f(arena, dicts, loc))
+                .collect()
         };
         let sets = self.more.get_or_insert_with(Default::default);
         match &r.normalized {

@@ -1,0 +1,274 @@
+//! A table's zstd dictionaries: trained from its own records, numbered
+//! from 1 in the order they were made, never changed once made. A record
+//! compressed with a dictionary names its id in its header
+//! (docs/term-format.md, "Records in the arena"), so a newer dictionary
+//! applies to new writes while older records stay readable with theirs.
+//!
+//! Each dictionary is kept as its bytes (what is persisted and counted)
+//! and digested twice, once for compressing at the table's level and once
+//! for decompressing; the digests are what the per-thread contexts in
+//! compress.rs reference while they run.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use zstd::zstd_safe::{CDict, DDict};
+
+/// One dictionary.
+pub struct Dict {
+    id: u32,
+    bytes: Box<[u8]>,
+    cdict: CDict<'static>,
+    ddict: DDict<'static>,
+}
+
+impl Dict {
+    /// Its id in its table (1, 2, ...).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Its bytes, as trained (what is persisted).
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Bytes of memory it takes: its bytes and both digests.
+    pub fn memory(&self) -> usize {
+        self.bytes.len() + self.cdict.sizeof() + self.ddict.sizeof()
+    }
+
+    pub(crate) fn cdict(&self) -> &CDict<'static> {
+        &self.cdict
+    }
+
+    pub(crate) fn ddict(&self) -> &DDict<'static> {
+        &self.ddict
+    }
+}
+
+impl std::fmt::Debug for Dict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dict")
+            .field("id", &self.id)
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
+/// Why a dictionary was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DictError {
+    /// Installed out of order: ids are dense from 1.
+    BadId { expected: u32, got: u32 },
+    /// Empty or larger than [`MAX_DICT`].
+    BadSize(usize),
+    /// Training found nothing to learn (too few or too small samples).
+    Training(String),
+    /// The table has [`MAX_DICTS`] dictionaries already.
+    TooMany,
+}
+
+impl std::fmt::Display for DictError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DictError::BadId { expected, got } => {
+                write!(f, "dictionary {got} where {expected} was expected")
+            }
+            DictError::BadSize(n) => write!(f, "a dictionary of {n} bytes"),
+            DictError::Training(why) => write!(f, "training failed: {why}"),
+            DictError::TooMany => write!(f, "too many dictionaries"),
+        }
+    }
+}
+
+/// The largest dictionary a table takes.
+pub const MAX_DICT: usize = 1 << 20;
+
+/// The most dictionaries one table holds.
+pub const MAX_DICTS: u32 = 1 << 16;
+
+/// The dictionaries of one table.
+pub struct Dictionaries {
+    level: i32,
+    list: RwLock<Vec<Arc<Dict>>>,
+    /// Id of the dictionary new writes use; 0 for none.
+    current: AtomicU32,
+}
+
+impl Dictionaries {
+    /// No dictionaries yet; those added will compress at `level`.
+    pub fn new(level: i32) -> Dictionaries {
+        Dictionaries {
+            level,
+            list: RwLock::new(Vec::new()),
+            current: AtomicU32::new(0),
+        }
+    }
+
+    /// The zstd level dictionaries are digested for.
+    pub fn level(&self) -> i32 {
+        self.level
+    }
+
+    /// How many there are (the highest id).
+    pub fn len(&self) -> usize {
+        self.list.read().len()
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Dictionary `id`, if the table has it.
+    pub fn get(&self, id: u32) -> Option<Arc<Dict>> {
+        let i = (id as usize).checked_sub(1)?;
+        self.list.read().get(i).cloned()
+    }
+
+    /// All of them, by id.
+    pub fn all(&self) -> Vec<Arc<Dict>> {
+        self.list.read().clone()
+    }
+
+    /// Those with ids above `after`, by id (what a journal has not yet
+    /// logged).
+    pub fn since(&self, after: usize) -> Vec<Arc<Dict>> {
+        let list = self.list.read();
+        list.get(after..).map(<[_]>::to_vec).unwrap_or_default()
+    }
+
+    /// The dictionary new writes use, if any.
+    pub fn current(&self) -> Option<Arc<Dict>> {
+        match self.current.load(Ordering::Acquire) {
+            0 => None,
+            id => self.get(id),
+        }
+    }
+
+    /// Makes `id` (which must exist) the dictionary of new writes.
+    pub fn set_current(&self, id: u32) {
+        debug_assert!(id == 0 || self.get(id).is_some());
+        self.current.store(id, Ordering::Release);
+    }
+
+    /// Adds a dictionary under the next id and returns it; it is not
+    /// used for writes until [`Dictionaries::set_current`].
+    pub fn add(&self, bytes: &[u8]) -> Result<Arc<Dict>, DictError> {
+        let mut list = self.list.write();
+        let id = list.len() as u32 + 1;
+        self.push(&mut list, id, bytes)
+    }
+
+    /// Adds dictionary `id` read back from disk: ids come in order, and
+    /// one already present must have the same bytes.
+    pub fn install(&self, id: u32, bytes: &[u8]) -> Result<Arc<Dict>, DictError> {
+        let mut list = self.list.write();
+        let next = list.len() as u32 + 1;
+        if id < next && *list[id as usize - 1].bytes == *bytes {
+            return Ok(list[id as usize - 1].clone());
+        }
+        if id != next {
+            return Err(DictError::BadId {
+                expected: next,
+                got: id,
+            });
+        }
+        self.push(&mut list, id, bytes)
+    }
+
+    fn push(
+        &self,
+        list: &mut Vec<Arc<Dict>>,
+        id: u32,
+        bytes: &[u8],
+    ) -> Result<Arc<Dict>, DictError> {
+        if bytes.is_empty() || bytes.len() > MAX_DICT {
+            return Err(DictError::BadSize(bytes.len()));
+        }
+        if id > MAX_DICTS {
+            return Err(DictError::TooMany);
+        }
+        let d = Arc::new(Dict {
+            id,
+            bytes: bytes.into(),
+            cdict: CDict::create(bytes, self.level),
+            ddict: DDict::create(bytes),
+        });
+        list.push(d.clone());
+        Ok(d)
+    }
+
+    /// Bytes of memory all of them take.
+    pub fn memory(&self) -> usize {
+        self.list.read().iter().map(|d| d.memory()).sum()
+    }
+
+    /// Bytes of all of them as trained.
+    pub fn bytes(&self) -> usize {
+        self.list.read().iter().map(|d| d.bytes.len()).sum()
+    }
+}
+
+/// Trains a dictionary of at most `max_bytes` on `samples` (record bodies
+/// as encoded, before compression).
+pub fn train<S: AsRef<[u8]>>(samples: &[S], max_bytes: usize) -> Result<Vec<u8>, DictError> {
+    let max_bytes = max_bytes.clamp(256, MAX_DICT);
+    let dict = zstd::dict::from_samples(samples, max_bytes)
+        .map_err(|e| DictError::Training(e.to_string()))?;
+    if dict.is_empty() {
+        return Err(DictError::Training("empty dictionary".into()));
+    }
+    Ok(dict)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_dense_and_reinstalling_the_same_bytes_is_a_no_op() {
+        let d = Dictionaries::new(3);
+        assert!(d.current().is_none());
+        assert_eq!(d.add(b"first dictionary").unwrap().id(), 1);
+        assert_eq!(d.install(2, b"second").unwrap().id(), 2);
+        assert_eq!(d.install(2, b"second").unwrap().id(), 2);
+        assert!(matches!(
+            d.install(2, b"other"),
+            Err(DictError::BadId {
+                expected: 3,
+                got: 2
+            })
+        ));
+        assert!(matches!(
+            d.install(5, b"x"),
+            Err(DictError::BadId {
+                expected: 3,
+                got: 5
+            })
+        ));
+        assert!(matches!(d.add(b""), Err(DictError::BadSize(0))));
+        d.set_current(2);
+        assert_eq!(d.current().unwrap().bytes(), b"second");
+        assert_eq!(d.len(), 2);
+        assert_eq!(d.since(1).len(), 1);
+        assert_eq!(d.bytes(), 22);
+        assert!(d.memory() > d.bytes());
+        assert!(d.get(0).is_none() && d.get(3).is_none());
+    }
+
+    #[test]
+    fn training_learns_from_similar_samples() {
+        let samples: Vec<Vec<u8>> = (0..2000)
+            .map(|i| {
+                format!("{{\"id\":{i},\"name\":\"user-{i}\",\"email\":\"user{i}@example.com\"}}")
+                    .into_bytes()
+            })
+            .collect();
+        let dict = train(&samples, 4096).unwrap();
+        assert!(!dict.is_empty() && dict.len() <= 4096);
+        assert!(train(&[b"x"], 4096).is_err());
+    }
+}
