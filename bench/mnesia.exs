@@ -168,7 +168,6 @@
       :dumped = :mnesia.dump_log()
 
       case :heft_mnesia_admin.handle(:heft_copies, :t) do
-        nil -> :ok
         :undefined -> :ok
         h -> wait_dump(h)
       end
