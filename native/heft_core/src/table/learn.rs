@@ -379,12 +379,17 @@ pub fn start(table: Arc<Table>, job: Job, done: Option<Done>) -> Result<(), Lear
         p.error = None;
         table.learner.generation.fetch_add(1, Ordering::AcqRel) + 1
     };
+    let t = table.clone();
     let spawned = std::thread::Builder::new()
         .name("heft-learn".into())
-        .spawn(move || run(&table, job, generation, done));
-    spawned
-        .map(|_| ())
-        .map_err(|e| LearnError::Training(e.to_string()))
+        .spawn(move || run(&t, job, generation, done));
+    spawned.map(|_| ()).map_err(|e| {
+        let e = LearnError::Training(e.to_string());
+        let mut p = table.learner.progress.lock();
+        p.phase = Phase::Failed;
+        p.error = Some(e.clone());
+        e
+    })
 }
 
 fn run(table: &Table, job: Job, generation: u64, done: Option<Done>) {
