@@ -2,8 +2,8 @@
 //! the arena"): raw deflate, zstd (frames without magic number, checksum,
 //! content size or dictionary id: the record header carries the sizes and
 //! the dictionary's id), zstd with one of the table's dictionaries
-//! (dict.rs), and lz4 blocks. One compression and one decompression context
-//! of each kind per thread.
+//! (dict.rs; bare blocks, zblock.rs), and lz4 blocks. One compression and
+//! one decompression context of each kind per thread.
 //!
 //! Deflate (RFC 1951, no zlib header): bodies
 //! up to [`SMALL_LEN`] bytes are deflated by our own fixed-Huffman encoder
@@ -21,6 +21,7 @@ use std::cell::RefCell;
 use crate::deflate::InflateError;
 use crate::dict::Dictionaries;
 use crate::record::Header;
+use crate::zblock;
 use flate2::{Compress, Compression as Level, Decompress, FlushCompress, FlushDecompress, Status};
 use zstd::zstd_safe::{CCtx, CParameter, DCtx, DParameter, FrameFormat};
 
@@ -49,8 +50,20 @@ pub enum Codec {
     Zstd = 2,
     /// An lz4 block.
     Lz4 = 3,
-    /// A zstd frame made with the table's dictionary the header names.
+    /// A zstd frame made with the table's dictionary the header names
+    /// (still read; no longer written: see `ZstdBlock`).
     ZstdDict = 4,
+    /// One bare zstd block (no frame or block header) begun from the
+    /// table's dictionary the header names: bodies up to
+    /// [`zblock::BLOCK_MAX`] bytes with a dictionary.
+    ZstdBlock = 5,
+}
+
+impl Codec {
+    /// True for the codecs whose header names a dictionary.
+    pub fn uses_dict(self) -> bool {
+        matches!(self, Codec::ZstdDict | Codec::ZstdBlock)
+    }
 }
 
 impl TryFrom<u8> for Codec {
@@ -62,13 +75,14 @@ impl TryFrom<u8> for Codec {
             2 => Ok(Codec::Zstd),
             3 => Ok(Codec::Lz4),
             4 => Ok(Codec::ZstdDict),
+            5 => Ok(Codec::ZstdBlock),
             other => Err(other),
         }
     }
 }
 
-/// What [`compress`] made: the codec, and for [`Codec::ZstdDict`] the
-/// dictionary's id (0 otherwise).
+/// What [`compress`] made: the codec, and for the codecs that use one
+/// ([`Codec::uses_dict`]) the dictionary's id (0 otherwise).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Packed {
     pub codec: Codec,
@@ -129,8 +143,10 @@ pub fn compress(raw: &[u8], mode: Compression, dicts: &Dictionaries, out: &mut V
         Compression::Zstd { level, dict } => {
             let current = if dict { dicts.current() } else { None };
             match current {
-                Some(d) if raw.len() >= MIN_DICT_LEN => zstd(raw, level, Some(&d), out),
-                _ if raw.len() >= MIN_FAST_LEN => zstd(raw, level, None, out),
+                Some(d) if (MIN_DICT_LEN..=zblock::BLOCK_MAX).contains(&raw.len()) => {
+                    dict_block(raw, &d, out)
+                }
+                _ if raw.len() >= MIN_FAST_LEN => zstd(raw, level, out),
                 _ => Packed::RAW,
             }
         }
@@ -194,55 +210,49 @@ fn lz4(raw: &[u8], out: &mut Vec<u8>) -> Packed {
     }
 }
 
-/// A zstd frame of `raw`, with `dict` if given, if it pays.
-fn zstd(raw: &[u8], level: i32, dict: Option<&crate::dict::Dict>, out: &mut Vec<u8>) -> Packed {
-    let extra = crate::codec::varint_len(raw.len() as u64)
-        + dict.map_or(0, |d| crate::codec::varint_len(d.id() as u64));
-    if dict.is_none() && raw.len() > 2 * PROBE_LEN {
-        match zstd_frame(&raw[..PROBE_LEN], level, None, out) {
+/// A dictionary block of `raw` (at most a block long), kept if it saves
+/// at least a byte once the header bytes it adds (the raw length, the
+/// dictionary's id) are counted. zstd itself refuses blocks that save
+/// less than about 1/64 of the input (noise comes back raw), and a table
+/// with a dictionary asked for the fewest bytes.
+fn dict_block(raw: &[u8], d: &crate::dict::Dict, out: &mut Vec<u8>) -> Packed {
+    let extra =
+        crate::codec::varint_len(raw.len() as u64) + crate::codec::varint_len(d.id() as u64);
+    match zblock::compress(raw, d.cdict(), out) {
+        Some(n) if n + extra < raw.len() => Packed {
+            codec: Codec::ZstdBlock,
+            dict: d.id(),
+        },
+        _ => Packed::RAW,
+    }
+}
+
+/// A zstd frame of `raw` (no dictionary), if it pays.
+fn zstd(raw: &[u8], level: i32, out: &mut Vec<u8>) -> Packed {
+    if raw.len() > 2 * PROBE_LEN {
+        match zstd_frame(&raw[..PROBE_LEN], level, out) {
             Some(n) if pays(PROBE_LEN, n, 0) => out.clear(),
             _ => return Packed::RAW,
         }
     }
-    match zstd_frame(raw, level, dict, out) {
-        Some(n) if pays(raw.len(), n, extra) => match dict {
-            Some(d) => Packed {
-                codec: Codec::ZstdDict,
-                dict: d.id(),
-            },
-            None => Packed::plain(Codec::Zstd),
-        },
+    let extra = crate::codec::varint_len(raw.len() as u64);
+    match zstd_frame(raw, level, out) {
+        Some(n) if pays(raw.len(), n, extra) => Packed::plain(Codec::Zstd),
         _ => Packed::RAW,
     }
 }
 
 /// Compresses `raw` into `out` as one frame; its length, or `None` if zstd
 /// failed (it does not for a buffer of its bound).
-fn zstd_frame(
-    raw: &[u8],
-    level: i32,
-    dict: Option<&crate::dict::Dict>,
-    out: &mut Vec<u8>,
-) -> Option<usize> {
+fn zstd_frame(raw: &[u8], level: i32, out: &mut Vec<u8>) -> Option<usize> {
     out.clear();
     out.reserve(zstd::zstd_safe::compress_bound(raw.len()));
     ZSTD_C.with(|cell| {
         let mut slot = cell.borrow_mut();
         let c = slot.get_or_insert_with(new_cctx);
-        let made = match dict {
-            Some(d) => {
-                // The context references the dictionary's digest only for
-                // this frame: it is dropped again below, while `d` (kept
-                // alive by the caller's Arc) still exists.
-                c.ref_cdict(d.cdict()).ok()?;
-                let r = c.compress2(out, raw);
-                let _ = c.disable_dictionary();
-                r
-            }
-            None => c
-                .set_parameter(CParameter::CompressionLevel(level))
-                .and_then(|_| c.compress2(out, raw)),
-        };
+        let made = c
+            .set_parameter(CParameter::CompressionLevel(level))
+            .and_then(|_| c.compress2(out, raw));
         match made {
             Ok(n) => Some(n),
             Err(_) => {
@@ -336,11 +346,17 @@ pub fn unpack<'a>(
                 _ => return Err(CorruptBody),
             }
         }
-        Codec::Zstd | Codec::ZstdDict => {
-            let dict = match h.codec {
-                Codec::ZstdDict => Some(dicts.get(h.dict).ok_or(CorruptBody)?),
-                _ => None,
+        Codec::ZstdDict | Codec::ZstdBlock => {
+            let dict = dicts.get(h.dict).ok_or(CorruptBody)?;
+            let form = match h.codec {
+                Codec::ZstdBlock => zblock::Form::Block,
+                _ => zblock::Form::Frame,
             };
+            if !zblock::decompress(stored, dict.ddict(), form, h.raw_len, out) {
+                return Err(CorruptBody);
+            }
+        }
+        Codec::Zstd => {
             out.clear();
             out.reserve_exact(h.raw_len);
             ZSTD_D.with(|cell| {
@@ -348,10 +364,7 @@ pub fn unpack<'a>(
                 let d = slot.get_or_insert_with(new_dctx);
                 // `out` has room for `raw_len` bytes: a frame that needs
                 // more fails, one that ends short is caught below.
-                let r = match &dict {
-                    Some(dict) => d.decompress_using_ddict(out, stored, dict.ddict()),
-                    None => d.decompress(out, stored),
-                };
+                let r = d.decompress(out, stored);
                 match r {
                     Ok(n) if n == h.raw_len => Ok(()),
                     Ok(_) => Err(CorruptBody),
@@ -503,7 +516,7 @@ mod tests {
             dict: true,
         };
         // No dictionary yet: plain zstd or raw.
-        assert_ne!(roundtrip(&rec(5000), mode, &dicts).codec, Codec::ZstdDict);
+        assert!(!roundtrip(&rec(5000), mode, &dicts).codec.uses_dict());
         let d1 = dicts
             .add(&crate::dict::train(&samples, 4096).unwrap())
             .unwrap();
@@ -513,7 +526,7 @@ mod tests {
         assert_eq!(
             p1,
             Packed {
-                codec: Codec::ZstdDict,
+                codec: Codec::ZstdBlock,
                 dict: 1
             }
         );
@@ -548,6 +561,184 @@ mod tests {
             unpack(&h, &old[..old.len() - 1], &dicts, &mut back),
             Err(CorruptBody)
         );
+    }
+
+    const DICT3: Compression = Compression::Zstd {
+        level: 3,
+        dict: true,
+    };
+
+    /// A small-map-like body (the shape Heft's encoder gives
+    /// `%{id: i, name: "user-i", age: i rem 90}`: atom ids, tags, varints).
+    fn small_map(i: u32) -> Vec<u8> {
+        let mut b = vec![0x74, 3, 0x64, 1, 0x61];
+        b.extend_from_slice(&(i * 2).to_le_bytes()[..3]);
+        b.extend_from_slice(&[0x64, 2, 0x6d, 9 + (i >= 10) as u8]);
+        b.extend_from_slice(format!("user-{i}").as_bytes());
+        b.extend_from_slice(&[0x64, 3, 0x61, (i % 90) as u8]);
+        b
+    }
+
+    /// Dictionaries of one table with `n` dictionaries trained on
+    /// `samples`, the last one current.
+    fn trained(samples: &[Vec<u8>], n: usize) -> Dictionaries {
+        let dicts = Dictionaries::new(3);
+        for k in 0..n {
+            let d = crate::dict::train(&samples[k * 100..], 4096).unwrap();
+            dicts.set_current(dicts.add(&d).unwrap().id());
+        }
+        dicts
+    }
+
+    /// A zstd frame of `raw` made with `bytes` as dictionary, as main
+    /// wrote `Codec::ZstdDict` records before blocks.
+    fn dict_frame(raw: &[u8], bytes: &[u8]) -> Vec<u8> {
+        let cdict = zstd::zstd_safe::CDict::create(bytes, 3);
+        let mut c = new_cctx();
+        c.ref_cdict(&cdict).unwrap();
+        let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(raw.len()));
+        c.compress2(&mut out, raw).unwrap();
+        out
+    }
+
+    #[test]
+    fn dictionary_blocks_round_trip_every_shape_and_size_and_big_bodies_use_frames() {
+        let samples: Vec<Vec<u8>> = (0..2000).map(small_map).collect();
+        let dicts = trained(&samples, 1);
+        let text = |n: usize| -> Vec<u8> {
+            (0..)
+                .flat_map(|i: u32| format!("user-{i};age={};", i % 90).into_bytes())
+                .take(n)
+                .collect()
+        };
+        let mut blocks = 0;
+        for n in [8, 9, 15, 24, 25, 31, 40, 100, 1000, 5000, 70_000] {
+            for body in [text(n), vec![b'x'; n], crate::testutil::noise(n as u32, n)] {
+                let p = roundtrip(&body, DICT3, &dicts);
+                assert!(matches!(p.codec, Codec::ZstdBlock | Codec::Raw), "{n}");
+                blocks += (p.codec == Codec::ZstdBlock) as u32;
+            }
+        }
+        for i in (0..5000).step_by(37) {
+            assert_eq!(
+                roundtrip(&small_map(i), DICT3, &dicts).codec,
+                Codec::ZstdBlock
+            );
+        }
+        assert!(blocks >= 12, "{blocks}");
+        let max = zblock::BLOCK_MAX;
+        for n in [max - 1, max] {
+            assert_eq!(roundtrip(&text(n), DICT3, &dicts).codec, Codec::ZstdBlock);
+        }
+        // Beyond a block: plain zstd frames.
+        for n in [max + 1, 300_000] {
+            assert_eq!(roundtrip(&text(n), DICT3, &dicts).codec, Codec::Zstd);
+        }
+        assert_eq!(
+            roundtrip(&crate::testutil::noise(5, 1024), DICT3, &dicts),
+            Packed::RAW
+        );
+        assert_eq!(roundtrip(b"seven..", DICT3, &dicts), Packed::RAW);
+    }
+
+    #[test]
+    fn a_dictionary_block_is_smaller_than_a_dictionary_frame_for_small_records() {
+        let samples: Vec<Vec<u8>> = (0..2000).map(small_map).collect();
+        let dicts = trained(&samples, 1);
+        let d = dicts.current().unwrap();
+        let (mut block, mut frame) = (0, 0);
+        let mut out = Vec::new();
+        for i in 3000..3100 {
+            let raw = small_map(i);
+            assert_eq!(
+                compress(&raw, DICT3, &dicts, &mut out).codec,
+                Codec::ZstdBlock
+            );
+            block += out.len();
+            frame += dict_frame(&raw, d.bytes()).len();
+        }
+        // A frame costs a frame header byte, a window byte and a 3-byte
+        // block header more, and cannot reuse the dictionary's tables.
+        assert!(block + 4 * 100 <= frame, "blocks {block}, frames {frame}");
+    }
+
+    #[test]
+    fn a_block_made_with_dictionary_1_reads_after_dictionary_2_is_current_and_old_frames_too() {
+        let samples: Vec<Vec<u8>> = (0..2000).map(small_map).collect();
+        let dicts = trained(&samples, 1);
+        let raw = small_map(4321);
+        let mut old = Vec::new();
+        let p = compress(&raw, DICT3, &dicts, &mut old);
+        assert_eq!(p.dict, 1);
+        let frame = dict_frame(&raw, dicts.get(1).unwrap().bytes());
+        let d2 = crate::dict::train(&samples[500..], 2048).unwrap();
+        dicts.set_current(dicts.add(&d2).unwrap().id());
+        assert_eq!(roundtrip(&raw, DICT3, &dicts).dict, 2);
+        let mut back = Vec::new();
+        let h = header(p, old.len(), raw.len());
+        assert_eq!(unpack(&h, &old, &dicts, &mut back).unwrap(), raw);
+        let fh = Header {
+            codec: Codec::ZstdDict,
+            stored_len: frame.len(),
+            ..h
+        };
+        assert_eq!(unpack(&fh, &frame, &dicts, &mut back).unwrap(), raw);
+        // Read with the wrong dictionary: refused or another body, never
+        // a panic; a dictionary the table lacks: refused.
+        let wrong = Header { dict: 2, ..h };
+        assert_ne!(
+            unpack(&wrong, &old, &dicts, &mut back).map(|b| b == raw),
+            Ok(true)
+        );
+        assert_eq!(
+            unpack(&Header { dict: 3, ..h }, &old, &dicts, &mut back),
+            Err(CorruptBody)
+        );
+    }
+
+    #[test]
+    fn damaged_dictionary_blocks_are_refused_never_misread() {
+        let samples: Vec<Vec<u8>> = (0..2000).map(small_map).collect();
+        let dicts = trained(&samples, 1);
+        let mut back = Vec::new();
+        for raw in [small_map(7777), b"user-1;user-2;user-3;user-4;".repeat(40)] {
+            let mut out = Vec::new();
+            let p = compress(&raw, DICT3, &dicts, &mut out);
+            assert_eq!(p.codec, Codec::ZstdBlock);
+            let h = header(p, out.len(), raw.len());
+            for cut in 0..out.len() {
+                assert_eq!(
+                    unpack(&h, &out[..cut], &dicts, &mut back),
+                    Err(CorruptBody),
+                    "cut {cut}"
+                );
+            }
+            for len in [0, raw.len() - 1, raw.len() + 1, zblock::BLOCK_MAX + 1] {
+                let bad = Header { raw_len: len, ..h };
+                assert_eq!(
+                    unpack(&bad, &out, &dicts, &mut back),
+                    Err(CorruptBody),
+                    "{len}"
+                );
+            }
+            for i in 0..out.len() {
+                for bit in [0x01, 0x10, 0x80, 0xff] {
+                    let mut bad = out.clone();
+                    bad[i] ^= bit;
+                    // No checksum in a block: a flip may decode to other
+                    // bytes of the right length (caught by the term
+                    // decoder above), never to a wrong length or a panic.
+                    if let Ok(b) = unpack(&h, &bad, &dicts, &mut back) {
+                        assert_eq!(b.len(), raw.len());
+                    }
+                }
+            }
+            let mut longer = out.clone();
+            longer.extend_from_slice(&out);
+            assert_eq!(unpack(&h, &longer, &dicts, &mut back), Err(CorruptBody));
+            // Still decodes after all that.
+            assert_eq!(unpack(&h, &out, &dicts, &mut back).unwrap(), raw);
+        }
     }
 
     #[test]

@@ -12,15 +12,15 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+use crate::zblock::{CDigest, DDigest};
 use parking_lot::RwLock;
-use zstd::zstd_safe::{CDict, DDict};
 
 /// One dictionary.
 pub struct Dict {
     id: u32,
     bytes: Box<[u8]>,
-    cdict: CDict<'static>,
-    ddict: DDict<'static>,
+    cdict: CDigest,
+    ddict: DDigest,
 }
 
 impl Dict {
@@ -39,11 +39,11 @@ impl Dict {
         self.bytes.len() + self.cdict.sizeof() + self.ddict.sizeof()
     }
 
-    pub(crate) fn cdict(&self) -> &CDict<'static> {
+    pub(crate) fn cdict(&self) -> &CDigest {
         &self.cdict
     }
 
-    pub(crate) fn ddict(&self) -> &DDict<'static> {
+    pub(crate) fn ddict(&self) -> &DDigest {
         &self.ddict
     }
 }
@@ -68,6 +68,8 @@ pub enum DictError {
     Training(String),
     /// The table has [`MAX_DICTS`] dictionaries already.
     TooMany,
+    /// zstd could not digest it (damaged entropy tables).
+    Unusable,
 }
 
 impl std::fmt::Display for DictError {
@@ -79,6 +81,7 @@ impl std::fmt::Display for DictError {
             DictError::BadSize(n) => write!(f, "a dictionary of {n} bytes"),
             DictError::Training(why) => write!(f, "training failed: {why}"),
             DictError::TooMany => write!(f, "too many dictionaries"),
+            DictError::Unusable => write!(f, "zstd cannot use the dictionary"),
         }
     }
 }
@@ -191,11 +194,13 @@ impl Dictionaries {
         if id > MAX_DICTS {
             return Err(DictError::TooMany);
         }
+        let cdict = CDigest::new(bytes, self.level).ok_or(DictError::Unusable)?;
+        let ddict = DDigest::new(bytes).ok_or(DictError::Unusable)?;
         let d = Arc::new(Dict {
             id,
             bytes: bytes.into(),
-            cdict: CDict::create(bytes, self.level),
-            ddict: DDict::create(bytes),
+            cdict,
+            ddict,
         });
         list.push(d.clone());
         Ok(d)
@@ -257,6 +262,25 @@ mod tests {
         assert_eq!(d.bytes(), 22);
         assert!(d.memory() > d.bytes());
         assert!(d.get(0).is_none() && d.get(3).is_none());
+    }
+
+    #[test]
+    fn a_dictionary_zstd_cannot_digest_is_refused_not_a_panic() {
+        let samples: Vec<Vec<u8>> = (0..2000)
+            .map(|i| format!("{{\"id\":{i},\"name\":\"user-{i}\"}}").into_bytes())
+            .collect();
+        let mut bytes = train(&samples, 4096).unwrap();
+        // Past the magic number and id: the entropy tables.
+        for b in &mut bytes[8..40] {
+            *b = 0xff;
+        }
+        let d = Dictionaries::new(3);
+        assert_eq!(d.add(&bytes).map(|d| d.id()), Err(DictError::Unusable));
+        assert_eq!(
+            d.install(1, &bytes).map(|d| d.id()),
+            Err(DictError::Unusable)
+        );
+        assert!(d.is_empty());
     }
 
     #[test]

@@ -42,6 +42,7 @@ pub mod table;
 #[cfg(test)]
 mod testutil;
 pub mod wal;
+pub mod zblock;
 
 pub use arena::Backing;
 pub use compress::Compression;

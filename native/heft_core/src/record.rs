@@ -13,7 +13,7 @@ pub const MAX_HEADER: usize = 1 + 4 * 10;
 pub struct Header {
     /// How the body is stored.
     pub codec: Codec,
-    /// For [`Codec::ZstdDict`], the id of the table's dictionary it was
+    /// For [`Codec::uses_dict`] codecs, the id of the table's dictionary it was
     /// compressed with; 0 otherwise.
     pub dict: u32,
     /// Bytes of the header itself.
@@ -65,7 +65,7 @@ impl Header {
             _ => as_len(r.varint()?)?,
         };
         let dict = match codec {
-            Codec::ZstdDict => {
+            Codec::ZstdDict | Codec::ZstdBlock => {
                 let id = r.varint()?;
                 u32::try_from(id)
                     .ok()
@@ -106,7 +106,7 @@ pub fn write(out: &mut Vec<u8>, packed: Packed, key: &[u8], body: &[u8], raw_len
     if packed.codec != Codec::Raw {
         put_varint(out, raw_len as u64);
     }
-    if packed.codec == Codec::ZstdDict {
+    if packed.codec.uses_dict() {
         put_varint(out, packed.dict as u64);
     }
     out.extend_from_slice(key);
@@ -120,7 +120,7 @@ pub fn header_len(packed: Packed, key_len: usize, stored_len: usize, raw_len: us
     } else {
         varint_len(raw_len as u64)
     };
-    let dict = if packed.codec == Codec::ZstdDict {
+    let dict = if packed.codec.uses_dict() {
         varint_len(packed.dict as u64)
     } else {
         0

@@ -2,6 +2,7 @@
 //! the automatic job a write starts, and the info/1 items about
 //! dictionaries, codecs and re-compression.
 
+use heft_core::compress::Codec;
 use heft_core::table::learn::{self, Job, LearnError, Phase, Progress, Tally};
 use heft_core::Table;
 use rustler::{Atom, Encoder, Env, LocalPid, NifResult, OwnedEnv, Term};
@@ -182,9 +183,12 @@ fn by_codec<'a>(env: Env<'a>, t: &Tally) -> Term<'a> {
         atoms::lz4(),
         atoms::zstd_dict(),
     ];
+    // Frames and blocks with a dictionary both count as `zstd_dict`.
+    let mut counts = t.by_codec;
+    counts[Codec::ZstdDict as usize] += counts[Codec::ZstdBlock as usize];
     let pairs: Vec<(Atom, Term)> = names
         .iter()
-        .zip(t.by_codec)
+        .zip(counts)
         .map(|(a, n)| (*a, n.encode(env)))
         .collect();
     map(env, &pairs)

@@ -70,7 +70,7 @@ pub fn dict_size(sample_bytes: usize, max: usize) -> usize {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Tally {
     /// Records stored with each [`Codec`], by its number.
-    pub by_codec: [u64; 5],
+    pub by_codec: [u64; 6],
     /// `by_dict[i]`: records compressed with dictionary `i + 1`.
     pub by_dict: Vec<u64>,
 }
@@ -588,7 +588,7 @@ fn trial(c: Compression, eval: &[Vec<u8>], dicts: &Dictionaries) -> Trial {
 fn as_new(h: &Header, mode: Compression, current: u32) -> bool {
     match mode {
         Compression::Zstd { dict: true, .. } if current > 0 => {
-            (h.codec == Codec::ZstdDict && h.dict == current)
+            (h.codec == Codec::ZstdBlock && h.dict == current)
                 || (h.codec == Codec::Raw && h.raw_len < compress::MIN_DICT_LEN)
         }
         Compression::Zstd { .. } => h.codec == Codec::Zstd,
@@ -750,7 +750,7 @@ mod tests {
             assert_eq!((p.done, p.total, p.recompressed), (3000, 3000, 3000));
             let tally = t.tally().unwrap();
             assert_eq!(tally.by_dict, vec![3000], "{kind:?}");
-            assert_eq!(tally.by_codec[Codec::ZstdDict as usize], 3000);
+            assert_eq!(tally.by_codec[Codec::ZstdBlock as usize], 3000);
             let s = t.stats().unwrap();
             assert!(s.payload_stored_bytes < before / 2, "{kind:?}: {s:?}");
             assert!(s.dictionary_bytes > 0 && s.meta_bytes >= s.dictionary_bytes);
