@@ -23,7 +23,8 @@
 //! No I/O is done under the table's lock.
 //!
 //! Lock order: `creating`, then the table lock, then `log`, then the atom
-//! dictionary; `ctl` is never held while taking `log`.
+//! dictionary or the list of zstd dictionaries; `ctl` is never held while
+//! taking `log`.
 
 use std::collections::HashMap;
 use std::fs::{self, DirBuilder, File, OpenOptions};
@@ -38,6 +39,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::atoms::AtomTable;
+use crate::dict::Dictionaries;
 use crate::recovery::{self, OpenError, Recovery, LOCK, META};
 use crate::snapshot::{self, sync_dir, SnapshotError, Written};
 use crate::table::{Change, Error as TableError, Journal, Options, Table};
@@ -227,6 +229,9 @@ struct LogInner {
     next_capacity: u64,
     /// Atom ids below this are in the log or the snapshot.
     logged_atoms: usize,
+    /// zstd dictionaries with ids up to this are in the log or the
+    /// snapshot.
+    logged_dicts: usize,
     frame: FrameBuf,
     lock_file: Option<File>,
 }
@@ -254,6 +259,7 @@ struct Shared<E: Events> {
     events: E,
     table: Weak<Table>,
     atoms: Arc<RwLock<AtomTable>>,
+    dicts: Arc<Dictionaries>,
     log: Mutex<LogInner>,
     ctl: Mutex<Ctl<E::Waiter>>,
     flush_cv: Condvar,
@@ -428,6 +434,7 @@ impl<E: Events> Persisted<E> {
         let started = u64::from(segment.is_some());
         let atoms = table.atoms().clone();
         let logged_atoms = atoms.read().len();
+        let logged_dicts = table.dictionaries().len();
         let repaired = rec.dropped.is_some();
         let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
@@ -436,6 +443,7 @@ impl<E: Events> Persisted<E> {
             events,
             table: Arc::downgrade(&table),
             atoms,
+            dicts: table.dictionaries().clone(),
             log: Mutex::new(LogInner {
                 segment,
                 first_seq: rec.next_seq,
@@ -445,6 +453,7 @@ impl<E: Events> Persisted<E> {
                 retired: Vec::new(),
                 next_capacity: first,
                 logged_atoms,
+                logged_dicts,
                 frame: FrameBuf::new(),
                 lock_file: Some(lock_file),
             }),
@@ -726,9 +735,20 @@ impl<E: Events> Journal for Shared<E> {
             next_capacity,
             frame,
             logged_atoms,
+            logged_dicts,
             ..
         } = &mut *log;
         frame.reset();
+        // New dictionaries first: the records below may be compressed
+        // with them (a dictionary is added before any record uses it).
+        let dicts = self.dicts.since(*logged_dicts);
+        for d in &dicts {
+            frame.push(Op::Dict {
+                id: u64::from(d.id()),
+                bytes: d.bytes(),
+            });
+        }
+        let new_dicts = dicts.len() as u64;
         let n_atoms = {
             // New atoms first: the records below may use them.
             let atoms = self.atoms.read();
@@ -762,12 +782,12 @@ impl<E: Events> Journal for Shared<E> {
         let mut rotated = false;
         let appended = segment
             .as_mut()
-            .is_some_and(|seg| seg.append(sealed, n, new_atoms));
+            .is_some_and(|seg| seg.append(sealed, n, new_atoms, new_dicts));
         if !appended {
             // Full: go on in the spare, if it is there and large enough.
             match spare.take() {
                 Some(mut next) if next.fits(sealed.len()) => {
-                    rotated = next.append(sealed, n, new_atoms);
+                    rotated = next.append(sealed, n, new_atoms, new_dicts);
                     debug_assert!(rotated);
                     if let Some(mut full) = segment.replace(next) {
                         full.seal();
@@ -784,6 +804,7 @@ impl<E: Events> Journal for Shared<E> {
             }
         }
         *logged_atoms = n_atoms;
+        *logged_dicts += dicts.len();
         if frame.payload_len() > 8 << 20 {
             *frame = FrameBuf::new(); // give a huge batch's buffer back
         }
