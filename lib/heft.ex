@@ -276,7 +276,8 @@ defmodule Heft do
       table measures every codec on its own records and picks one.
       zstd and lz4 keep a compressed body only if it saves at least 1/16
       of it. `:compressed` (ETS's option) means `compression: :zlib`.
-      With `persist:`, only `:zlib` and `:none` for now.
+      A persistent table stores its compression (and its dictionaries)
+      with it: `open/2` reopens it with the same.
     * `compression_level: 0..9` - zlib's level for records over 4 KiB
       (default 1); shorter ones are deflated by Heft's own fast encoder
       (fixed Huffman codes), whatever the level.
@@ -318,12 +319,6 @@ defmodule Heft do
 
     {persist, opts} = Heft.Persist.split_options(opts)
     {o, args} = parse_options(opts)
-
-    if persist != nil and o.compression not in [:zlib, :none] do
-      raise ArgumentError,
-            "option :compression: a persistent table cannot store #{inspect(o.compression)} " <>
-              "yet (its dictionaries are not logged); use :zlib or :none with :persist"
-    end
 
     result =
       cond do
@@ -1625,13 +1620,15 @@ defmodule Heft do
     ArgumentError -> :error
   end
 
-  # The NIF's compression as Heft.new/2 takes it.
-  defp compression_shape({:auto, c}), do: {:auto, compression_shape(c)}
+  @doc false
+  # The NIF's compression as Heft.new/2 takes it (also what tab2file
+  # stores, Heft.TabFile).
+  def compression_shape({:auto, c}), do: {:auto, compression_shape(c)}
 
-  defp compression_shape({:zstd, level, dict}),
+  def compression_shape({:zstd, level, dict}),
     do: {:zstd, [level: level, dictionary: if(dict, do: :auto, else: :none)]}
 
-  defp compression_shape(other), do: other
+  def compression_shape(other), do: other
 
   defp kernel_view(ref) do
     case Native.kernel_view(ref) do

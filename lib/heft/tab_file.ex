@@ -69,7 +69,7 @@ defmodule Heft.TabFile do
       type: Map.get(info, :type, :set),
       keypos: info.keypos,
       protection: info.protection,
-      compression: info.compression
+      compression: Heft.compression_shape(info.compression)
     }
 
     # The dictionaries the table has now: the objects are stored as terms,
@@ -282,6 +282,7 @@ defmodule Heft.TabFile do
       case Map.get(meta, :compression, {:zlib, 1}) do
         {:zlib, level} -> [compression: :zlib, compression_level: level]
         {:zstd, zstd} when is_list(zstd) -> [compression: {:zstd, zstd}]
+        {:auto, _chosen} -> [compression: :auto]
         c when c in [:none, :lz4, :zstd, :auto] -> [compression: c]
         _ -> []
       end

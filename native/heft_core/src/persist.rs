@@ -205,6 +205,10 @@ struct Counters {
     dumps: AtomicU64,
     /// Writes since the last rotation (dump start).
     pending: AtomicU64,
+    /// Records re-compressed (not logged) since the last rotation: they
+    /// count as writes for the dump thresholds, so that a dump stores
+    /// them as they are now.
+    rewritten: AtomicU64,
     /// Segments started.
     segments: AtomicU64,
 }
@@ -825,9 +829,22 @@ impl<E: Events> Journal for Shared<E> {
         }
         Ok(())
     }
+
+    fn rewritten(&self, records: u64) {
+        Shared::rewritten(self, records);
+    }
 }
 
 impl<E: Events> Shared<E> {
+    fn rewritten(&self, n: u64) {
+        let threshold = self.config.dump_write_threshold;
+        let now = self.c.rewritten.fetch_add(n, Ordering::Relaxed) + n;
+        let total = now + self.c.pending.load(Ordering::Relaxed);
+        if total >= threshold && total - n < threshold {
+            let _ = self.request_dump(None, OverloadReason::WriteThreshold);
+        }
+    }
+
     /// Changes the MANIFEST and rewrites it if that changed anything.
     fn update_manifest(&self, change: impl FnOnce(&mut recovery::Manifest)) -> io::Result<()> {
         let mut m = self.manifest.lock();
@@ -1078,7 +1095,8 @@ impl<E: Events> Shared<E> {
                 }
                 let due = ctl.last_dump + self.config.dump_time_threshold;
                 let now = Instant::now();
-                let pending = self.c.pending.load(Ordering::Relaxed) > 0;
+                let pending = self.c.pending.load(Ordering::Relaxed) > 0
+                    || self.c.rewritten.load(Ordering::Relaxed) > 0;
                 if pending && now >= due {
                     break;
                 }
@@ -1137,6 +1155,7 @@ impl<E: Events> Shared<E> {
             }
             self.c.segments.fetch_add(1, Ordering::Relaxed);
             self.c.pending.store(0, Ordering::Relaxed);
+            self.c.rewritten.store(0, Ordering::Relaxed);
             break seq;
         };
         self.wake_flusher(true);

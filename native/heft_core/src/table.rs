@@ -196,6 +196,11 @@ pub trait Journal: Send + Sync {
     /// Logs `changes`, which the table applies atomically once this returns
     /// `Ok`. On error the table applies nothing and returns the error.
     fn log(&self, changes: &[Change<'_>]) -> Result<(), Error>;
+
+    /// `records` were stored again another way (re-compressed), which is
+    /// not logged: the log and snapshot still hold them as they were, and
+    /// only the next dump stores them as they are now.
+    fn rewritten(&self, _records: u64) {}
 }
 // ---- end of persistence hook
 

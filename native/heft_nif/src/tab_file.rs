@@ -29,8 +29,7 @@ fn tab_dictionaries<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Vec<Binary<'a>
     }
     let mut out = Vec::new();
     for d in t.core.dictionaries().all() {
-        let mut b = OwnedBinary::new(d.bytes().len())
-            .ok_or_else(|| badarg("no memory for the dictionary"))?;
+        let mut b = OwnedBinary::new(d.bytes().len());
         b.as_mut_slice().copy_from_slice(d.bytes());
         out.push(b.release(env));
     }

@@ -353,6 +353,9 @@ impl Table {
             st.release(it.loc);
             n += 1;
         }
+        if let (Some(j), true) = (self.journal.get(), n > 0) {
+            j.rewritten(n);
+        }
         Ok(n)
     }
 }
