@@ -209,7 +209,14 @@ defmodule Heft do
   file}}` for a file the table's MANIFEST says must exist) unless
   `repair: true`; a table closed cleanly has no torn tail, so a cut at the
   end of its log is damage too. docs/persistence-format.md lists every kind
-  of damage and what each gets.
+  of damage and what each gets. A table's compression and its zstd
+  dictionaries are persisted with it: each dictionary is logged before
+  the first record compressed with it and is in every snapshot, so a
+  reopened table reads every record with the dictionary it names and
+  writes with the newest. Re-compressing older records (after
+  `train_dictionary/2`) is not logged; the next dump stores them
+  re-compressed (re-compressed records count toward
+  `dump_log_write_threshold`).
   Files are mode 0600 in a 0700 directory, never opened through a symbolic
   link, and the directory is locked
   while open (`{:error, :locked}` for a second open, even in the same VM).
@@ -988,7 +995,10 @@ defmodule Heft do
       count.
 
   Objects are read in chunks while other processes may write: the file
-  holds every object present throughout the call.
+  holds every object present throughout the call. Objects are stored as
+  terms, with the table's options and its zstd dictionaries, so that
+  `file2tab/2` makes a table of the same compression that uses them from
+  the start.
 
   Returns `:ok`, or `{:error, reason}` with a POSIX reason (`:enoent` when
   the directory does not exist, `:eacces`, `:enospc`...). Raises
