@@ -1614,12 +1614,12 @@ defmodule Heft do
      Map.merge(map, %{
        node: node(),
        memory: map.index_bytes + map.meta_bytes + map.arena_used_bytes,
-       compression: compression_shape(map.compression),
+       compression: __compression_shape__(map.compression),
        training:
          Map.update!(
            map.training,
            :trials,
-           &Enum.map(&1, fn t -> %{t | compression: compression_shape(t.compression)} end)
+           &Enum.map(&1, fn t -> %{t | compression: __compression_shape__(t.compression)} end)
          ),
        compressed: map.compression != :none,
        read_concurrency: true,
@@ -1633,12 +1633,12 @@ defmodule Heft do
   @doc false
   # The NIF's compression as Heft.new/2 takes it (also what tab2file
   # stores, Heft.TabFile).
-  def compression_shape({:auto, c}), do: {:auto, compression_shape(c)}
+  def __compression_shape__({:auto, c}), do: {:auto, __compression_shape__(c)}
 
-  def compression_shape({:zstd, level, dict}),
+  def __compression_shape__({:zstd, level, dict}),
     do: {:zstd, [level: level, dictionary: if(dict, do: :auto, else: :none)]}
 
-  def compression_shape(other), do: other
+  def __compression_shape__(other), do: other
 
   defp kernel_view(ref) do
     case Native.kernel_view(ref) do

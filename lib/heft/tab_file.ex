@@ -69,7 +69,7 @@ defmodule Heft.TabFile do
       type: Map.get(info, :type, :set),
       keypos: info.keypos,
       protection: info.protection,
-      compression: Heft.compression_shape(info.compression)
+      compression: Heft.__compression_shape__(info.compression)
     }
 
     # The dictionaries the table has now: the objects are stored as terms,

@@ -833,6 +833,29 @@ impl<E: Events> Journal for Shared<E> {
     fn rewritten(&self, records: u64) {
         Shared::rewritten(self, records);
     }
+
+    /// Logs the new dictionary at once, in a frame of its own (no record),
+    /// so that a table closed or killed before its next write keeps it.
+    /// On a thread that may wait for a new segment; on failure the next
+    /// write logs it.
+    fn dictionary_added(&self) {
+        for _ in 0..2 {
+            if self.dicts.len() <= self.log.lock().logged_dicts {
+                return;
+            }
+            match Journal::log(self, &[]) {
+                Err(TableError::WouldBlock) => {
+                    if self
+                        .ensure_spare(self.wanted.load(Ordering::Acquire))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                _ => return,
+            }
+        }
+    }
 }
 
 impl<E: Events> Shared<E> {
