@@ -1319,11 +1319,9 @@ fn dictionaries_survive_close_and_reopen_and_new_writes_use_the_newest() {
                     Op::Dict { id, .. } => logged.push(format!("dict {id}")),
                     Op::Put(rec) => {
                         let h = heft_core::record::Header::parse(rec).unwrap();
-                        if logged
-                            .last()
-                            .is_none_or(|l| *l != format!("put {}", h.dict))
-                        {
-                            logged.push(format!("put {}", h.dict));
+                        let put = format!("put {}", h.dict);
+                        if logged.last() != Some(&put) {
+                            logged.push(put);
                         }
                     }
                     _ => {}
