@@ -9,6 +9,9 @@ defmodule Heft.PersistCrashTest do
   # previous rounds' leftovers.
   use ExUnit.Case, async: true
 
+  # Each round boots a VM: slow on a loaded machine.
+  @moduletag timeout: 600_000
+
   @child Path.expand("../support/persist_crash_child.exs", __DIR__)
 
   @moduletag :tmp_dir
@@ -22,8 +25,6 @@ defmodule Heft.PersistCrashTest do
     rounds(Path.join(tmp, "t"), 4, "none")
   end
 
-  # Each round boots a VM: slow on a loaded machine.
-  @tag timeout: 600_000
   test "acknowledged writes survive SIGKILL while dictionaries are trained and records re-compressed",
        %{tmp_dir: tmp} do
     dir = Path.join(tmp, "t")
@@ -96,6 +97,12 @@ defmodule Heft.PersistCrashTest do
     end
   end
 
+  # What test/support/persist_crash_child.exs stores in batch `b`.
+  defp value(b),
+    do:
+      ~s({"user":"user-#{b}","mail":"user#{b}@example.com","pad":") <>
+        :binary.copy("v", rem(b, 300)) <> ~s("})
+
   defp check(dir, acks, ctr, round) do
     {:ok, tab} = Heft.open(dir)
     rows = Heft.tab2list(tab)
@@ -115,7 +122,7 @@ defmodule Heft.PersistCrashTest do
     end
 
     # Every value reads back as written (with the dictionary it names).
-    for {{:b, b, j}, v} <- rows, v != :binary.copy("v", rem(b, 300)) do
+    for {{:b, b, j}, v} <- rows, v != value(b) do
       flunk("round #{round}: record #{inspect({b, j})} reads back as #{inspect(v)}")
     end
 

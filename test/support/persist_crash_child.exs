@@ -16,6 +16,13 @@
 # a fifth process trains a dictionary again and again (each training
 # re-compresses the older records in the background), so kills land
 # while dictionaries are made, logged, snapshotted and used.
+# A record's value: what persist_crash_test.exs checks it reads back as
+# (JSON-like, so that a dictionary beats zstd alone on it).
+value = fn b ->
+  ~s({"user":"user-#{b}","mail":"user#{b}@example.com","pad":") <>
+    :binary.copy("v", rem(b, 300)) <> ~s("})
+end
+
 [dir, first | rest] = System.argv()
 first = String.to_integer(first)
 sync = if List.first(rest) == "none", do: :none, else: :commit
@@ -51,7 +58,7 @@ for w <- 0..3 do
     Stream.iterate(first + w, &(&1 + 4))
     |> Enum.each(fn b ->
       n = rem(b * 7, 13) + 1
-      recs = [{{:count, b}, n} | for(j <- 1..n, do: {{:b, b, j}, :binary.copy("v", rem(b, 300))})]
+      recs = [{{:count, b}, n} | for(j <- 1..n, do: {{:b, b, j}, value.(b)})]
       true = Heft.insert(tab, recs)
       IO.puts("ack #{b}")
 
