@@ -171,6 +171,40 @@ defmodule Heft do
   >   `info/2` answers what is true of Heft (`true`, `false`, `false`),
   >   and `:compressed` is `true` unless `compression: :none`.
 
+  ## Compression
+
+  Each record's body is compressed on its own, with the table's codec
+  (`compression:` of `new/2`), only where that pays (incompressible bodies
+  are stored as they are by every codec; docs/term-format.md, "Records in
+  the arena"):
+
+    * `:zlib` (default) - raw deflate; `:none`; `:lz4` - the fastest to
+      decode, the least saved; `:zstd` / `{:zstd, level: 1..22}` - zstd
+      frames without magic number, checksum or size fields.
+    * `{:zstd, dictionary: :auto}` - zstd with a dictionary trained from the
+      table's own records, which finds what records have in common (map
+      keys, field names, JSON structure) that no record shows on its own.
+      The table trains once on its own when it first holds 4,096 records;
+      `train_dictionary/2` retrains on demand. A dictionary is only put in
+      use if it beats zstd alone on records it was not trained on.
+    * `:auto` - the table starts with zstd and, at 4,096 records (and on
+      `train_dictionary/2`), measures none, lz4, zstd, zstd with a
+      dictionary and zlib on its own records: of the codecs storing them
+      in at most 17/16 of the fewest bytes, the one decoding them fastest
+      wins. `info(tab, :compression)` shows `{:auto, choice}`, and
+      `info(tab, :training)` what each codec did.
+
+  Records name the dictionary they were compressed with: a new dictionary
+  applies to new writes and older records stay readable; a background job
+  then re-compresses older records with it (or with `:auto`'s new choice).
+  Training and re-compression run on a thread of their own, off the
+  schedulers, holding the table's lock only to copy out or swap in a chunk
+  of 256 records: readers and writers are never stopped. Progress shows in
+  `info(tab, :recompression)`, dictionaries in `:dictionaries` and
+  `:dictionary_bytes` (counted in `:memory`). The number of samples and
+  the dictionary size were chosen by measurement (docs/term-format.md,
+  "Dictionaries"). Persistent tables take `:zlib` and `:none` only, for now.
+
   ## Persistence
 
   `Heft.new(name, persist: dir)` makes a disc-backed table: the records
@@ -1660,9 +1694,9 @@ defmodule Heft do
 
     * `samples: n` - records to train on (default 4,096; at least 64 are
       needed), the first `n` in walk order.
-    * `dictionary_bytes: d` - the largest dictionary (default 16 KiB, at
-      most 1 MiB); the dictionary takes about a tenth of the samples'
-      bytes, at least 1 KiB.
+    * `dictionary_bytes: d` - the dictionary's size (at most 1 MiB; zstd
+      may make it smaller). By default about a tenth of the samples'
+      bytes, between 1 KiB and 16 KiB.
     * `recompress: false` - leave older records as they are.
 
   Sampling copies the records out a chunk at a time under the table's

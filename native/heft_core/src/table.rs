@@ -2017,7 +2017,7 @@ mod tests {
         walk(t, dir, n).into_iter().map(|r| r.0).collect()
     }
 
-    fn all_bodies(t: &Table, k: &[u8]) -> Vec<Vec<u8>> {
+    pub(super) fn all_bodies(t: &Table, k: &[u8]) -> Vec<Vec<u8>> {
         let mut buf = RecordBuf::new();
         t.get(t.hash(k), k, &mut buf).unwrap();
         let mut scratch = Vec::new();
