@@ -279,6 +279,12 @@ impl Table {
         self.learner.auto.store(true, Ordering::Release);
     }
 
+    /// For a table reopened with the dictionaries it trained before
+    /// (persist.rs): automatic learning is not due again.
+    pub fn learned_before(&self) {
+        self.learner.trigger.store(2, Ordering::Relaxed);
+    }
+
     /// True for a `compression: :auto` table.
     pub fn is_auto(&self) -> bool {
         self.learner.auto.load(Ordering::Acquire)
@@ -355,6 +361,9 @@ impl Table {
             st.entries.set_loc(pos, locs[0]);
             st.release(it.loc);
             n += 1;
+        }
+        if let (Some(j), true) = (self.journal.get(), n > 0) {
+            j.rewritten(n);
         }
         Ok(n)
     }
@@ -480,6 +489,9 @@ fn use_dict(table: &Table, bytes: &[u8]) -> Result<u32, LearnError> {
         .add(bytes)
         .map_err(|e| LearnError::Training(e.to_string()))?;
     table.dicts.set_current(d.id());
+    if let Some(j) = table.journal.get() {
+        j.dictionary_added();
+    }
     Ok(d.id())
 }
 
