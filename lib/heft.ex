@@ -186,7 +186,14 @@ defmodule Heft do
       keys, field names, JSON structure) that no record shows on its own.
       The table trains once on its own when it first holds 4,096 records;
       `train_dictionary/2` retrains on demand. A dictionary is only put in
-      use if it beats zstd alone on records it was not trained on.
+      use if it beats zstd alone on records it was not trained on. Each
+      record is one bare zstd block begun from the dictionary (its
+      entropy tables too), which is what lets records of a few dozen bytes
+      shrink. The level is 9 unless given: on the bench's records it
+      stored 2-9% fewer bytes than level 3 (the 1 KB JSON-like record:
+      140 B against 154 B) for about three times the compression time of a
+      write, and decodes as fast; level 19 saved 9% more on that record
+      but took ten times as long to write.
     * `:auto` - the table starts with zstd and, at 4,096 records (and on
       `train_dictionary/2`), measures none, lz4, zstd, zstd with a
       dictionary and zlib on its own records: of the codecs storing them
@@ -313,10 +320,11 @@ defmodule Heft do
       to decode; `:zstd` - zstd level 3; `{:zstd, level: 1..22,
       dictionary: :none | :auto}` - with `dictionary: :auto` the table
       trains a dictionary from its own records once it holds 4,096 of
-      them (and `train_dictionary/2` trains one on demand); `:auto` - the
+      them (and `train_dictionary/2` trains one on demand), level 9 unless
+      given; `:auto` - the
       table measures every codec on its own records and picks one.
       zstd and lz4 keep a compressed body only if it saves at least 1/16
-      of it. `:compressed` (ETS's option) means `compression: :zlib`.
+      of it (a dictionary block: a byte, zstd refusing less than ~1/64). `:compressed` (ETS's option) means `compression: :zlib`.
       A persistent table stores its compression (and its dictionaries)
       with it: `open/2` reopens it with the same.
     * `compression_level: 0..9` - zlib's level for records over 4 KiB
@@ -481,7 +489,7 @@ defmodule Heft do
 
   defp option(opt, _o), do: raise(ArgumentError, "unknown option: #{inspect(opt)}")
 
-  # `{:zstd, opts}`: `level: 1..22` (default 3), `dictionary: :none`
+  # `{:zstd, opts}`: `level: 1..22` (default 3; 9 with a dictionary), `dictionary: :none`
   # (default) or `:auto`; each at most once. Normalized to both keys, in
   # that order (what info/2 answers).
   defp zstd_options(zo, opt) do
@@ -499,7 +507,10 @@ defmodule Heft do
       {:dictionary, _}, _ -> bad.(":dictionary is :none or :auto")
       other, _ -> bad.("unknown zstd option #{inspect(other)}")
     end)
-    |> then(&[level: Map.get(&1, :level, 3), dictionary: Map.get(&1, :dictionary, :none)])
+    |> then(fn o ->
+      dict = Map.get(o, :dictionary, :none)
+      [level: Map.get(o, :level, if(dict == :auto, do: 9, else: 3)), dictionary: dict]
+    end)
   end
 
   # The NIF takes the reference of an unnamed table or the name of a

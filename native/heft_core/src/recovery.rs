@@ -13,7 +13,6 @@ use std::io::{self, BufReader, Read};
 use std::path::Path;
 use std::sync::mpsc;
 
-use crate::compress::Codec;
 use crate::files;
 use crate::hash::KeyedHash;
 use crate::record::Header;
@@ -920,8 +919,7 @@ fn check(
                 }
                 // A record compressed with a dictionary nothing before it
                 // defined cannot be read: damage (a repair drops it).
-                let dict_known =
-                    !h.codec.uses_dict() || table.dictionaries().get(h.dict).is_some();
+                let dict_known = !h.codec.uses_dict() || table.dictionaries().get(h.dict).is_some();
                 // (A snapshot defines its dictionaries before its records,
                 // with no gaps: even a repair finds them there.)
                 if !dict_known && (defined.is_none() || snapshot) {

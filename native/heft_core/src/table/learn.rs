@@ -114,7 +114,8 @@ pub enum Phase {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Trial {
     pub compression: Compression,
-    /// Bytes the evaluation samples take stored (header and body).
+    /// Bytes the evaluation samples take stored (header, key and body,
+    /// in the blocks of their size classes).
     pub bytes: u64,
     /// Nanoseconds to decode one of them, on average.
     pub decode_ns: u64,
@@ -311,10 +312,11 @@ impl Table {
         Ok(self.read()?.tally.clone())
     }
 
-    /// Copies up to `n` records' keys and uncompressed bodies, chunk by
-    /// chunk, from the start of the walk.
-    fn sample(&self, n: usize) -> Result<Vec<Vec<u8>>, Error> {
+    /// Copies up to `n` records' uncompressed bodies, chunk by chunk,
+    /// from the start of the walk; also their keys' mean length.
+    fn sample(&self, n: usize) -> Result<(Vec<Vec<u8>>, usize), Error> {
         let mut out = Vec::with_capacity(n);
+        let mut key_bytes = 0;
         let (mut buf, mut scratch, mut after) = (RecordBuf::new(), Vec::new(), None);
         while out.len() < n {
             buf.clear();
@@ -323,6 +325,7 @@ impl Table {
             for it in buf.items() {
                 if let Ok(body) = buf.body(it, &self.dicts, &mut scratch) {
                     out.push(body.to_vec());
+                    key_bytes += buf.key(it).len();
                 }
             }
             match next {
@@ -331,7 +334,8 @@ impl Table {
             }
         }
         out.truncate(n);
-        Ok(out)
+        let key_len = key_bytes / out.len().max(1);
+        Ok((out, key_len))
     }
 
     /// Swaps in the re-compressed `new[i]` for the record `buf.items()[i]`
@@ -436,7 +440,7 @@ fn run(table: &Table, job: Job, generation: u64, done: Option<Done>) {
 /// Samples, trains and puts what it learnt in use; the dictionary's id.
 fn learn(table: &Table, job: Job) -> Result<u32, LearnError> {
     let gone = |_| LearnError::Deleted;
-    let samples = table.sample(job.samples.max(MIN_SAMPLES)).map_err(gone)?;
+    let (samples, key_len) = table.sample(job.samples.max(MIN_SAMPLES)).map_err(gone)?;
     if samples.len() < MIN_SAMPLES {
         return Err(LearnError::TooFewRecords);
     }
@@ -449,7 +453,7 @@ fn learn(table: &Table, job: Job) -> Result<u32, LearnError> {
     let started = Instant::now();
     let auto = table.is_auto();
     let level = table.dicts.level();
-    let (choice, bytes, trials) = choose(&samples, size, &candidates(auto, level));
+    let (choice, bytes, trials) = choose(&samples, key_len, size, &candidates(auto, level));
     let train_us = started.elapsed().as_micros() as u64;
     if !auto && trials.iter().all(|t| !uses_dict(t.compression)) {
         let why = "zstd found nothing to learn in the samples";
@@ -514,7 +518,9 @@ fn candidates(auto: bool, level: i32) -> Vec<Compression> {
 
 /// The rule that decides what a job puts in use. A dictionary of
 /// `dict_size` bytes is trained on the first three quarters of the
-/// samples, and each of `candidates` stores and decodes the last quarter:
+/// samples, and each of `candidates` stores and decodes the last quarter
+/// (bytes as the arena would hold them: header, a key of `key_len` bytes
+/// and body, in the block of their size class):
 /// of the codecs whose stored bytes are within 1/16 of the fewest, the
 /// one that decodes fastest wins, times within a quarter (plus 50 ns) of
 /// the fastest counting as ties, which go to the earlier candidate.
@@ -523,6 +529,7 @@ fn candidates(auto: bool, level: i32) -> Vec<Compression> {
 /// dictionary if it is chosen, and the trials.
 pub fn choose(
     samples: &[Vec<u8>],
+    key_len: usize,
     dict_size: usize,
     candidates: &[Compression],
 ) -> (Compression, Option<Vec<u8>>, Vec<Trial>) {
@@ -542,7 +549,7 @@ pub fn choose(
     let trials: Vec<Trial> = candidates
         .iter()
         .filter(|c| !uses_dict(**c) || dicts.current().is_some())
-        .map(|c| trial(*c, eval, &dicts))
+        .map(|c| trial(*c, eval, key_len, &dicts))
         .collect();
     let fewest = trials.iter().map(|t| t.bytes).min().unwrap_or(0);
     let small: Vec<&Trial> = trials
@@ -560,14 +567,15 @@ pub fn choose(
 
 /// Stores `eval` with `c` and decodes it back (three times, the fastest
 /// counting).
-fn trial(c: Compression, eval: &[Vec<u8>], dicts: &Dictionaries) -> Trial {
+fn trial(c: Compression, eval: &[Vec<u8>], key_len: usize, dicts: &Dictionaries) -> Trial {
     let mut stored = Vec::with_capacity(eval.len());
     let mut bytes = 0u64;
     let mut out = Vec::new();
     for raw in eval {
         let p = compress::compress(raw, c, dicts, &mut out);
         let body = if p.codec == Codec::Raw { raw } else { &out };
-        bytes += (record::header_len(p, 0, body.len(), raw.len()) + body.len()) as u64;
+        let len = record::header_len(p, key_len, body.len(), raw.len()) + key_len + body.len();
+        bytes += crate::arena::class_size(crate::arena::class_of(len)) as u64;
         let h = Header {
             codec: p.codec,
             dict: p.dict,
@@ -805,7 +813,7 @@ mod tests {
         fill(&t, 0..200, json);
         let mut buf = RecordBuf::new();
         t.chunk(None, 10, usize::MAX, &mut buf).unwrap();
-        use_dict(&t, &dict::train(&t.sample(200).unwrap(), 2048).unwrap()).unwrap();
+        use_dict(&t, &dict::train(&t.sample(200).unwrap().0, 2048).unwrap()).unwrap();
         let mut scratch = Vec::new();
         let new: Vec<(usize, Prepared)> = (0..buf.len())
             .map(|i| {
@@ -855,16 +863,16 @@ mod tests {
     #[test]
     fn the_rule_picks_none_for_noise_and_a_dictionary_for_similar_records() {
         let noise: Vec<Vec<u8>> = (1..=400).map(|seed| noise(seed, 300)).collect();
-        let (c, dict, trials) = choose(&noise, 4096, &candidates(true, 3));
+        let (c, dict, trials) = choose(&noise, 4, 4096, &candidates(true, 3));
         assert_eq!(c, Compression::None, "{trials:?}");
         assert!(dict.is_none());
         let similar: Vec<Vec<u8>> = (0..2000).map(json).collect();
-        let (c, dict, trials) = choose(&similar, 8192, &candidates(true, 3));
+        let (c, dict, trials) = choose(&similar, 4, 8192, &candidates(true, 3));
         assert_eq!(c, zstd_dict(), "{trials:?}");
         assert!(dict.is_some());
         assert_eq!(trials.len(), 5);
         // Without :auto only zstd with and without the dictionary compete.
-        let (c, _, trials) = choose(&similar, 8192, &candidates(false, 5));
+        let (c, _, trials) = choose(&similar, 4, 8192, &candidates(false, 5));
         assert_eq!(trials.len(), 2);
         assert_eq!(
             c,
