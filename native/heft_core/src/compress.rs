@@ -216,13 +216,13 @@ fn lz4(raw: &[u8], out: &mut Vec<u8>) -> Packed {
 /// less than about 1/64 of the input (noise comes back raw), and a table
 /// with a dictionary asked for the fewest bytes.
 fn dict_block(raw: &[u8], d: &crate::dict::Dict, out: &mut Vec<u8>) -> Packed {
-    let extra =
-        crate::codec::varint_len(raw.len() as u64) + crate::codec::varint_len(d.id() as u64);
+    let p = Packed {
+        codec: Codec::ZstdBlock,
+        dict: d.id(),
+    };
+    let header = |p, n| crate::record::header_len(p, 0, n, raw.len());
     match zblock::compress(raw, d.cdict(), out) {
-        Some(n) if n + extra < raw.len() => Packed {
-            codec: Codec::ZstdBlock,
-            dict: d.id(),
-        },
+        Some(n) if n + header(p, n) < raw.len() + header(Packed::RAW, raw.len()) => p,
         _ => Packed::RAW,
     }
 }

@@ -8,6 +8,21 @@ use crate::compress::{Codec, Packed};
 /// The longest header: a flags byte and four 10-byte varints.
 pub const MAX_HEADER: usize = 1 + 4 * 10;
 
+/// A flags byte above this is a [`Codec::ZstdBlock`] record whose
+/// dictionary id is the byte minus this (ids 1..=247): no id varint.
+const BLOCK_ID_BASE: u8 = 0x08;
+
+/// The flags byte of a record made as `packed`, and whether a dictionary
+/// id varint follows the lengths.
+fn flags(packed: Packed) -> (u8, bool) {
+    match packed.codec {
+        Codec::ZstdBlock if packed.dict > 0 && packed.dict <= (0xff - BLOCK_ID_BASE) as u32 => {
+            (BLOCK_ID_BASE + packed.dict as u8, false)
+        }
+        c => (c as u8, c.uses_dict()),
+    }
+}
+
 /// A parsed record header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
@@ -57,7 +72,13 @@ impl Header {
     pub fn parse_prefix(bytes: &[u8]) -> Result<Header, DecodeError> {
         let mut r = Reader::new(bytes);
         let flags = r.u8()?;
-        let codec = Codec::try_from(flags).map_err(|_| DecodeError::BadTag(flags))?;
+        let (codec, inline_id) = match flags.checked_sub(BLOCK_ID_BASE) {
+            Some(id) if id > 0 => (Codec::ZstdBlock, id as u32),
+            _ => (
+                Codec::try_from(flags).map_err(|_| DecodeError::BadTag(flags))?,
+                0,
+            ),
+        };
         let key_len = as_len(r.varint()?)?;
         let stored_len = as_len(r.varint()?)?;
         let raw_len = match codec {
@@ -65,6 +86,7 @@ impl Header {
             _ => as_len(r.varint()?)?,
         };
         let dict = match codec {
+            _ if inline_id > 0 => inline_id,
             Codec::ZstdDict | Codec::ZstdBlock => {
                 let id = r.varint()?;
                 u32::try_from(id)
@@ -100,13 +122,14 @@ fn as_len(v: u64) -> Result<usize, DecodeError> {
 pub fn write(out: &mut Vec<u8>, packed: Packed, key: &[u8], body: &[u8], raw_len: usize) {
     out.clear();
     out.reserve(MAX_HEADER + key.len() + body.len());
-    out.push(packed.codec as u8);
+    let (flags, id_varint) = flags(packed);
+    out.push(flags);
     put_varint(out, key.len() as u64);
     put_varint(out, body.len() as u64);
     if packed.codec != Codec::Raw {
         put_varint(out, raw_len as u64);
     }
-    if packed.codec.uses_dict() {
+    if id_varint {
         put_varint(out, packed.dict as u64);
     }
     out.extend_from_slice(key);
@@ -120,7 +143,7 @@ pub fn header_len(packed: Packed, key_len: usize, stored_len: usize, raw_len: us
     } else {
         varint_len(raw_len as u64)
     };
-    let dict = if packed.codec.uses_dict() {
+    let dict = if flags(packed).1 {
         varint_len(packed.dict as u64)
     } else {
         0
@@ -161,6 +184,24 @@ mod tests {
         assert_eq!((h.codec, h.dict, h.raw_len), (Codec::ZstdDict, 300, 90));
         assert_eq!(h.header_len, header_len(dict, 1, 20, 90));
         assert_eq!(h.total_len(), buf.len());
+
+        // Blocks of dictionaries 1..=247 carry the id in the flags byte.
+        for (id, len) in [(1, 4), (247, 4), (248, 6), (300, 6), (1 << 20, 7)] {
+            let block = Packed {
+                codec: Codec::ZstdBlock,
+                dict: id,
+            };
+            write(&mut buf, block, b"k", &[1; 20], 90);
+            let h = Header::parse(&buf).unwrap();
+            assert_eq!((h.codec, h.dict, h.raw_len), (Codec::ZstdBlock, id, 90));
+            assert_eq!((h.header_len, header_len(block, 1, 20, 90)), (len, len));
+            assert_eq!(h.total_len(), buf.len());
+        }
+        // The explicit form with id 0, or of a too large id: refused.
+        assert!(Header::parse(&[5, 0, 1, 1, 0, 7]).is_err());
+        assert!(Header::parse(&[5, 0, 1, 1, 0xff, 0xff, 0xff, 0xff, 0x7f, 7]).is_err());
+        assert_eq!(Header::parse(&[5, 0, 1, 1, 3, 7]).unwrap().dict, 3);
+        assert_eq!(Header::parse(&[6, 0, 1, 1, 7]), Err(DecodeError::BadTag(6)));
 
         write(&mut buf, RAW, b"", b"body", 4);
         let h = Header::parse(&buf).unwrap();
