@@ -153,6 +153,10 @@ defmodule Heft.Native do
   def anonymous_arenas, do: :erlang.nif_error(:heft_nif_not_loaded)
   def debug_panic, do: :erlang.nif_error(:heft_nif_not_loaded)
 
+  # Heft.Memory.sizing/3's codec predictions (sizing.rs; DirtyCpu).
+  def sizing_predict(_samples, _keypos, _bag, _compressions, _dictionary_bytes),
+    do: :erlang.nif_error(:heft_nif_not_loaded)
+
   # Match specifications and table files (select.rs, tab_file.rs)
   def select_access(_tab, _write), do: :erlang.nif_error(:heft_nif_not_loaded)
   def tmp_create(_dest, _mode), do: :erlang.nif_error(:heft_nif_not_loaded)
