@@ -266,9 +266,17 @@ defmodule Heft do
     * `{:keypos, n}` - the element that holds the key (default 1).
     * `{:heir, pid, data}` or `{:heir, :none}` (default) - who takes the
       table when the owner exits.
-    * `compression: :zlib` (default) or `:none` - per-record raw deflate,
-      kept only where it saves at least 1/8 of the record.
-      `:compressed` (ETS's option) means `compression: :zlib`.
+    * `compression:` how record bodies are compressed (see
+      "Compression"): `:zlib` (default) - per-record raw deflate, kept only
+      where it saves at least 1/8 of the record; `:none`; `:lz4` - fastest
+      to decode; `:zstd` - zstd level 3; `{:zstd, level: 1..22,
+      dictionary: :none | :auto}` - with `dictionary: :auto` the table
+      trains a dictionary from its own records once it holds 4,096 of
+      them (and `train_dictionary/2` trains one on demand); `:auto` - the
+      table measures every codec on its own records and picks one.
+      zstd and lz4 keep a compressed body only if it saves at least 1/16
+      of it. `:compressed` (ETS's option) means `compression: :zlib`.
+      With `persist:`, only `:zlib` and `:none` for now.
     * `compression_level: 0..9` - zlib's level for records over 4 KiB
       (default 1); shorter ones are deflated by Heft's own fast encoder
       (fixed Huffman codes), whatever the level.
@@ -311,6 +319,12 @@ defmodule Heft do
     {persist, opts} = Heft.Persist.split_options(opts)
     {o, args} = parse_options(opts)
 
+    if persist != nil and o.compression not in [:zlib, :none] do
+      raise ArgumentError,
+            "option :compression: a persistent table cannot store #{inspect(o.compression)} " <>
+              "yet (its dictionaries are not logged); use :zlib or :none with :persist"
+    end
+
     result =
       cond do
         persist != nil -> Heft.Persist.new!(name, o, args, persist)
@@ -337,7 +351,7 @@ defmodule Heft do
   # (Heft.Persist reuses it to reopen a table from its stored options).
   def __parse_options__(opts) do
     o = Enum.reduce(opts, default_options(), &option/2)
-    compression = if o.compression == :none, do: :none, else: {:zlib, o.level}
+    compression = native_compression(o.compression, o.level)
 
     arena =
       case o.arena do
@@ -349,6 +363,13 @@ defmodule Heft do
   end
 
   defp parse_options(opts), do: __parse_options__(opts)
+
+  # The compression as the NIF takes it (native/heft_nif/src/admin.rs
+  # `compression_of`).
+  defp native_compression(:zlib, level), do: {:zlib, level}
+  defp native_compression(:zstd, _level), do: {:zstd, 3, false}
+  defp native_compression({:zstd, o}, _level), do: {:zstd, o[:level], o[:dictionary] == :auto}
+  defp native_compression(other, _level) when other in [:none, :lz4, :auto], do: other
 
   defp default_options do
     %{
@@ -378,7 +399,12 @@ defmodule Heft do
     do: %{o | heir: {pid, data}}
 
   defp option(:compressed, o), do: %{o | compression: :zlib}
-  defp option({:compression, c}, o) when c in [:zlib, :none], do: %{o | compression: c}
+
+  defp option({:compression, c}, o) when c in [:zlib, :none, :lz4, :zstd, :auto],
+    do: %{o | compression: c}
+
+  defp option({:compression, {:zstd, zo}} = opt, o) when is_list(zo),
+    do: %{o | compression: {:zstd, zstd_options(zo, opt)}}
 
   defp option({:compression_level, l}, o) when is_integer(l) and l in 0..9,
     do: %{o | level: l}
@@ -418,6 +444,27 @@ defmodule Heft do
     do: raise(ArgumentError, "option :heir needs a local pid, got: #{inspect(opt)}")
 
   defp option(opt, _o), do: raise(ArgumentError, "unknown option: #{inspect(opt)}")
+
+  # `{:zstd, opts}`: `level: 1..22` (default 3), `dictionary: :none`
+  # (default) or `:auto`; each at most once. Normalized to both keys, in
+  # that order (what info/2 answers).
+  defp zstd_options(zo, opt) do
+    bad = fn why ->
+      raise ArgumentError, "option :compression has an invalid value (#{why}): #{inspect(opt)}"
+    end
+
+    unless Heft.Args.proper_list?(zo), do: bad.("not a keyword list")
+
+    Enum.reduce(zo, %{}, fn
+      {k, _}, acc when is_map_key(acc, k) -> bad.("#{inspect(k)} given twice")
+      {:level, l}, acc when is_integer(l) and l in 1..22 -> Map.put(acc, :level, l)
+      {:level, _}, _ -> bad.("zstd's :level is an integer in 1..22")
+      {:dictionary, d}, acc when d in [:none, :auto] -> Map.put(acc, :dictionary, d)
+      {:dictionary, _}, _ -> bad.(":dictionary is :none or :auto")
+      other, _ -> bad.("unknown zstd option #{inspect(other)}")
+    end)
+    |> then(&[level: Map.get(&1, :level, 3), dictionary: Map.get(&1, :dictionary, :none)])
+  end
 
   # The NIF takes the reference of an unnamed table or the name of a
   # named one.
@@ -1351,7 +1398,12 @@ defmodule Heft do
     :arena_swap_bytes,
     :index_resident_bytes,
     :payload_raw_bytes,
-    :payload_stored_bytes
+    :payload_stored_bytes,
+    :dictionary_bytes,
+    :dictionaries,
+    :records_by_codec,
+    :recompression,
+    :training
   ]
   @kernel_items [
     :arena_resident_bytes,
@@ -1411,8 +1463,29 @@ defmodule Heft do
       body before compression.
     * `:payload_stored_bytes` - the same as stored: headers, keys and
       (compressed) bodies, without size-class slack.
-    * `:compression` - `:none` or `{:zlib, level}`; `:arena` - `:memory`
-      or `{:file, path}`.
+    * `:compression` - as `new/2` takes it, completed: `:none`,
+      `{:zlib, level}`, `:lz4`, `{:zstd, [level: l, dictionary: :none |
+      :auto]}`, or for `compression: :auto` `{:auto, c}` with `c` the
+      codec new writes use (zstd until the table has chosen; see
+      "Compression"). `:arena` - `:memory` or `{:file, path}`.
+    * `:dictionary_bytes` - memory the table's zstd dictionaries take
+      (their bytes and zstd's digests of them; counted in `:meta_bytes`
+      and so in `:memory`).
+    * `:dictionaries` - one map a dictionary, oldest first: `%{id: id,
+      bytes: trained_bytes, records: records_compressed_with_it,
+      current: new_writes_use_it?}`.
+    * `:records_by_codec` - records stored by each codec: `%{raw: n,
+      zlib: n, zstd: n, lz4: n, zstd_dict: n}` (`:raw`: stored as
+      encoded, where compressing did not pay).
+    * `:recompression` - the background re-compression after a
+      dictionary or codec change: `%{state: s, done: visited, total:
+      records, recompressed: stored_again}`, `s` one of `:idle`,
+      `:sampling`, `:training`, `:running`, `:done`, `:failed`.
+    * `:training` - the last training: `%{samples: n, sample_bytes: b,
+      dictionary_bytes: d, microseconds: us, trials: [...], error: nil |
+      reason}`; for `compression: :auto`, `:trials` lists what each codec
+      did on the samples: `%{compression: c, bytes: stored, decode_ns:
+      per_record}`.
 
   And as in ETS: `:id` (the table's `Heft.Table` identifier, also for a
   named table), `:name`, `:named_table`, `:type`, `:keypos`,
@@ -1536,6 +1609,13 @@ defmodule Heft do
      Map.merge(map, %{
        node: node(),
        memory: map.index_bytes + map.meta_bytes + map.arena_used_bytes,
+       compression: compression_shape(map.compression),
+       training:
+         Map.update!(
+           map.training,
+           :trials,
+           &Enum.map(&1, fn t -> %{t | compression: compression_shape(t.compression)} end)
+         ),
        compressed: map.compression != :none,
        read_concurrency: true,
        write_concurrency: false,
@@ -1545,6 +1625,14 @@ defmodule Heft do
     ArgumentError -> :error
   end
 
+  # The NIF's compression as Heft.new/2 takes it.
+  defp compression_shape({:auto, c}), do: {:auto, compression_shape(c)}
+
+  defp compression_shape({:zstd, level, dict}),
+    do: {:zstd, [level: level, dictionary: if(dict, do: :auto, else: :none)]}
+
+  defp compression_shape(other), do: other
+
   defp kernel_view(ref) do
     case Native.kernel_view(ref) do
       %{} = view -> {:ok, view}
@@ -1552,6 +1640,69 @@ defmodule Heft do
     end
   rescue
     ArgumentError -> :error
+  end
+
+  @doc """
+  Trains a zstd dictionary on the table's records, makes it the one new
+  writes use, and re-compresses older records with it in the background.
+  For a table with `compression: {:zstd, dictionary: :auto}` (which does
+  this once on its own, see "Compression") or `compression: :auto` (which
+  then also chooses its codec again from the new samples).
+
+  Options:
+
+    * `samples: n` - records to train on (default 4,096; at least 64 are
+      needed), the first `n` in walk order.
+    * `dictionary_bytes: d` - the largest dictionary (default 16 KiB, at
+      most 1 MiB); the dictionary takes about a tenth of the samples'
+      bytes, at least 1 KiB.
+    * `recompress: false` - leave older records as they are.
+
+  Sampling copies the records out a chunk at a time under the table's
+  read lock, training runs on a thread of its own, off the schedulers,
+  holding no lock: readers and writers are never stopped. The calling
+  process waits for the dictionary (typically tens of milliseconds);
+  re-compression then goes on in the background, observable in
+  `info(tab, :recompression)`.
+
+  Returns `{:ok, id}` once new writes use dictionary `id` (for
+  `compression: :auto`, `{:ok, :none}` if it chose another codec), or
+  `{:error, reason}`, changing nothing: `:busy` (another training is
+  under way), `:too_few_records`, `:training_failed` (zstd found nothing
+  to learn), `:deleted`. Raises `ArgumentError` for a bad option, for a
+  table with another compression, and for a protected or private table
+  when the caller is not its owner.
+  """
+  @spec train_dictionary(tab, keyword) :: {:ok, pos_integer | :none} | {:error, atom}
+  def train_dictionary(tab, opts \\ []) do
+    opts =
+      Heft.Args.options!(opts, "Heft.train_dictionary/2",
+        samples: &(is_integer(&1) and &1 >= 1),
+        dictionary_bytes: &(is_integer(&1) and &1 >= 1 and &1 <= 1_048_576),
+        recompress: &is_boolean/1
+      )
+
+    {samples, bytes, _min} = Native.learn_defaults()
+    tag = :erlang.unique_integer([:positive])
+
+    started =
+      Native.train_dictionary(
+        ref(tab),
+        Keyword.get(opts, :samples, samples),
+        Keyword.get(opts, :dictionary_bytes, bytes),
+        Keyword.get(opts, :recompress, true),
+        tag
+      )
+
+    case started do
+      :ok ->
+        receive do
+          {:heft_trained, ^tag, result} -> result
+        end
+
+      error ->
+        error
+    end
   end
 
   @doc "The identifier of the named table `name`, or `:undefined`."

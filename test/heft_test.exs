@@ -10,7 +10,7 @@ defmodule HeftTest do
             {:bogus, ":bogus"},
             {{:keypos, 0}, ":keypos"},
             {{:keypos, :a}, ":keypos"},
-            {{:compression, :lz4}, ":compression"},
+            {{:compression, :brotli}, ":compression"},
             {{:compression_level, 10}, ":compression_level"},
             {{:arena, :disk}, ":arena"},
             {{:heir, :nobody, 1}, ":heir"},

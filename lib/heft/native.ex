@@ -157,6 +157,12 @@ defmodule Heft.Native do
   def sizing_predict(_samples, _keypos, _bag, _compressions, _dictionary_bytes),
     do: :erlang.nif_error(:heft_nif_not_loaded)
 
+  # Learning (native/heft_nif/src/learn.rs)
+  def train_dictionary(_tab, _samples, _max_bytes, _recompress, _tag),
+    do: :erlang.nif_error(:heft_nif_not_loaded)
+
+  def learn_defaults, do: :erlang.nif_error(:heft_nif_not_loaded)
+
   # Match specifications and table files (select.rs, tab_file.rs)
   def select_access(_tab, _write), do: :erlang.nif_error(:heft_nif_not_loaded)
   def tmp_create(_dest, _mode), do: :erlang.nif_error(:heft_nif_not_loaded)

@@ -16,6 +16,7 @@
 //! first.
 
 mod entries;
+pub mod learn;
 mod objects;
 
 use std::cmp::Ordering;
@@ -414,9 +415,12 @@ pub struct Stats {
     /// The key index: the hash index's slot array, or the ordered index's
     /// pages in use and directory (see each index's `heap_bytes`).
     pub index_bytes: u64,
-    /// Other heap memory: the atom dictionary (estimated from capacities)
-    /// and the arena's free lists.
+    /// Other heap memory: the atom dictionary (estimated from capacities),
+    /// the arena's free lists and the zstd dictionaries.
     pub meta_bytes: u64,
+    /// The zstd dictionaries (their bytes and digests; part of
+    /// `meta_bytes`).
+    pub dictionary_bytes: u64,
     /// Length of the arena mapping.
     pub arena_mapped_bytes: u64,
     /// Arena bytes handed out: live blocks, freed blocks awaiting reuse, and
@@ -445,6 +449,8 @@ pub struct State {
     arena: Arena,
     raw_bytes: u64,
     stored_bytes: u64,
+    /// Records by codec and by dictionary.
+    tally: learn::Tally,
 }
 
 impl Drop for State {
@@ -513,6 +519,7 @@ impl State {
         let h = self.record_at(loc).0;
         self.raw_bytes -= (h.key_len + h.raw_len) as u64;
         self.stored_bytes -= h.total_len() as u64;
+        self.tally.remove(h.codec, h.dict);
         self.arena.free(loc);
     }
 
@@ -538,6 +545,7 @@ impl State {
             dst.copy_from_slice(&r.bytes);
             self.raw_bytes += (r.key_len + r.raw_len) as u64;
             self.stored_bytes += r.bytes.len() as u64;
+            self.tally.add(r.packed.codec, r.packed.dict);
         }
         Ok(locs)
     }
@@ -577,6 +585,7 @@ impl State {
         for (r, loc) in recs.iter().zip(locs) {
             self.raw_bytes -= (r.key_len + r.raw_len) as u64;
             self.stored_bytes -= r.bytes.len() as u64;
+            self.tally.remove(r.packed.codec, r.packed.dict);
             self.arena.free(*loc);
         }
     }
@@ -644,7 +653,9 @@ pub enum Slotted {
 /// A table.
 pub struct Table {
     hasher: KeyedHash,
-    compression: Compression,
+    /// How new writes are compressed, and what the table learns
+    /// (table/learn.rs).
+    learner: learn::Learner,
     dicts: Arc<Dictionaries>,
     kind: Kind,
     state: RwLock<Option<State>>,
@@ -666,7 +677,7 @@ impl Table {
         let dicts = Arc::new(Dictionaries::new(level));
         Ok(Table {
             hasher,
-            compression: opts.compression,
+            learner: learn::Learner::new(opts.compression),
             dicts: dicts.clone(),
             kind: opts.kind,
             state: RwLock::new(Some(State {
@@ -675,6 +686,7 @@ impl Table {
                 arena,
                 raw_bytes: 0,
                 stored_bytes: 0,
+                tally: learn::Tally::default(),
             })),
             atoms: Arc::new(RwLock::new(AtomTable::new())),
             backing: opts.backing.clone(),
@@ -839,6 +851,7 @@ impl Table {
             dst.copy_from_slice(bytes);
             st.raw_bytes += (h.key_len + h.raw_len) as u64;
             st.stored_bytes += bytes.len() as u64;
+            st.tally.add(h.codec, h.dict);
             bulk.slots.push(Slot { hash, loc });
         }
         Ok(())
@@ -934,6 +947,7 @@ impl Table {
         for (r, loc) in recs.iter().zip(locs) {
             st.link(self.kind, ord, r, loc);
         }
+        self.learner.count(st.entries.len());
         Ok(())
     }
 
@@ -942,9 +956,10 @@ impl Table {
         self.kind
     }
 
-    /// How the table compresses bodies.
+    /// How the table compresses new bodies (for `compression: :auto`,
+    /// what it chose, or uses until it chooses).
     pub fn compression(&self) -> Compression {
-        self.compression
+        self.learner.mode()
     }
 
     /// The table's zstd dictionaries (dict.rs).
@@ -971,7 +986,7 @@ impl Table {
     }
 
     fn prepare_with(&self, key: &[u8], body: &[u8], packed: &mut Vec<u8>) -> Prepared {
-        let how = compress::compress(body, self.compression, &self.dicts, packed);
+        let how = compress::compress(body, self.learner.mode(), &self.dicts, packed);
         let stored: &[u8] = match how.codec {
             Codec::Raw => body,
             _ => packed,
@@ -1306,6 +1321,7 @@ impl Table {
         st.entries.clear();
         st.raw_bytes = 0;
         st.stored_bytes = 0;
+        st.tally = learn::Tally::default();
         Ok(n)
     }
 
@@ -1504,7 +1520,10 @@ impl Table {
         Ok(Stats {
             size: st.entries.len() as u64,
             index_bytes: st.entries.heap_bytes(),
-            meta_bytes: self.atoms.read().heap_bytes() + st.arena.overhead_bytes(),
+            meta_bytes: self.atoms.read().heap_bytes()
+                + st.arena.overhead_bytes()
+                + self.dicts.memory() as u64,
+            dictionary_bytes: self.dicts.memory() as u64,
             arena_mapped_bytes: st.arena.mapped_bytes(),
             arena_used_bytes: st.arena.used_bytes(),
             arena_live_bytes: st.arena.live_bytes(),

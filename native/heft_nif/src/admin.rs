@@ -23,6 +23,7 @@ mod atoms {
         zlib,
         zstd,
         lz4,
+        auto,
         memory,
         file,
         undefined,
@@ -108,17 +109,24 @@ pub struct NewArgs {
     pub keypos: usize,
     pub heir: Option<Heir>,
     pub compression: Compression,
+    /// `compression: :auto`: the table picks its codec (learn.rs).
+    pub auto: bool,
     pub backing: Backing,
     pub label: String,
 }
 
-/// A compression as Heft.new/2 passes it (see [`parse_new_args`]).
+/// A compression as Heft.new/2 passes it (see [`parse_new_args`]);
+/// `:auto` is read as zstd, which such a table starts with.
 pub fn compression_of(term: Term) -> NifResult<Compression> {
     let malformed = || badarg("malformed compression");
     if let Ok(a) = term.decode::<Atom>() {
         return match a {
             a if a == atoms::none() => Ok(Compression::None),
             a if a == atoms::lz4() => Ok(Compression::Lz4),
+            a if a == atoms::auto() => Ok(Compression::Zstd {
+                level: heft_core::compress::ZSTD_DEFAULT_LEVEL,
+                dict: false,
+            }),
             _ => Err(malformed()),
         };
     }
@@ -148,7 +156,7 @@ pub fn compression_term(env: Env, c: Compression) -> Term {
 /// Options arrive validated by Heft.new/2:
 /// `{type, named, protection, keypos, heir, compression, arena}` with heir
 /// `:none | {pid, data}`, compression `:none | {:zlib, level} | :lz4 |
-/// {:zstd, level, dictionary :: boolean}` and arena
+/// {:zstd, level, dictionary :: boolean} | :auto` and arena
 /// `:memory | {:file, dir}`.
 pub fn parse_new_args<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<NewArgs> {
     type Opts<'b> = (Atom, bool, Atom, usize, Term<'b>, Term<'b>, Term<'b>);
@@ -163,6 +171,9 @@ pub fn parse_new_args<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult
         let (pid, data): (LocalPid, Term) = heir.decode().map_err(|_| badarg("malformed heir"))?;
         Some(Heir::new(pid, data))
     };
+    let auto = compression
+        .decode::<Atom>()
+        .is_ok_and(|a| a == atoms::auto());
     let compression = compression_of(compression)?;
     let backing = if arena.decode::<Atom>().is_ok_and(|a| a == atoms::memory()) {
         Backing::Memory
@@ -180,6 +191,7 @@ pub fn parse_new_args<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult
         keypos,
         heir,
         compression,
+        auto,
         backing,
         label,
     })
@@ -205,7 +217,6 @@ pub fn install<'a>(
         core,
         args.keypos,
         args.protection,
-        args.compression,
         args.backing,
         owner,
         meta,
@@ -235,6 +246,9 @@ fn new_impl<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>>
         Ok(core) => core,
         Err(e) => return Err(errors::io_error(&e)),
     };
+    if args.auto {
+        core.set_auto();
+    }
     install(env, name, args, Arc::new(core), None).map(|(tab, _)| tab)
 }
 
@@ -358,7 +372,6 @@ fn info<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
         Some(h) if env.is_process_alive(h.pid) => h.pid.encode(env),
         _ => atoms::none().encode(env),
     };
-    let compression = compression_term(env, t.compression);
     let arena = match &t.backing {
         Backing::Memory => atoms::memory().encode(env),
         Backing::File(_) => {
@@ -366,7 +379,7 @@ fn info<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
             (atoms::file(), path.to_string_lossy().into_owned()).encode(env)
         }
     };
-    let pairs: Vec<(Term, Term)> = vec![
+    let mut pairs: Vec<(Term, Term)> = vec![
         (atoms::name().encode(env), meta.name.encode(env)),
         (atoms::named_table().encode(env), meta.named.encode(env)),
         (
@@ -407,10 +420,10 @@ fn info<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
             atoms::payload_stored_bytes().encode(env),
             s.payload_stored_bytes.encode(env),
         ),
-        (atoms::compression().encode(env), compression),
         (atoms::arena().encode(env), arena),
         (atoms::id().encode(env), tab_struct(env, &t)),
     ];
+    pairs.extend(crate::learn::info_items(env, &t.core));
     Term::map_from_pairs(env, &pairs).map_err(|_| badarg("internal error building info"))
 }
 

@@ -8,6 +8,7 @@ mod atom_words;
 mod codec;
 mod errors;
 mod fix;
+mod learn;
 mod ops;
 mod persist;
 mod resource;

@@ -477,6 +477,7 @@ fn write_objects<'a>(
     } else {
         t.core.insert(&prepared).map(|()| true)
     };
+    crate::learn::after_write(&t.core);
     done.map(|b| b.encode(env)).map_err(errors::core)
 }
 

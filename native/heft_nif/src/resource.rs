@@ -33,7 +33,7 @@ use std::sync::{Arc, LazyLock, Mutex as StdMutex};
 
 use heft_core::atoms::AtomTable;
 use heft_core::table::State;
-use heft_core::{Backing, Compression, Table};
+use heft_core::{Backing, Table};
 use parking_lot::{Mutex, RwLock};
 use rustler::env::SavedTerm;
 use rustler::sys::{self, ErlNifTerm};
@@ -195,7 +195,6 @@ pub struct TableRes {
     pub atoms: AtomCache,
     pub keypos: usize,
     pub protection: Protection,
-    pub compression: Compression,
     pub backing: Backing,
     /// The owner, as its `ErlNifPid` word ([`pid_word`]): read by every
     /// call, which a lock's two atomic read-modify-writes made slower by
@@ -225,7 +224,6 @@ impl TableRes {
         core: CoreArc<Table>,
         keypos: usize,
         protection: Protection,
-        compression: Compression,
         backing: Backing,
         owner: LocalPid,
         meta: Meta,
@@ -237,7 +235,6 @@ impl TableRes {
             atoms,
             keypos,
             protection,
-            compression,
             backing,
             owner: AtomicUsize::new(pid_word(owner)),
             deleted: AtomicBool::new(false),
