@@ -4,8 +4,9 @@
 //! `compress::unpack` answers the body or `CorruptBody`, never panics, and
 //! a body it answers has exactly the claimed length.
 //!
-//! Input: codec selector, dictionary id, raw length (3 bytes), dictionary
-//! length, the dictionary, then the stored body.
+//! Input: codec selector, dictionary id, raw length (3 bytes, shifted by
+//! up to 40 bits: any size, up to far beyond what fits in memory),
+//! dictionary length, the dictionary, then the stored body.
 #![no_main]
 use heft_core::compress::{unpack, Codec};
 use heft_core::dict::Dictionaries;
@@ -27,7 +28,9 @@ fuzz_target!(|data: &[u8]| {
     let codec = CODECS[usize::from(data[0]) % CODECS.len()];
     // 0 (none), 1 (the one below), 2.. (missing).
     let dict_id = u32::from(data[1] % 4);
-    let raw_len = usize::from(data[2]) | usize::from(data[3]) << 8 | usize::from(data[4]) << 16;
+    let shift = u32::from(data[1] >> 2) % 41;
+    let raw_len = (usize::from(data[2]) | usize::from(data[3]) << 8 | usize::from(data[4]) << 16)
+        << shift;
     let dict_len = usize::from(data[5]).min(data.len() - 6);
     let (dict, stored) = data[6..].split_at(dict_len);
     let dicts = Dictionaries::new(3);
