@@ -185,6 +185,30 @@ defmodule Heft.BenchTest do
     assert "heft_none" in Report.goal_stores() and "heft_lz4" in Report.goal_stores()
   end
 
+  @tag timeout: 120_000
+  test "a heft_zstd_dict cell measures its table with the dictionary in use" do
+    dir = Path.join(System.tmp_dir!(), "heft-bench-dict-#{System.unique_integer([:positive])}")
+
+    cell = fn count ->
+      spec = %{store: "heft_zstd_dict", kind: :json_1k, count: count, dir: dir}
+      capture_io(fn -> send(self(), {:result, Heft.Bench.Cell.run(spec)}) end)
+      assert_received {:result, result}
+      result
+    end
+
+    # Past 4,096 records the table trains on its own; the records written
+    # before its dictionary were re-compressed before anything was measured.
+    auto = cell.(5_000)
+    assert auto.status == :ok
+    assert auto.note =~ "trained by the table at 4,096 records; 100.0% of the records with it"
+    assert auto.payload_ratio < 0.3
+
+    # Below, the cell trains it with Heft.train_dictionary/2.
+    small = cell.(1_500)
+    assert small.note =~ "trained by Heft.train_dictionary/2"
+    assert small.note =~ "100.0% of the records with it"
+  end
+
   test "Heft against ETS: one row per measured Heft cell with an ETS cell of the same kind and count" do
     markdown = Report.ratios_markdown(cells())
     assert markdown =~ "| small_map | 100,000 | heft_zlib | 0.625 | 1.20 | 1.33 | 2.00 |"

@@ -309,10 +309,12 @@ defmodule Heft.Bench.Store.Heft do
     if dictionary?(opts), do: settle_dictionary(t)
   end
 
-  defp dictionary?(opts),
-    do:
-      match?({:zstd, zo} when is_list(zo), opts[:compression]) and
-        opts[:compression] |> elem(1) |> Keyword.get(:dictionary) == :auto
+  defp dictionary?(opts) do
+    case opts[:compression] do
+      {:zstd, zo} -> zo[:dictionary] == :auto
+      _ -> false
+    end
+  end
 
   defp settle_dictionary(t) do
     t0 = System.monotonic_time(:millisecond)
