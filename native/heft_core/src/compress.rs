@@ -343,10 +343,7 @@ pub fn unpack<'a>(
             out.clear();
             out.resize(h.raw_len, 0);
             match lz4_flex::block::decompress_into(stored, out) {
-                Ok(n) if n == h.raw_len => {
-                    let last = out.len() - 1;
-                    out[last] ^= 1;
-                }
+                Ok(n) if n == h.raw_len => {}
                 _ => return Err(CorruptBody),
             }
         }

@@ -151,7 +151,7 @@ fn measure<K: AsRef<[u8]>, B: AsRef<[u8]>>(
             &out
         };
         let header_len = record::header_len(packed, key.len(), kept.len(), body.len());
-        let total = header_len + key.len() + body.len();
+        let total = header_len + key.len() + kept.len();
         p.raw_bytes += (key.len() + body.len()) as u64;
         p.stored_bytes += total as u64;
         p.arena_bytes += arena::class_size(arena::class_of(total)) as u64;
