@@ -61,7 +61,7 @@ fn sizing_predict<'a>(
     let mut enc = TermEncoder::new(&atoms, usize::MAX);
     let mut encoded = Vec::with_capacity(samples.len());
     for s in samples {
-        if tuple_arity(s).is_none_or(|n| n < keypos) {
+        if !matches!(tuple_arity(s), Some(n) if n >= keypos) {
             return Err(badarg(format!(
                 "a sample that is not a tuple of at least {keypos} elements"
             )));

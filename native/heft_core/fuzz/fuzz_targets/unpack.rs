@@ -29,8 +29,9 @@ fuzz_target!(|data: &[u8]| {
     // 0 (none), 1 (the one below), 2.. (missing).
     let dict_id = u32::from(data[1] % 4);
     let shift = u32::from(data[1] >> 2) % 41;
-    let raw_len = (usize::from(data[2]) | usize::from(data[3]) << 8 | usize::from(data[4]) << 16)
-        << shift;
+    let raw_len =
+        (usize::from(data[2]) | (usize::from(data[3]) << 8) | (usize::from(data[4]) << 16))
+            << shift;
     let dict_len = usize::from(data[5]).min(data.len() - 6);
     let (dict, stored) = data[6..].split_at(dict_len);
     let dicts = Dictionaries::new(3);
@@ -44,7 +45,11 @@ fuzz_target!(|data: &[u8]| {
         header_len: 0,
         key_len: 0,
         stored_len: stored.len(),
-        raw_len: if codec == Codec::Raw { stored.len() } else { raw_len },
+        raw_len: if codec == Codec::Raw {
+            stored.len()
+        } else {
+            raw_len
+        },
     };
     let mut out = Vec::new();
     if let Ok(body) = unpack(&h, stored, &dicts, &mut out) {
