@@ -1682,14 +1682,14 @@ defmodule Heft do
         recompress: &is_boolean/1
       )
 
-    {samples, bytes, _min} = Native.learn_defaults()
+    {samples, _max_bytes, _min} = Native.learn_defaults()
     tag = :erlang.unique_integer([:positive])
 
     started =
       Native.train_dictionary(
         ref(tab),
         Keyword.get(opts, :samples, samples),
-        Keyword.get(opts, :dictionary_bytes, bytes),
+        Keyword.get(opts, :dictionary_bytes, 0),
         Keyword.get(opts, :recompress, true),
         tag
       )

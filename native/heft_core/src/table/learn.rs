@@ -169,7 +169,7 @@ impl std::fmt::Display for LearnError {
 pub struct Job {
     /// Records to sample.
     pub samples: usize,
-    /// The largest dictionary to train.
+    /// The dictionary's size; 0 for [`dict_size`] of the samples.
     pub dict_bytes: usize,
     /// Re-compress older records afterwards.
     pub recompress: bool,
@@ -179,7 +179,7 @@ impl Default for Job {
     fn default() -> Self {
         Job {
             samples: AUTO_RECORDS,
-            dict_bytes: DICT_BYTES,
+            dict_bytes: 0,
             recompress: true,
         }
     }
@@ -418,33 +418,34 @@ fn learn(table: &Table, job: Job) -> Result<u32, LearnError> {
     }
     table.learner.progress.lock().phase = Phase::Training;
     let sample_bytes: usize = samples.iter().map(Vec::len).sum();
-    let size = dict_size(sample_bytes, job.dict_bytes);
+    let size = match job.dict_bytes {
+        0 => dict_size(sample_bytes, DICT_BYTES),
+        n => n,
+    };
     let started = Instant::now();
-    if table.is_auto() {
-        let (choice, bytes, trials) = choose(&samples, size);
-        let train_us = started.elapsed().as_micros() as u64;
-        let id = match bytes {
-            Some(b) => use_dict(table, &b)?,
-            None => 0,
-        };
-        table.learner.set_mode(choice);
-        let mut p = table.learner.progress.lock();
-        p.trials = trials;
-        note(&mut p, samples.len(), sample_bytes, id, table, train_us);
-        return Ok(id);
-    }
-    let bytes = dict::train(&samples, size).map_err(|e| LearnError::Training(e.to_string()))?;
+    let auto = table.is_auto();
+    let level = table.dicts.level();
+    let (choice, bytes, trials) = choose(&samples, size, &candidates(auto, level));
     let train_us = started.elapsed().as_micros() as u64;
-    let id = use_dict(table, &bytes)?;
-    note(
-        &mut table.learner.progress.lock(),
-        samples.len(),
-        sample_bytes,
-        id,
-        table,
-        train_us,
-    );
+    if !auto && trials.iter().all(|t| !uses_dict(t.compression)) {
+        let why = "zstd found nothing to learn in the samples";
+        return Err(LearnError::Training(why.into()));
+    }
+    let id = match bytes {
+        Some(b) => use_dict(table, &b)?,
+        None => 0,
+    };
+    if auto {
+        table.learner.set_mode(choice);
+    }
+    let mut p = table.learner.progress.lock();
+    p.trials = trials;
+    note(&mut p, samples.len(), sample_bytes, id, table, train_us);
     Ok(id)
+}
+
+fn uses_dict(c: Compression) -> bool {
+    matches!(c, Compression::Zstd { dict: true, .. })
 }
 
 fn note(p: &mut Progress, n: usize, bytes: usize, id: u32, table: &Table, us: u64) {
@@ -467,42 +468,54 @@ fn use_dict(table: &Table, bytes: &[u8]) -> Result<u32, LearnError> {
     Ok(d.id())
 }
 
-/// The codecs `compression: :auto` tries, in the order they win ties.
-fn candidates() -> [Compression; 5] {
-    let zstd = |dict| Compression::Zstd {
-        level: ZSTD_DEFAULT_LEVEL,
-        dict,
-    };
-    [
-        Compression::None,
-        Compression::Lz4,
-        zstd(false),
-        zstd(true),
-        Compression::Zlib(1),
-    ]
+/// The codecs a job tries, in the order they win ties: for
+/// `compression: :auto` every one, else zstd at the table's `level`
+/// without and with the new dictionary.
+fn candidates(auto: bool, level: i32) -> Vec<Compression> {
+    let zstd = |dict| Compression::Zstd { level, dict };
+    match auto {
+        true => vec![
+            Compression::None,
+            Compression::Lz4,
+            zstd(false),
+            zstd(true),
+            Compression::Zlib(1),
+        ],
+        false => vec![zstd(false), zstd(true)],
+    }
 }
 
-/// `compression: :auto`'s rule. A dictionary of `dict_size` bytes is
-/// trained on the first three quarters of the samples, and every codec
-/// stores and decodes the last quarter: of the codecs whose stored bytes
-/// are within 1/16 of the fewest, the one that decodes fastest wins,
-/// times within a quarter (plus 50 ns) of the fastest counting as ties,
-/// which go to the earlier of none, lz4, zstd, zstd with the dictionary,
-/// zlib. Returns the choice, the dictionary if it is chosen, and the trials.
-pub fn choose(samples: &[Vec<u8>], dict_size: usize) -> (Compression, Option<Vec<u8>>, Vec<Trial>) {
+/// The rule that decides what a job puts in use. A dictionary of
+/// `dict_size` bytes is trained on the first three quarters of the
+/// samples, and each of `candidates` stores and decodes the last quarter:
+/// of the codecs whose stored bytes are within 1/16 of the fewest, the
+/// one that decodes fastest wins, times within a quarter (plus 50 ns) of
+/// the fastest counting as ties, which go to the earlier candidate.
+/// (So a dictionary is only used where it saves more than 1/16 of the
+/// bytes zstd alone stores, or decodes as fast.) Returns the choice, the
+/// dictionary if it is chosen, and the trials.
+pub fn choose(
+    samples: &[Vec<u8>],
+    dict_size: usize,
+    candidates: &[Compression],
+) -> (Compression, Option<Vec<u8>>, Vec<Trial>) {
     let split = (samples.len() * 3 / 4).max(1).min(samples.len() - 1);
     let (train, eval) = samples.split_at(split);
     let trained = dict::train(train, dict_size).ok();
-    let dicts = Dictionaries::new(ZSTD_DEFAULT_LEVEL);
+    let level = candidates.iter().find_map(|c| match c {
+        Compression::Zstd { level, .. } => Some(*level),
+        _ => None,
+    });
+    let dicts = Dictionaries::new(level.unwrap_or(ZSTD_DEFAULT_LEVEL));
     if let Some(b) = &trained {
         if let Ok(d) = dicts.add(b) {
             dicts.set_current(d.id());
         }
     }
-    let trials: Vec<Trial> = candidates()
-        .into_iter()
-        .filter(|c| !matches!(c, Compression::Zstd { dict: true, .. }) || dicts.current().is_some())
-        .map(|c| trial(c, eval, &dicts))
+    let trials: Vec<Trial> = candidates
+        .iter()
+        .filter(|c| !uses_dict(**c) || dicts.current().is_some())
+        .map(|c| trial(*c, eval, &dicts))
         .collect();
     let fewest = trials.iter().map(|t| t.bytes).min().unwrap_or(0);
     let small: Vec<&Trial> = trials
@@ -514,10 +527,7 @@ pub fn choose(samples: &[Vec<u8>], dict_size: usize) -> (Compression, Option<Vec
         .iter()
         .find(|t| t.decode_ns <= fastest + fastest / 4 + 50)
         .map_or(Compression::None, |t| t.compression);
-    let bytes = match pick {
-        Compression::Zstd { dict: true, .. } => trained,
-        _ => None,
-    };
+    let bytes = if uses_dict(pick) { trained } else { None };
     (pick, bytes, trials)
 }
 
@@ -630,5 +640,306 @@ fn recompress(table: &Table, generation: u64) {
         }
         // Paced: at most half of one core.
         std::thread::sleep(started.elapsed().max(Duration::from_micros(50)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::Value;
+    use crate::table::{Kind, Options};
+    use crate::Backing;
+    use std::sync::mpsc;
+
+    fn zstd_dict() -> Compression {
+        Compression::Zstd {
+            level: 3,
+            dict: true,
+        }
+    }
+
+    fn table(kind: Kind, compression: Compression) -> Arc<Table> {
+        Arc::new(
+            Table::new(&Options {
+                backing: Backing::Memory,
+                compression,
+                label: "learn".into(),
+                kind,
+            })
+            .unwrap(),
+        )
+    }
+
+    fn key(i: i64) -> Vec<u8> {
+        Value::Int(i).to_bytes()
+    }
+
+    /// A JSON-like body: what every record shares, and what is its own.
+    fn json(i: i64) -> Vec<u8> {
+        let s = format!(
+            "{{\"id\":{i},\"name\":\"user-{i}\",\"email\":\"user-{i}@example.com\",\
+             \"age\":{},\"city\":\"Springfield\",\"street\":\"{} Main Street\",\
+             \"active\":{}}}",
+            i % 90,
+            i % 997,
+            i % 3 != 0
+        );
+        Value::Tuple(vec![Value::Int(i), Value::Binary(s.into_bytes())]).to_bytes()
+    }
+
+    fn fill(t: &Table, range: std::ops::Range<i64>, body: impl Fn(i64) -> Vec<u8>) {
+        let recs: Vec<Prepared> = range.map(|i| t.prepare(&key(i), &body(i))).collect();
+        for c in recs.chunks(500) {
+            // insert takes a slice of owned records.
+            let c: Vec<Prepared> = c.iter().map(|p| clone_prepared(t, p)).collect();
+            t.insert(&c).unwrap();
+        }
+    }
+
+    fn clone_prepared(t: &Table, p: &Prepared) -> Prepared {
+        let mut scratch = Vec::new();
+        let h = Header::parse(&p.bytes).unwrap();
+        let body = compress::unpack(&h, &p.bytes[h.body_start()..], &t.dicts, &mut scratch)
+            .unwrap()
+            .to_vec();
+        t.prepare(p.key(), &body)
+    }
+
+    fn bodies(t: &Table, k: &[u8]) -> Vec<Vec<u8>> {
+        let mut buf = RecordBuf::new();
+        t.get(t.hash(k), k, &mut buf).unwrap();
+        let mut scratch = Vec::new();
+        buf.items()
+            .iter()
+            .map(|it| {
+                buf.body(it, t.dictionaries(), &mut scratch)
+                    .unwrap()
+                    .to_vec()
+            })
+            .collect()
+    }
+
+    /// Runs a job to its end; what `done` got.
+    fn run_job(t: &Arc<Table>, job: Job) -> Result<u32, LearnError> {
+        let (tx, rx) = mpsc::channel();
+        start(t.clone(), job, Some(Box::new(move |r| tx.send(r).unwrap())))?;
+        let r = rx.recv().unwrap();
+        while matches!(t.learning().phase, Phase::Running | Phase::Sampling) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        r
+    }
+
+    #[test]
+    fn training_uses_a_dictionary_and_recompression_moves_every_record_to_it() {
+        for kind in [Kind::Set, Kind::OrderedSet, Kind::Bag, Kind::DuplicateBag] {
+            let t = table(kind, zstd_dict());
+            fill(&t, 0..3000, json);
+            let before = t.stats().unwrap().payload_stored_bytes;
+            assert_eq!(t.tally().unwrap().by_codec[Codec::Zstd as usize], 3000);
+            let id = run_job(&t, Job::default()).unwrap();
+            assert_eq!(id, 1, "{kind:?}");
+            let p = t.learning();
+            assert_eq!(p.phase, Phase::Done);
+            assert_eq!((p.done, p.total, p.recompressed), (3000, 3000, 3000));
+            let tally = t.tally().unwrap();
+            assert_eq!(tally.by_dict, vec![3000], "{kind:?}");
+            assert_eq!(tally.by_codec[Codec::ZstdDict as usize], 3000);
+            let s = t.stats().unwrap();
+            assert!(s.payload_stored_bytes < before / 2, "{kind:?}: {s:?}");
+            assert!(s.dictionary_bytes > 0 && s.meta_bytes >= s.dictionary_bytes);
+            for i in [0, 1, 1234, 2999] {
+                assert_eq!(bodies(&t, &key(i)), vec![json(i)], "{kind:?}");
+            }
+            assert_eq!(t.len().unwrap(), 3000);
+        }
+    }
+
+    #[test]
+    fn old_records_stay_readable_after_retraining() {
+        let t = table(Kind::Set, zstd_dict());
+        fill(&t, 0..1000, json);
+        let quiet = Job {
+            recompress: false,
+            ..Job::default()
+        };
+        assert_eq!(run_job(&t, quiet), Ok(1));
+        fill(&t, 1000..2000, json);
+        assert_eq!(run_job(&t, quiet), Ok(2));
+        fill(&t, 2000..2500, json);
+        let tally = t.tally().unwrap();
+        assert_eq!(tally.by_dict, vec![1000, 500]);
+        assert_eq!(tally.by_codec[Codec::Zstd as usize], 1000);
+        for i in (0..2500).step_by(97) {
+            assert_eq!(bodies(&t, &key(i)), vec![json(i)]);
+        }
+        // Re-compression then moves them all to the newest.
+        assert_eq!(run_job(&t, Job::default()), Ok(3));
+        assert_eq!(t.tally().unwrap().by_dict, vec![0, 0, 2500]);
+        for i in (0..2500).step_by(97) {
+            assert_eq!(bodies(&t, &key(i)), vec![json(i)]);
+        }
+    }
+
+    #[test]
+    fn a_record_changed_after_it_was_copied_out_is_not_swapped() {
+        let t = table(Kind::Set, zstd_dict());
+        fill(&t, 0..200, json);
+        let mut buf = RecordBuf::new();
+        t.chunk(None, 10, usize::MAX, &mut buf).unwrap();
+        use_dict(&t, &dict::train(&t.sample(200).unwrap(), 2048).unwrap()).unwrap();
+        let mut scratch = Vec::new();
+        let new: Vec<(usize, Prepared)> = (0..buf.len())
+            .map(|i| {
+                let it = &buf.items()[i];
+                let body = buf.body(it, &t.dicts, &mut scratch).unwrap().to_vec();
+                (i, t.prepare(buf.key(it), &body))
+            })
+            .collect();
+        // Another writer replaces the first record and deletes the second.
+        let (k0, k1) = (
+            buf.key(&buf.items()[0]).to_vec(),
+            buf.key(&buf.items()[1]).to_vec(),
+        );
+        t.insert(&[t.prepare(&k0, b"changed")]).unwrap();
+        t.remove(t.hash(&k1), &k1, None).unwrap();
+        assert_eq!(t.swap_in(&buf, &new).unwrap(), 8);
+        assert_eq!(bodies(&t, &k0), vec![b"changed".to_vec()]);
+        assert!(bodies(&t, &k1).is_empty());
+        assert_eq!(t.len().unwrap(), 199);
+        assert_eq!(t.tally().unwrap().by_dict, vec![8]);
+    }
+
+    #[test]
+    fn bag_objects_still_match_once_recompressed() {
+        for kind in [Kind::Bag, Kind::DuplicateBag] {
+            let t = table(kind, zstd_dict());
+            // Three objects a key.
+            let obj = |i: i64| json(i);
+            let recs: Vec<Prepared> = (0..900)
+                .map(|i| t.prepare(&key(i % 300), &obj(i)))
+                .collect();
+            t.insert(&recs).unwrap();
+            run_job(&t, Job::default()).unwrap();
+            assert_eq!(t.tally().unwrap().by_dict, vec![900]);
+            // The same objects again: a bag sees they are there already.
+            let again: Vec<Prepared> = (0..900)
+                .map(|i| t.prepare(&key(i % 300), &obj(i)))
+                .collect();
+            t.insert(&again).unwrap();
+            let want = if kind == Kind::Bag { 900 } else { 1800 };
+            assert_eq!(t.len().unwrap(), want, "{kind:?}");
+            let gone = t.remove_object(&t.prepare(&key(7), &obj(307))).unwrap();
+            assert_eq!(gone, if kind == Kind::Bag { 1 } else { 2 }, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn the_rule_picks_none_for_noise_and_a_dictionary_for_similar_records() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let noise: Vec<Vec<u8>> = (0..400)
+            .map(|_| {
+                (0..300)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect()
+            })
+            .collect();
+        let (c, dict, trials) = choose(&noise, 4096, &candidates(true, 3));
+        assert_eq!(c, Compression::None, "{trials:?}");
+        assert!(dict.is_none());
+        let similar: Vec<Vec<u8>> = (0..2000).map(json).collect();
+        let (c, dict, trials) = choose(&similar, 8192, &candidates(true, 3));
+        assert_eq!(c, zstd_dict(), "{trials:?}");
+        assert!(dict.is_some());
+        assert_eq!(trials.len(), 5);
+        // Without :auto only zstd with and without the dictionary compete.
+        let (c, _, trials) = choose(&similar, 8192, &candidates(false, 5));
+        assert_eq!(trials.len(), 2);
+        assert_eq!(
+            c,
+            Compression::Zstd {
+                level: 5,
+                dict: true
+            }
+        );
+    }
+
+    #[test]
+    fn an_auto_table_puts_its_choice_in_use_and_recompresses_to_it() {
+        let t = table(Kind::Set, Compression::Zlib(1));
+        t.set_auto();
+        assert!(t.is_auto());
+        fill(&t, 0..2000, json);
+        assert_eq!(t.tally().unwrap().by_codec[Codec::Zstd as usize], 2000);
+        assert_eq!(run_job(&t, Job::default()), Ok(1));
+        assert_eq!(t.compression(), zstd_dict());
+        assert_eq!(t.learning().trials.len(), 5);
+        assert_eq!(t.tally().unwrap().by_dict, vec![2000]);
+    }
+
+    #[test]
+    fn a_refused_job_changes_nothing() {
+        let plain = table(
+            Kind::Set,
+            Compression::Zstd {
+                level: 3,
+                dict: false,
+            },
+        );
+        fill(&plain, 0..500, json);
+        assert_eq!(
+            start(plain.clone(), Job::default(), None),
+            Err(LearnError::NotLearning)
+        );
+        assert_eq!(plain.learning().phase, Phase::Idle);
+        let t = table(Kind::Set, zstd_dict());
+        fill(&t, 0..10, json);
+        assert_eq!(run_job(&t, Job::default()), Err(LearnError::TooFewRecords));
+        assert!(t.dictionaries().is_empty());
+        assert_eq!(t.learning().phase, Phase::Failed);
+        fill(&t, 10..500, json);
+        t.learner.progress.lock().phase = Phase::Training;
+        assert_eq!(
+            start(t.clone(), Job::default(), None),
+            Err(LearnError::Busy)
+        );
+        assert!(t.dictionaries().is_empty());
+        assert_eq!(t.tally().unwrap().by_codec[Codec::Zstd as usize], 500);
+    }
+
+    #[test]
+    fn the_tally_follows_removes_and_clear() {
+        let t = table(Kind::Set, Compression::Lz4);
+        fill(&t, 0..100, |i| {
+            Value::Tuple(vec![Value::Int(i), Value::Binary(vec![b'x'; 300])]).to_bytes()
+        });
+        t.insert(&[t.prepare(&key(1000), b"tiny")]).unwrap();
+        let tally = t.tally().unwrap();
+        assert_eq!(
+            (tally.by_codec[Codec::Lz4 as usize], tally.by_codec[0]),
+            (100, 1)
+        );
+        t.remove(t.hash(&key(5)), &key(5), None).unwrap();
+        assert_eq!(t.tally().unwrap().by_codec[Codec::Lz4 as usize], 99);
+        t.clear().unwrap();
+        assert_eq!(t.tally().unwrap(), Tally::default());
+    }
+
+    #[test]
+    fn automatic_learning_is_due_once_at_auto_records() {
+        let t = table(Kind::Set, zstd_dict());
+        fill(&t, 0..AUTO_RECORDS as i64 - 1, json);
+        assert!(!t.take_learning_due());
+        fill(&t, AUTO_RECORDS as i64..AUTO_RECORDS as i64 + 10, json);
+        assert!(t.take_learning_due());
+        assert!(!t.take_learning_due());
+        let plain = table(Kind::Set, Compression::Zlib(1));
+        fill(&plain, 0..AUTO_RECORDS as i64 + 1, json);
+        assert!(!plain.take_learning_due());
     }
 }

@@ -1,0 +1,87 @@
+# Picks the automatic training's sample count N and dictionary size D
+# (native/heft_core/src/table/learn.rs AUTO_RECORDS, dict_size/2): for each
+# record kind, a {:zstd, dictionary: :auto} table of 20,000 records trains
+# a dictionary on N samples of D bytes (Heft.train_dictionary/2), then
+# 5,000 new records are inserted and their stored bytes per record (header,
+# key and body) measured, beside the other codecs' on the same records.
+#   mix run bench/dictionary_size.exs [kind ...]
+alias Heft.Bench.Kinds
+
+json300 = fn i ->
+  %{
+    "id" => i,
+    "name" => "user-#{i}",
+    "email" => "user-#{i}@example.com",
+    "age" => rem(i, 90),
+    "active" => rem(i, 3) != 0,
+    "address" => %{
+      "street" => "#{rem(i, 997)} Main Street",
+      "city" => "Springfield",
+      "zip" => "#{10_000 + rem(i, 89_999)}"
+    },
+    "tags" => Enum.map(0..rem(i, 4), &Enum.at(~w(admin staff guest beta alpha), rem(i + &1, 5))),
+    "created_at" => "2024-#{rem(i, 12) + 1}-#{rem(i, 28) + 1}T12:00:00Z"
+  }
+end
+
+record = fn
+  :json_300, i -> {i, json300.(i)}
+  kind, i -> Kinds.record(kind, i)
+end
+
+kinds =
+  case System.argv() do
+    [] -> [:small_map, :json_300, :json_1k, :tuple100]
+    names -> Enum.map(names, &String.to_atom/1)
+  end
+
+fill = fn t, kind, range ->
+  Enum.each(Enum.chunk_every(range, 500), fn c ->
+    Heft.insert(t, Enum.map(c, &record.(kind, &1)))
+  end)
+end
+
+wait = fn t ->
+  Stream.repeatedly(fn ->
+    Process.sleep(20)
+    Heft.info(t, :recompression).state
+  end)
+  |> Enum.find(&(&1 in [:done, :failed, :idle]))
+end
+
+per_record = fn t, kind ->
+  before = Heft.info(t, :payload_stored_bytes)
+  fill.(t, kind, 20_001..25_000)
+  (Heft.info(t, :payload_stored_bytes) - before) / 5000
+end
+
+IO.puts("kind,compression,samples,dict_bytes,train_ms,bytes_per_record")
+
+for kind <- kinds do
+  for c <- [:none, :zlib, :lz4, :zstd] do
+    t = Heft.new(:m, compression: c)
+    fill.(t, kind, 1..20_000)
+    IO.puts("#{kind},#{inspect(c)},,,,#{Float.round(per_record.(t, kind), 1)}")
+    Heft.delete(t)
+  end
+
+  for n <- [256, 1024, 4096, 16384], d <- [1024, 4096, 16384, 65536] do
+    t = Heft.new(:m, compression: {:zstd, dictionary: :auto})
+    fill.(t, kind, 1..20_000)
+    wait.(t)
+
+    case Heft.train_dictionary(t, samples: n, dictionary_bytes: d, recompress: false) do
+      {:ok, _} ->
+        tr = Heft.info(t, :training)
+
+        IO.puts(
+          "#{kind},dict,#{n},#{tr.dictionary_bytes},#{Float.round(tr.microseconds / 1000, 1)},#{Float.round(per_record.(t, kind), 1)}"
+        )
+
+      other ->
+        IO.puts("#{kind},dict,#{n},#{d},,#{inspect(other)}")
+    end
+
+    Heft.delete(t)
+  end
+end
