@@ -262,7 +262,11 @@ defmodule Heft.Memory do
   Options: `:compression` for the Heft table (default `:zlib`),
   `:headroom` (default 0.85), `:host` (a `host/0` map to judge against),
   `:dictionary_bytes` (the largest dictionary the `:codecs` prediction
-  trains, default 16 KiB).
+  trains, default 16 KiB; like a table's, a dictionary is about a tenth of
+  the bytes it is trained on, at least 1 KiB). A table with
+  `dictionary: :auto` puts a dictionary in use only where it beats zstd
+  alone: where the dictionary entry is no smaller than the `:zstd` one, the
+  table will store plain zstd.
 
   ## Examples
 

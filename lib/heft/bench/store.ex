@@ -235,8 +235,10 @@ defmodule Heft.Bench.Store.Heft do
   # re-compression of the older records to end, and refuses to measure
   # (the cell fails) if more than 1% of the records are still plain zstd.
   # The note under the cell says which way the dictionary came and the
-  # share of records compressed with it. Where zstd finds nothing to learn
-  # (random bytes), the table has no dictionary and the note says so.
+  # share of records compressed with it. Where the table puts no dictionary
+  # in use (one must beat zstd alone on its samples: random bytes, bodies
+  # too short to gain), the note says so and the cell measures the table
+  # as it is (plain zstd or raw).
   @moduledoc false
   @behaviour Heft.Bench.Store
 
@@ -319,23 +321,27 @@ defmodule Heft.Bench.Store.Heft do
   defp settle_dictionary(t) do
     t0 = System.monotonic_time(:millisecond)
     # The table's own training is due at 4,096 records and runs on its own
-    # thread: wait for a dictionary, or for the job to fail.
+    # thread: wait for it to have run (a dictionary, or none where it does
+    # not beat zstd alone, or a failure).
     due = heft().info(t, :size) >= 4096
-    wait(t0, fn -> not due or heft().info(t, :dictionaries) != [] or failed?(t) end)
+    wait(t0, fn -> not due or trained?(t) end)
     wait(t0, fn -> not busy?(t) end)
 
     how =
       cond do
         heft().info(t, :dictionaries) != [] ->
-          "trained by the table at 4,096 records"
+          {:ok, "trained by the table at 4,096 records"}
 
-        failed?(t) ->
-          nil
+        due ->
+          {:none, "the table's training"}
 
         true ->
           case heft().train_dictionary(t, []) do
-            {:ok, _} -> "trained by Heft.train_dictionary/2 (fewer than 4,096 records)"
-            {:error, _} -> nil
+            {:ok, id} when is_integer(id) ->
+              {:ok, "trained by Heft.train_dictionary/2 (fewer than 4,096 records)"}
+
+            other ->
+              {:none, "Heft.train_dictionary/2 (#{inspect(other)})"}
           end
       end
 
@@ -345,20 +351,26 @@ defmodule Heft.Bench.Store.Heft do
     waited = System.monotonic_time(:millisecond) - t0
 
     case how do
-      nil ->
-        "no dictionary (zstd found nothing to learn: #{pct(by.raw, total)} raw)"
+      {:none, by_whom} ->
+        "no dictionary: #{by_whom} found none that beats zstd alone " <>
+          "(#{pct(by.raw, total)} raw, #{pct(by.zstd, total)} zstd)"
 
-      how when by.zstd > @plain_share * total ->
+      {:ok, how} when by.zstd > @plain_share * total ->
         raise "dictionary #{how}, but #{pct(by.zstd, total)} of the records are still plain zstd"
 
-      how ->
+      {:ok, how} ->
         "dictionary #{how}; #{pct(by.zstd_dict, total)} of the records with it, " <>
           "#{pct(by.raw, total)} raw (settled in #{waited} ms, not timed)"
     end
   end
 
+  # The table's training has run: a dictionary, or a finished or failed job.
+  defp trained?(t),
+    do:
+      heft().info(t, :dictionaries) != [] or
+        heft().info(t, :recompression).state in [:done, :failed]
+
   defp busy?(t), do: heft().info(t, :recompression).state in [:sampling, :training, :running]
-  defp failed?(t), do: heft().info(t, :recompression).state == :failed
 
   defp wait(t0, done?) do
     cond do

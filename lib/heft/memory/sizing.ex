@@ -49,8 +49,9 @@ defmodule Heft.Memory.Sizing do
   @headroom 0.85
   @proc_bin_threshold 64
   @probe_cap 1_000_000
-  # The largest dictionary the codec predictions train (the issue's
-  # measurement used <= 16 KiB); opts[:dictionary_bytes] sets another.
+  # The largest dictionary the codec predictions train (a table's default,
+  # heft_core table/learn.rs DICT_BYTES); opts[:dictionary_bytes] sets
+  # another.
   @dictionary_bytes 16 * 1024
   # zlib's level and zstd's when none is given (Heft's defaults).
   @zlib_level 1

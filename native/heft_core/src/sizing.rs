@@ -29,6 +29,7 @@ use crate::arena;
 use crate::compress::{self, Codec, Compression};
 use crate::dict::{self, Dictionaries};
 use crate::record::{self, Header};
+use crate::table::learn;
 
 /// What records like the samples take with one compression.
 #[derive(Clone, Debug, PartialEq)]
@@ -56,7 +57,9 @@ pub struct Prediction {
 }
 
 /// Predicts what the records `samples` (key, body) take with `mode`; a
-/// dictionary compression trains dictionaries of at most `dict_max` bytes.
+/// dictionary compression trains dictionaries sized as a table sizes its
+/// own ([`learn::dict_size`]: a tenth of the training samples' bytes,
+/// between 1 KiB and `dict_max`).
 pub fn predict<K: AsRef<[u8]>, B: AsRef<[u8]>>(
     samples: &[(K, B)],
     mode: Compression,
@@ -121,7 +124,8 @@ fn dictionary_folds<K, B: AsRef<[u8]>>(
         let (measured, training): (Vec<usize>, Vec<usize>) =
             (0..samples.len()).partition(|i| i % FOLDS == f);
         let bodies: Vec<&[u8]> = training.iter().map(|&i| samples[i].1.as_ref()).collect();
-        let trained = dict::train(&bodies, dict_max).ok()?;
+        let bytes = bodies.iter().map(|b| b.len()).sum();
+        let trained = dict::train(&bodies, learn::dict_size(bytes, dict_max)).ok()?;
         let dicts = Dictionaries::new(level);
         let d = dicts.add(&trained).ok()?;
         dicts.set_current(d.id());
