@@ -7,22 +7,8 @@
 #   mix run bench/dictionary_size.exs [kind ...]
 alias Heft.Bench.Kinds
 
-json300 = fn i ->
-  %{
-    "id" => i,
-    "name" => "user-#{i}",
-    "email" => "user-#{i}@example.com",
-    "age" => rem(i, 90),
-    "active" => rem(i, 3) != 0,
-    "address" => %{
-      "street" => "#{rem(i, 997)} Main Street",
-      "city" => "Springfield",
-      "zip" => "#{10_000 + rem(i, 89_999)}"
-    },
-    "tags" => Enum.map(0..rem(i, 4), &Enum.at(~w(admin staff guest beta alpha), rem(i + &1, 5))),
-    "created_at" => "2024-#{rem(i, 12) + 1}-#{rem(i, 28) + 1}T12:00:00Z"
-  }
-end
+Code.require_file("json_map.exs", __DIR__)
+json300 = &BenchJsonMap.value/1
 
 record = fn
   :json_300, i -> {i, json300.(i)}

@@ -16,8 +16,14 @@
 #
 # Every store lives in a child VM of its own (`:peer`, own Mnesia
 # directory under $HEFT_BENCH_DIR or the temp dir). Latency samples are
-# interleaved: repetition r measures each store in turn, the order rotated
-# each time. The load at Mnesia start is timed in a fresh child VM each
+# interleaved: repetition r takes each kind of operation in turn and, for
+# each, the stores in turn, the order rotated each time. A sample runs in
+# a fresh process that matches each result and drops it (an earlier
+# version collected the 2,000 results of a sample, 34 MB of flattened
+# records for the reads, so the sample timed the collections of an ever
+# larger heap), after Mnesia's log was dumped (so that a disc_copies
+# dump left over from the last write sample does not land in the next
+# sample, of whichever store). The load at Mnesia start is timed in a fresh child VM each
 # time (mnesia:start/0 + wait_for_tables/2), the stores again in turn; the
 # files stay in the OS page cache between runs (not dropped: the machine is
 # shared), so the load figures are for warm files.
@@ -100,33 +106,83 @@
       }
     end
 
-    # µs per operation of each kind, `ops` operations on random keys of 1..n.
-    def latency(n, ops, seed) do
+    # One latency sample: `ops` operations of one kind on random keys of
+    # 1..n, in a process spawned for the sample (so no sample inherits
+    # another's heap), each result matched and dropped at once (nothing
+    # accumulates: the heap holds one result at a time, as a caller's
+    # would). Mnesia's log (and Heft's dump, if one runs) is settled
+    # first, so that no work left over from an earlier sample (a
+    # disc_copies log dump, in this VM or while another store's VM is
+    # measured) lands in this one; what the operations themselves set off
+    # during the sample (Mnesia dumps its log every 1,000 writes) counts.
+    # Answers the mean µs per operation (wall time over `ops`) and the
+    # median of the operations' own times.
+    def sample(kind, n, ops, seed) do
+      settle()
       :rand.seed(:exsss, {seed, 7, 11})
       keys = for _ <- 1..ops, do: :rand.uniform(n)
-      recs = Enum.map(keys, &record/1)
+      op = op(kind)
+      parent = self()
 
-      per = fn fun ->
-        {us, _} = :timer.tc(fn -> Enum.each(fun.(), & &1) end)
-        us / ops
+      {pid, ref} =
+        spawn_monitor(fn ->
+          t0 = :erlang.monotonic_time()
+          times = timed(keys, op, [])
+          total = :erlang.monotonic_time() - t0
+          send(parent, {self(), total, times})
+        end)
+
+      receive do
+        {^pid, total, times} ->
+          receive do: ({:DOWN, ^ref, _, _, _} -> :ok)
+          us = fn t -> :erlang.convert_time_unit(t, :native, :nanosecond) / 1000 end
+          sorted = Enum.sort(times)
+          %{mean: us.(total) / ops, p50: us.(Enum.at(sorted, div(ops, 2)))}
+
+        {:DOWN, ^ref, _, _, reason} ->
+          exit({:sample_failed, kind, reason})
+      end
+    end
+
+    defp op(:dirty_write), do: fn k -> :ok = :mnesia.dirty_write(record(k)) end
+
+    defp op(:tx_write),
+      do: fn k -> {:atomic, :ok} = :mnesia.transaction(fn -> :mnesia.write(record(k)) end) end
+
+    defp op(:dirty_read), do: fn k -> [_] = :mnesia.dirty_read(:t, k) end
+
+    defp op(:tx_read),
+      do: fn k -> {:atomic, [_]} = :mnesia.transaction(fn -> :mnesia.read(:t, k) end) end
+
+    defp timed([], _op, acc), do: acc
+
+    defp timed([k | ks], op, acc) do
+      t = :erlang.monotonic_time()
+      op.(k)
+      timed(ks, op, [:erlang.monotonic_time() - t | acc])
+    end
+
+    # Mnesia's log dumped (a disc_copies table's pending writes go to its
+    # .DCL file), a Heft dump in progress finished, garbage collected.
+    defp settle do
+      :dumped = :mnesia.dump_log()
+
+      case :heft_mnesia_admin.handle(:heft_copies, :t) do
+        :undefined -> :ok
+        h -> wait_dump(h)
       end
 
-      %{
-        dirty_write: per.(fn -> Enum.map(recs, &:mnesia.dirty_write/1) end),
-        tx_write:
-          per.(fn ->
-            Enum.map(recs, fn r ->
-              {:atomic, :ok} = :mnesia.transaction(fn -> :mnesia.write(r) end)
-            end)
-          end),
-        dirty_read: per.(fn -> Enum.map(keys, fn k -> [_] = :mnesia.dirty_read(:t, k) end) end),
-        tx_read:
-          per.(fn ->
-            Enum.map(keys, fn k ->
-              {:atomic, [_]} = :mnesia.transaction(fn -> :mnesia.read(:t, k) end)
-            end)
-          end)
-      }
+      for p <- Process.list(), do: :erlang.garbage_collect(p)
+      :ok
+    end
+
+    defp wait_dump(h) do
+      if Heft.info(h, :dumping) do
+        Process.sleep(10)
+        wait_dump(h)
+      else
+        :ok
+      end
     end
 
     # A fresh VM: Mnesia started on `dir`, then waits for :t. µs and RSS growth.
@@ -148,6 +204,7 @@
 
 defmodule MnesiaBench do
   @stores [:heft_copies, :disc_copies, :disc_only_copies]
+  @kinds [:dirty_write, :tx_write, :dirty_read, :tx_read]
   @timeout 3_600_000
 
   def main(argv) do
@@ -220,14 +277,27 @@ defmodule MnesiaBench do
         {store, %{vm: vm, dir: dir, fill_us: fill_us, mem: mem}}
       end
 
+    # Interleaved: repetition r takes each kind of operation in turn, and
+    # for each the stores in turn, the order rotated each time.
     lat =
-      for r <- 1..reps, store <- rotate(@stores, r), reduce: %{} do
+      for r <- 1..reps,
+          {kind, i} <- Enum.with_index(@kinds),
+          store <- rotate(@stores, r + i),
+          reduce: %{} do
         acc ->
-          l = call(built[store].vm, :latency, [counts[store], ops, r])
-          Map.update(acc, store, [l], &[l | &1])
+          l = call(built[store].vm, :sample, [kind, counts[store], ops, r])
+          load1 = loadavg() |> String.split() |> hd() |> String.to_float()
+
+          acc
+          |> Map.update({store, kind}, [l], &[l | &1])
+          |> Map.update(:load1, [load1], &[load1 | &1])
       end
 
-    IO.puts("latency samples done (#{reps} x #{n(ops)} ops of each kind per store)")
+    IO.puts(
+      "latency samples done (#{reps} x #{n(ops)} ops of each kind per store; " <>
+        "1-min load average #{f(Enum.min(lat.load1))}–#{f(Enum.max(lat.load1))})"
+    )
+
     for store <- @stores, do: :stopped = call(built[store].vm, :stop, [])
     for store <- @stores, do: :peer.stop(built[store].vm)
 
@@ -272,16 +342,19 @@ defmodule MnesiaBench do
           "#{if m.heft_bytes, do: f(per.(store, m.heft_bytes)), else: "-"} |"
       end
 
-    op_rows =
-      for {key, label} <- [
-            dirty_write: "mnesia:dirty_write",
-            tx_write: "transaction(write)",
-            dirty_read: "mnesia:dirty_read",
-            tx_read: "transaction(read)"
-          ] do
-        cells = for s <- @stores, do: ms(Enum.map(lat[s], & &1[key]))
+    op_labels = [
+      dirty_write: "mnesia:dirty_write",
+      tx_write: "transaction(write)",
+      dirty_read: "mnesia:dirty_read",
+      tx_read: "transaction(read)"
+    ]
+
+    op_rows = fn stat ->
+      for {key, label} <- op_labels do
+        cells = for s <- @stores, do: ms(Enum.map(lat[{s, key}], & &1[stat]))
         "| #{label} | " <> Enum.join(cells, " | ") <> " |"
       end
+    end
 
     load_rows =
       for store <- @stores do
@@ -298,7 +371,7 @@ defmodule MnesiaBench do
     tab_d = per.(:disc_copies, built.disc_copies.mem.table_bytes)
     load_h = median(Enum.map(loads.heft_copies, & &1.us)) / counts.heft_copies
     load_d = median(Enum.map(loads.disc_copies, & &1.us)) / counts.disc_copies
-    op = fn s, k -> median(Enum.map(lat[s], & &1[k])) end
+    op = fn s, k -> median(Enum.map(lat[{s, k}], & &1.mean)) end
 
     goals =
       [
@@ -349,12 +422,24 @@ defmodule MnesiaBench do
       mem_rows ++
       [
         "",
-        "## µs per operation (median of #{reps} samples of #{n(ops)} ops on random keys; min–max)",
+        "## µs per operation: mean of a sample (median of #{reps} samples of #{n(ops)} ops on random keys; min–max)",
+        "",
+        "Each sample runs in a process of its own that drops each result at once, after " <>
+          "Mnesia's log was dumped; the kinds of operation and the stores take turns. " <>
+          "1-min load average during the samples: #{f(Enum.min(lat.load1))}–#{f(Enum.max(lat.load1))}.",
         "",
         "| operation | heft_copies | disc_copies | disc_only_copies |",
         "| --- | --- | --- | --- |"
       ] ++
-      op_rows ++
+      op_rows.(:mean) ++
+      [
+        "",
+        "## µs per operation: median operation of a sample (median of #{reps} samples; min–max)",
+        "",
+        "| operation | heft_copies | disc_copies | disc_only_copies |",
+        "| --- | --- | --- | --- |"
+      ] ++
+      op_rows.(:p50) ++
       [
         "",
         "Filling by dirty_write, µs a record: " <>

@@ -171,6 +171,40 @@ defmodule Heft do
   >   `info/2` answers what is true of Heft (`true`, `false`, `false`),
   >   and `:compressed` is `true` unless `compression: :none`.
 
+  ## Compression
+
+  Each record's body is compressed on its own, with the table's codec
+  (`compression:` of `new/2`), only where that pays (incompressible bodies
+  are stored as they are by every codec; docs/term-format.md, "Records in
+  the arena"):
+
+    * `:zlib` (default) - raw deflate; `:none`; `:lz4` - the fastest to
+      decode, the least saved; `:zstd` / `{:zstd, level: 1..22}` - zstd
+      frames without magic number, checksum or size fields.
+    * `{:zstd, dictionary: :auto}` - zstd with a dictionary trained from the
+      table's own records, which finds what records have in common (map
+      keys, field names, JSON structure) that no record shows on its own.
+      The table trains once on its own when it first holds 4,096 records;
+      `train_dictionary/2` retrains on demand. A dictionary is only put in
+      use if it beats zstd alone on records it was not trained on.
+    * `:auto` - the table starts with zstd and, at 4,096 records (and on
+      `train_dictionary/2`), measures none, lz4, zstd, zstd with a
+      dictionary and zlib on its own records: of the codecs storing them
+      in at most 17/16 of the fewest bytes, the one decoding them fastest
+      wins. `info(tab, :compression)` shows `{:auto, choice}`, and
+      `info(tab, :training)` what each codec did.
+
+  Records name the dictionary they were compressed with: a new dictionary
+  applies to new writes and older records stay readable; a background job
+  then re-compresses older records with it (or with `:auto`'s new choice).
+  Training and re-compression run on a thread of their own, off the
+  schedulers, holding the table's lock only to copy out or swap in a chunk
+  of 256 records: readers and writers are never stopped. Progress shows in
+  `info(tab, :recompression)`, dictionaries in `:dictionaries` and
+  `:dictionary_bytes` (counted in `:memory`). The number of samples and
+  the dictionary size were chosen by measurement (docs/term-format.md,
+  "Dictionaries"). Persistent tables take `:zlib` and `:none` only, for now.
+
   ## Persistence
 
   `Heft.new(name, persist: dir)` makes a disc-backed table: the records
@@ -209,7 +243,14 @@ defmodule Heft do
   file}}` for a file the table's MANIFEST says must exist) unless
   `repair: true`; a table closed cleanly has no torn tail, so a cut at the
   end of its log is damage too. docs/persistence-format.md lists every kind
-  of damage and what each gets.
+  of damage and what each gets. A table's compression and its zstd
+  dictionaries are persisted with it: each dictionary is logged before
+  the first record compressed with it and is in every snapshot, so a
+  reopened table reads every record with the dictionary it names and
+  writes with the newest. Re-compressing older records (after
+  `train_dictionary/2`) is not logged; the next dump stores them
+  re-compressed (re-compressed records count toward
+  `dump_log_write_threshold`).
   Files are mode 0600 in a 0700 directory, never opened through a symbolic
   link, and the directory is locked
   while open (`{:error, :locked}` for a second open, even in the same VM).
@@ -276,7 +317,8 @@ defmodule Heft do
       table measures every codec on its own records and picks one.
       zstd and lz4 keep a compressed body only if it saves at least 1/16
       of it. `:compressed` (ETS's option) means `compression: :zlib`.
-      With `persist:`, only `:zlib` and `:none` for now.
+      A persistent table stores its compression (and its dictionaries)
+      with it: `open/2` reopens it with the same.
     * `compression_level: 0..9` - zlib's level for records over 4 KiB
       (default 1); shorter ones are deflated by Heft's own fast encoder
       (fixed Huffman codes), whatever the level.
@@ -318,12 +360,6 @@ defmodule Heft do
 
     {persist, opts} = Heft.Persist.split_options(opts)
     {o, args} = parse_options(opts)
-
-    if persist != nil and o.compression not in [:zlib, :none] do
-      raise ArgumentError,
-            "option :compression: a persistent table cannot store #{inspect(o.compression)} " <>
-              "yet (its dictionaries are not logged); use :zlib or :none with :persist"
-    end
 
     result =
       cond do
@@ -993,7 +1029,10 @@ defmodule Heft do
       count.
 
   Objects are read in chunks while other processes may write: the file
-  holds every object present throughout the call.
+  holds every object present throughout the call. Objects are stored as
+  terms, with the table's options and its zstd dictionaries, so that
+  `file2tab/2` makes a table of the same compression that uses them from
+  the start.
 
   Returns `:ok`, or `{:error, reason}` with a POSIX reason (`:enoent` when
   the directory does not exist, `:eacces`, `:enospc`...). Raises
@@ -1609,12 +1648,12 @@ defmodule Heft do
      Map.merge(map, %{
        node: node(),
        memory: map.index_bytes + map.meta_bytes + map.arena_used_bytes,
-       compression: compression_shape(map.compression),
+       compression: __compression_shape__(map.compression),
        training:
          Map.update!(
            map.training,
            :trials,
-           &Enum.map(&1, fn t -> %{t | compression: compression_shape(t.compression)} end)
+           &Enum.map(&1, fn t -> %{t | compression: __compression_shape__(t.compression)} end)
          ),
        compressed: map.compression != :none,
        read_concurrency: true,
@@ -1625,13 +1664,15 @@ defmodule Heft do
     ArgumentError -> :error
   end
 
-  # The NIF's compression as Heft.new/2 takes it.
-  defp compression_shape({:auto, c}), do: {:auto, compression_shape(c)}
+  @doc false
+  # The NIF's compression as Heft.new/2 takes it (also what tab2file
+  # stores, Heft.TabFile).
+  def __compression_shape__({:auto, c}), do: {:auto, __compression_shape__(c)}
 
-  defp compression_shape({:zstd, level, dict}),
+  def __compression_shape__({:zstd, level, dict}),
     do: {:zstd, [level: level, dictionary: if(dict, do: :auto, else: :none)]}
 
-  defp compression_shape(other), do: other
+  def __compression_shape__(other), do: other
 
   defp kernel_view(ref) do
     case Native.kernel_view(ref) do
@@ -1653,9 +1694,9 @@ defmodule Heft do
 
     * `samples: n` - records to train on (default 4,096; at least 64 are
       needed), the first `n` in walk order.
-    * `dictionary_bytes: d` - the largest dictionary (default 16 KiB, at
-      most 1 MiB); the dictionary takes about a tenth of the samples'
-      bytes, at least 1 KiB.
+    * `dictionary_bytes: d` - the dictionary's size (at most 1 MiB; zstd
+      may make it smaller). By default about a tenth of the samples'
+      bytes, between 1 KiB and 16 KiB.
     * `recompress: false` - leave older records as they are.
 
   Sampling copies the records out a chunk at a time under the table's

@@ -32,7 +32,8 @@
          open/1, open/2, close/1, dump/1, sync/1,
          subscribe/1, subscribe/2, unsubscribe/1, unsubscribe/2,
          safe_fixtable/2, slot/2, init_table/2, repair_continuation/2,
-         to_dets/2, from_dets/2, tabfile_info/1, i/0, i/1]).
+         to_dets/2, from_dets/2, tabfile_info/1, i/0, i/1,
+         train_dictionary/1, train_dictionary/2]).
 
 -export_type([tab/0, object/0, match_spec/0, continuation/0]).
 
@@ -275,6 +276,15 @@ file2tab(Filename, Opts) -> ?H:file2tab(Filename, Opts).
 %% as `ets:tabfile_info/1'.
 -spec tabfile_info(file:name_all()) -> {ok, [{atom(), term()}]} | {error, term()}.
 tabfile_info(Filename) -> ?H:tabfile_info(Filename).
+
+%% @doc Trains a zstd dictionary on the table's records and puts it in
+%% use; older records are re-compressed in the background (see
+%% `Heft.train_dictionary/2').
+-spec train_dictionary(tab()) -> {ok, pos_integer() | none} | {error, atom()}.
+train_dictionary(Tab) -> ?H:train_dictionary(Tab).
+
+-spec train_dictionary(tab(), list()) -> {ok, pos_integer() | none} | {error, atom()}.
+train_dictionary(Tab, Opts) -> ?H:train_dictionary(Tab, Opts).
 
 %%% ETS's remaining calls: fixation, slots, bulk loading, dets, i/0
 

@@ -81,11 +81,22 @@ start_link() ->
 -spec handle(atom(), term()) -> heft:tab() | undefined.
 handle(Alias, Tab) ->
     case persistent_term:get(?KEY(Alias, Tab), undefined) of
-        {T, Sup} ->
+        {T, Sup} when is_pid(Sup) ->
             %% A handle published under a Mnesia that was killed is not
-            %% used: its admin may be closing the table right now.
+            %% used: its admin may be closing the table right now. That
+            %% Mnesia's mnesia_ext_sup is dead then (a new Mnesia has a new
+            %% one, registered only once the old one is gone), so its being
+            %% alive says what whereis(mnesia_ext_sup) =:= Sup would, at a
+            %% fifth of the cost (whereis/1 takes the name registry's
+            %% lock): this runs on every data operation.
+            case erlang:is_process_alive(Sup) of
+                true -> T;
+                false -> undefined
+            end;
+        {T, undefined} ->
+            %% Opened with no mnesia_ext_sup running.
             case whereis(mnesia_ext_sup) of
-                Sup -> T;
+                undefined -> T;
                 _ -> undefined
             end;
         undefined ->

@@ -153,7 +153,8 @@ defmodule Heft.Memory do
       mmaps, where ERTS allocators live. nil if smaps cannot be read.
     * `:heft`: Heft's native memory summed over its tables (`:tables`,
       `:memory`, `:index_bytes`, `:index_resident_bytes`,
-      `:arena_mapped_bytes`, `:arena_live_bytes`,
+      `:dictionary_bytes` (zstd dictionaries, heap memory, so part of `u`
+      below), `:arena_mapped_bytes`, `:arena_live_bytes`,
       `:arena_resident_bytes`, `:arena_dirty_bytes`, `:arena_swap_bytes`,
       each as `Heft.info/1` defines it; a figure Heft could not read counts
       as 0), or nil when Heft is not loaded.

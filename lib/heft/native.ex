@@ -168,4 +168,6 @@ defmodule Heft.Native do
   def tmp_create(_dest, _mode), do: :erlang.nif_error(:heft_nif_not_loaded)
   def tmp_write(_tmp, _bytes), do: :erlang.nif_error(:heft_nif_not_loaded)
   def tmp_finish(_tmp, _commit, _sync), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def tab_dictionaries(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def tab_add_dictionary(_tab, _bytes), do: :erlang.nif_error(:heft_nif_not_loaded)
 end

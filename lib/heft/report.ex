@@ -345,6 +345,11 @@ defmodule Heft.Report do
       "#{b(t[:payload_stored_bytes])} (#{compression(t[:compression])})"
   end
 
+  defp compression({:auto, c}), do: "auto: #{compression(c)}"
+
+  defp compression({:zstd, o}) when is_list(o),
+    do: "zstd level #{o[:level]}#{if o[:dictionary] == :auto, do: " with dictionaries"}"
+
   defp compression({algo, level}), do: "#{algo} level #{level}"
   defp compression(other), do: "#{other}"
 

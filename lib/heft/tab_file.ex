@@ -1,7 +1,10 @@
 defmodule Heft.TabFile do
   # tab2file/file2tab (documented in lib/heft.ex). The file format -
-  # magic, version, then checksummed frames (meta, objects..., end) - is
-  # specified in docs/tab-file.md; this module is its only implementation.
+  # magic, version, then checksummed frames (meta, dictionaries...,
+  # objects..., end) - is specified in docs/tab-file.md; this module is its
+  # only implementation. Objects are stored as terms (whatever their codec
+  # in the table); the table's zstd dictionaries go with them so that the
+  # table file2tab makes compresses as the one written did.
   #
   # All file I/O is Erlang raw file I/O, which runs on dirty I/O
   # schedulers; objects move in chunks of a few hundred, so neither side
@@ -13,9 +16,12 @@ defmodule Heft.TabFile do
   alias Heft.Native
 
   @magic "HEFT-TAB"
-  @version 1
+  # Version 1: no dictionary frames. Version 2 (written only when the
+  # table has zstd dictionaries): dictionary frames after the meta frame.
+  @version 2
   @tag_meta 0x00
   @tag_objects 0x01
+  @tag_dictionary 0x02
   @tag_end 0xFF
   @head_bytes byte_size(@magic) + 2
   @frame_header 17
@@ -63,17 +69,30 @@ defmodule Heft.TabFile do
       type: Map.get(info, :type, :set),
       keypos: info.keypos,
       protection: info.protection,
-      compression: info.compression
+      compression: Heft.__compression_shape__(info.compression)
     }
 
-    with :ok <- put(io, [@magic, <<@version::little-16>>]),
+    # The dictionaries the table has now: the objects are stored as terms,
+    # so any added meanwhile are not needed to read them.
+    dictionaries = Native.tab_dictionaries(ref)
+    version = if dictionaries == [], do: 1, else: @version
+
+    with :ok <- put(io, [@magic, <<version::little-16>>]),
          :ok <- put(io, frame(@tag_meta, 0, 0, :erlang.term_to_binary(meta))),
-         {:ok, seq, total} <- write_objects(io, ref, :start, 1, 0, compress) do
+         {:ok, seq} <- write_dictionaries(io, dictionaries, 1),
+         {:ok, seq, total} <- write_objects(io, ref, :start, seq, 0, compress) do
       put(io, frame(@tag_end, seq, 0, <<total::little-64>>))
     end
   end
 
   defp put(io, iodata), do: Native.tmp_write(io, IO.iodata_to_binary(iodata))
+
+  defp write_dictionaries(_io, [], seq), do: {:ok, seq}
+
+  defp write_dictionaries(io, [d | rest], seq) do
+    with :ok <- put(io, frame(@tag_dictionary, seq, 0, d)),
+         do: write_dictionaries(io, rest, seq + 1)
+  end
 
   defp write_objects(_io, _ref, :"$end_of_table", seq, total, _compress), do: {:ok, seq, total}
 
@@ -119,12 +138,12 @@ defmodule Heft.TabFile do
   end
 
   defp read_all(io, opts) do
-    with :ok <- read_head(io),
+    with {:ok, version} <- read_head(io),
          {:ok, @tag_meta, 0, payload, offset} <- read_frame(io, @head_bytes, 0),
          {:ok, meta} <- decode_meta(payload, @head_bytes),
          {:ok, tab} <- create(meta, opts) do
       # Whatever stops the load, no table is left behind.
-      case load(io, tab, meta.keypos, offset) do
+      case load(io, tab, meta.keypos, offset, version >= 2) do
         :ok ->
           {:ok, tab}
 
@@ -148,7 +167,7 @@ defmodule Heft.TabFile do
   def info(filename) do
     with {:ok, io} <- :file.open(filename, [:read, :raw, :binary]) do
       try do
-        with :ok <- read_head(io),
+        with {:ok, version} <- read_head(io),
              {:ok, @tag_meta, 0, payload, offset} <- read_frame(io, @head_bytes, 0),
              {:ok, meta} <- decode_meta(payload, @head_bytes),
              {:ok, size} <- read_end(io, offset) do
@@ -161,7 +180,7 @@ defmodule Heft.TabFile do
              keypos: meta.keypos,
              size: size,
              extended_info: [:object_count],
-             version: {@version, 0}
+             version: {version, 0}
            ]}
         else
           {:ok, _tag, _count, _payload, _offset} -> {:error, {:corrupt, @head_bytes}}
@@ -197,7 +216,7 @@ defmodule Heft.TabFile do
 
   defp read_head(io) do
     case :file.read(io, @head_bytes) do
-      {:ok, <<@magic, @version::little-16>>} -> :ok
+      {:ok, <<@magic, v::little-16>>} when v in 1..@version -> {:ok, v}
       {:ok, <<@magic, 0::little-16>>} -> {:error, {:corrupt, byte_size(@magic)}}
       {:ok, <<@magic, v::little-16>>} -> {:error, {:unsupported_version, v}}
       {:ok, <<@magic, _::binary>>} -> {:error, {:truncated, byte_size(@magic)}}
@@ -261,8 +280,10 @@ defmodule Heft.TabFile do
   defp create(meta, opts) do
     compression =
       case Map.get(meta, :compression, {:zlib, 1}) do
-        :none -> [compression: :none]
         {:zlib, level} -> [compression: :zlib, compression_level: level]
+        {:zstd, zstd} when is_list(zstd) -> [compression: {:zstd, zstd}]
+        {:auto, _chosen} -> [compression: :auto]
+        c when c in [:none, :lz4, :zstd, :auto] -> [compression: c]
         _ -> []
       end
 
@@ -277,20 +298,26 @@ defmodule Heft.TabFile do
     e in Heft.Error -> {:error, e.reason}
   end
 
-  defp load(io, tab, keypos, offset) do
-    read_objects(io, tab, keypos, offset, 1, 0)
+  defp load(io, tab, keypos, offset, dictionaries?) do
+    read_objects(io, tab, keypos, offset, 1, 0, dictionaries?)
   rescue
     e ->
       Heft.delete(tab)
       reraise e, __STACKTRACE__
   end
 
-  defp read_objects(io, tab, keypos, offset, seq, total) do
+  # `dictionaries?`: a dictionary frame may come here (version 2, before
+  # the first objects frame).
+  defp read_objects(io, tab, keypos, offset, seq, total, dictionaries?) do
     case read_frame(io, offset, seq) do
+      {:ok, @tag_dictionary, 0, payload, next} when dictionaries? ->
+        with :ok <- add_dictionary(tab, payload, offset),
+             do: read_objects(io, tab, keypos, next, seq + 1, total, true)
+
       {:ok, @tag_objects, count, payload, next} ->
         with {:ok, objects} <- objects(payload, count, keypos, offset),
              true <- insert(tab, objects, offset) do
-          read_objects(io, tab, keypos, next, seq + 1, total + count)
+          read_objects(io, tab, keypos, next, seq + 1, total + count, false)
         end
 
       {:ok, @tag_end, 0, <<^total::little-64>>, next} ->
@@ -306,6 +333,15 @@ defmodule Heft.TabFile do
       error ->
         error
     end
+  end
+
+  # Bytes zstd refuses as a dictionary (their checksum held: a file not
+  # written by Heft) make the frame corrupt.
+  defp add_dictionary(tab, bytes, offset) do
+    ref = with %Heft.Table{ref: ref} <- tab, do: ref
+    Native.tab_add_dictionary(ref, bytes)
+  rescue
+    ArgumentError -> {:error, {:corrupt, offset}}
   end
 
   # Objects Heft refuses (maps nested too deep in a key or a bag's

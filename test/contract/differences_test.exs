@@ -211,7 +211,8 @@ defmodule Heft.Contract.DifferencesTest do
     contract "Heft: an unknown or ill-typed option raises ArgumentError naming it", only: Heft do
       cases = [
         {[:bogus_option], "bogus_option"},
-        {[compression: :lz4], "compression"},
+        {[compression: :brotli], "compression"},
+        {[compression: {:zstd, level: 0}], "compression"},
         {[compression: "zlib"], "compression"},
         {[compression_level: 10], "compression_level"},
         {[compression_level: -1], "compression_level"},

@@ -9,6 +9,9 @@ defmodule Heft.PersistCrashTest do
   # previous rounds' leftovers.
   use ExUnit.Case, async: true
 
+  # Each round boots a VM: slow on a loaded machine.
+  @moduletag timeout: 600_000
+
   @child Path.expand("../support/persist_crash_child.exs", __DIR__)
 
   @moduletag :tmp_dir
@@ -20,6 +23,17 @@ defmodule Heft.PersistCrashTest do
   test "acknowledged sync: :none writes survive SIGKILL (their frames are in the page cache)",
        %{tmp_dir: tmp} do
     rounds(Path.join(tmp, "t"), 4, "none")
+  end
+
+  test "acknowledged writes survive SIGKILL while dictionaries are trained and records re-compressed",
+       %{tmp_dir: tmp} do
+    dir = Path.join(tmp, "t")
+    rounds(dir, 4, "none train")
+    {:ok, tab} = Heft.open(dir)
+    # The kills did land on a table using its dictionaries.
+    assert [_ | _] = Heft.info(tab, :dictionaries)
+    assert Heft.info(tab, :records_by_codec).zstd_dict > 0
+    :ok = Heft.close(tab)
   end
 
   @tag :slow
@@ -44,7 +58,7 @@ defmodule Heft.PersistCrashTest do
         :binary,
         :exit_status,
         {:line, 256},
-        args: ["-pa", ebin, @child, dir, Integer.to_string(first), sync]
+        args: ["-pa", ebin, @child, dir, Integer.to_string(first) | String.split(sync)]
       ])
 
     {:os_pid, os_pid} = Port.info(port, :os_pid)
@@ -83,6 +97,12 @@ defmodule Heft.PersistCrashTest do
     end
   end
 
+  # What test/support/persist_crash_child.exs stores in batch `b`.
+  defp value(b),
+    do:
+      ~s({"user":"user-#{b}","mail":"user#{b}@example.com","pad":") <>
+        :binary.copy("v", rem(b, 300)) <> ~s("})
+
   defp check(dir, acks, ctr, round) do
     {:ok, tab} = Heft.open(dir)
     rows = Heft.tab2list(tab)
@@ -99,6 +119,11 @@ defmodule Heft.PersistCrashTest do
 
     for {b, _j} <- present do
       assert Map.has_key?(counts, b), "round #{round}: records of batch #{b} without its count"
+    end
+
+    # Every value reads back as written (with the dictionary it names).
+    for {{:b, b, j}, v} <- rows, v != value(b) do
+      flunk("round #{round}: record #{inspect({b, j})} reads back as #{inspect(v)}")
     end
 
     case Heft.lookup(tab, :total) do

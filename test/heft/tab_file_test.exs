@@ -148,8 +148,8 @@ defmodule Heft.TabFileTest do
     test "newer version", %{tmp_dir: dir} do
       path = heft_file(dir)
       <<magic::binary-8, 1::little-16, rest::binary>> = File.read!(path)
-      File.write!(path, <<magic::binary, 2::little-16, rest::binary>>)
-      assert Heft.file2tab(path) == {:error, {:unsupported_version, 2}}
+      File.write!(path, <<magic::binary, 3::little-16, rest::binary>>)
+      assert Heft.file2tab(path) == {:error, {:unsupported_version, 3}}
     end
 
     test "truncated at every frame boundary and inside every frame", %{tmp_dir: dir} do

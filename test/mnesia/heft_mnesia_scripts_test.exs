@@ -43,7 +43,11 @@ defmodule Heft.MnesiaScriptsTest do
           "mnesia:dirty_read",
           "transaction(read)"
         ],
-        do: assert(report =~ "| #{op} |")
+        # Twice: the samples' means, then their median operations.
+        do: assert(length(Regex.scan(~r/^\| #{Regex.escape(op)} \|/m, report)) == 2)
+
+    assert report =~ "median operation of a sample"
+    assert report =~ ~r/1-min load average during the samples: [\d.]+–[\d.]+/
 
     goals = Regex.scan(~r/^\| .+ \| [\d.]+ \| .+ \| (met|\*\*MISSED\*\*) \|$/m, report)
     assert length(goals) == 7

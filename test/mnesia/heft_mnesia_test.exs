@@ -237,6 +237,30 @@ defmodule Heft.MnesiaTest do
     end
   end
 
+  test "a table's handle serves only while the mnesia_ext_sup it was opened under lives" do
+    create(:sup_gate, :heft_copies)
+    :ok = :mnesia.dirty_write({:sup_gate, 1, :one})
+    key = {:heft_mnesia, :heft_copies, :sup_gate}
+    {t, sup} = :persistent_term.get(key)
+    assert sup == Process.whereis(:mnesia_ext_sup)
+    assert :heft_mnesia_admin.handle(:heft_copies, :sup_gate) == t
+
+    # The same table as published by the admin of a Mnesia killed with
+    # lkill/0: its supervisor is dead, and its admin may be closing the
+    # table, so the handle must not be used.
+    {dead, ref} = spawn_monitor(fn -> :ok end)
+    assert_receive {:DOWN, ^ref, :process, ^dead, _}
+    :persistent_term.put(key, {t, dead})
+
+    try do
+      assert :heft_mnesia_admin.handle(:heft_copies, :sup_gate) == :undefined
+    after
+      :persistent_term.put(key, {t, sup})
+    end
+
+    assert :mnesia.dirty_read(:sup_gate, 1) == [{:sup_gate, 1, :one}]
+  end
+
   test "select with a limit walks every match once, in transactions and async_dirty" do
     create(:sel, :heft_copies, type: :ordered_set)
     {:atomic, :ok} = MnesiaNode.write_all(for i <- 1..1000, do: {:sel, i, i * 2})

@@ -1,7 +1,7 @@
 # Run by test/heft/persist_crash_test.exs as a separate OS process, which
 # the test kills with SIGKILL at a random moment:
 #
-#     elixir -pa <heft ebin> persist_crash_child.exs DIR FIRST_BATCH [SYNC]
+#     elixir -pa <heft ebin> persist_crash_child.exs DIR FIRST_BATCH [SYNC [train]]
 #
 # Four writers insert batches into a table (created `sync: :commit`, or
 # `sync: :none` when SYNC is "none") with a tiny dump threshold (so kills
@@ -11,9 +11,23 @@
 # (the log's mapping) when the call returns. Batch B
 # holds `{{:count, B}, n}` and `{{:b, B, j}, value}` for j in 1..n, so a
 # half-applied batch shows as a count without all its records.
+#
+# With "train", the table is `compression: {:zstd, dictionary: :auto}` and
+# a fifth process trains a dictionary again and again (each training
+# re-compresses the older records in the background), so kills land
+# while dictionaries are made, logged, snapshotted and used.
+# A record's value: what persist_crash_test.exs checks it reads back as
+# (JSON-like, so that a dictionary beats zstd alone on it).
+value = fn b ->
+  ~s({"user":"user-#{b}","mail":"user#{b}@example.com","pad":") <>
+    :binary.copy("v", rem(b, 300)) <> ~s("})
+end
+
 [dir, first | rest] = System.argv()
 first = String.to_integer(first)
-sync = if rest == ["none"], do: :none, else: :commit
+sync = if List.first(rest) == "none", do: :none, else: :commit
+train = "train" in rest
+compression = if train, do: [compression: {:zstd, dictionary: :auto}], else: []
 
 tab =
   case Heft.open(dir) do
@@ -21,8 +35,21 @@ tab =
       tab
 
     {:error, :enoent} ->
-      Heft.new(:crash, [:public, persist: dir, sync: sync, dump_log_write_threshold: 300])
+      Heft.new(
+        :crash,
+        [:public, persist: dir, sync: sync, dump_log_write_threshold: 300] ++ compression
+      )
   end
+
+if train do
+  spawn_link(fn ->
+    Stream.repeatedly(fn -> Heft.train_dictionary(tab, samples: 64, dictionary_bytes: 1024) end)
+    |> Enum.each(fn
+      {:ok, _id} -> Process.sleep(20)
+      {:error, _} -> Process.sleep(5)
+    end)
+  end)
+end
 
 IO.puts("ready")
 
@@ -31,7 +58,7 @@ for w <- 0..3 do
     Stream.iterate(first + w, &(&1 + 4))
     |> Enum.each(fn b ->
       n = rem(b * 7, 13) + 1
-      recs = [{{:count, b}, n} | for(j <- 1..n, do: {{:b, b, j}, :binary.copy("v", rem(b, 300))})]
+      recs = [{{:count, b}, n} | for(j <- 1..n, do: {{:b, b, j}, value.(b)})]
       true = Heft.insert(tab, recs)
       IO.puts("ack #{b}")
 

@@ -141,6 +141,7 @@ defmodule Heft.Memory.Beam do
       memory: sum.(:memory),
       index_bytes: sum.(:index_bytes),
       index_resident_bytes: sum.(:index_resident_bytes),
+      dictionary_bytes: sum.(:dictionary_bytes),
       arena_mapped_bytes: sum.(:arena_mapped_bytes),
       arena_live_bytes: sum.(:arena_live_bytes),
       arena_resident_bytes: sum.(:arena_resident_bytes),

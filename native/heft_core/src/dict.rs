@@ -68,6 +68,9 @@ pub enum DictError {
     Training(String),
     /// The table has [`MAX_DICTS`] dictionaries already.
     TooMany,
+    /// zstd refuses the bytes (a dictionary's header whose tables do not
+    /// load: damage).
+    Invalid,
 }
 
 impl std::fmt::Display for DictError {
@@ -79,6 +82,7 @@ impl std::fmt::Display for DictError {
             DictError::BadSize(n) => write!(f, "a dictionary of {n} bytes"),
             DictError::Training(why) => write!(f, "training failed: {why}"),
             DictError::TooMany => write!(f, "too many dictionaries"),
+            DictError::Invalid => write!(f, "zstd refuses the dictionary"),
         }
     }
 }
@@ -191,11 +195,17 @@ impl Dictionaries {
         if id > MAX_DICTS {
             return Err(DictError::TooMany);
         }
+        let (Some(cdict), Some(ddict)) = (
+            CDict::try_create(bytes, self.level),
+            DDict::try_create(bytes),
+        ) else {
+            return Err(DictError::Invalid);
+        };
         let d = Arc::new(Dict {
             id,
             bytes: bytes.into(),
-            cdict: CDict::create(bytes, self.level),
-            ddict: DDict::create(bytes),
+            cdict,
+            ddict,
         });
         list.push(d.clone());
         Ok(d)
@@ -250,6 +260,12 @@ mod tests {
             })
         ));
         assert!(matches!(d.add(b""), Err(DictError::BadSize(0))));
+        // A zstd dictionary header (its magic) over tables that do not
+        // load is refused, not a panic.
+        let mut bad = 0xEC30_A437u32.to_le_bytes().to_vec();
+        bad.extend_from_slice(&[0xFF; 64]);
+        assert!(matches!(d.add(&bad), Err(DictError::Invalid)));
+        assert_eq!(d.len(), 2);
         d.set_current(2);
         assert_eq!(d.current().unwrap().bytes(), b"second");
         assert_eq!(d.len(), 2);

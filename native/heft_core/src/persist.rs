@@ -23,7 +23,8 @@
 //! No I/O is done under the table's lock.
 //!
 //! Lock order: `creating`, then the table lock, then `log`, then the atom
-//! dictionary; `ctl` is never held while taking `log`.
+//! dictionary or the list of zstd dictionaries; `ctl` is never held while
+//! taking `log`.
 
 use std::collections::HashMap;
 use std::fs::{self, DirBuilder, File, OpenOptions};
@@ -38,6 +39,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::atoms::AtomTable;
+use crate::dict::Dictionaries;
 use crate::recovery::{self, OpenError, Recovery, LOCK, META};
 use crate::snapshot::{self, sync_dir, SnapshotError, Written};
 use crate::table::{Change, Error as TableError, Journal, Options, Table};
@@ -203,6 +205,10 @@ struct Counters {
     dumps: AtomicU64,
     /// Writes since the last rotation (dump start).
     pending: AtomicU64,
+    /// Records re-compressed (not logged) since the last rotation: they
+    /// count as writes for the dump thresholds, so that a dump stores
+    /// them as they are now.
+    rewritten: AtomicU64,
     /// Segments started.
     segments: AtomicU64,
 }
@@ -227,6 +233,9 @@ struct LogInner {
     next_capacity: u64,
     /// Atom ids below this are in the log or the snapshot.
     logged_atoms: usize,
+    /// zstd dictionaries with ids up to this are in the log or the
+    /// snapshot.
+    logged_dicts: usize,
     frame: FrameBuf,
     lock_file: Option<File>,
 }
@@ -254,6 +263,7 @@ struct Shared<E: Events> {
     events: E,
     table: Weak<Table>,
     atoms: Arc<RwLock<AtomTable>>,
+    dicts: Arc<Dictionaries>,
     log: Mutex<LogInner>,
     ctl: Mutex<Ctl<E::Waiter>>,
     flush_cv: Condvar,
@@ -428,6 +438,7 @@ impl<E: Events> Persisted<E> {
         let started = u64::from(segment.is_some());
         let atoms = table.atoms().clone();
         let logged_atoms = atoms.read().len();
+        let logged_dicts = table.dictionaries().len();
         let repaired = rec.dropped.is_some();
         let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
@@ -436,6 +447,7 @@ impl<E: Events> Persisted<E> {
             events,
             table: Arc::downgrade(&table),
             atoms,
+            dicts: table.dictionaries().clone(),
             log: Mutex::new(LogInner {
                 segment,
                 first_seq: rec.next_seq,
@@ -445,6 +457,7 @@ impl<E: Events> Persisted<E> {
                 retired: Vec::new(),
                 next_capacity: first,
                 logged_atoms,
+                logged_dicts,
                 frame: FrameBuf::new(),
                 lock_file: Some(lock_file),
             }),
@@ -726,9 +739,20 @@ impl<E: Events> Journal for Shared<E> {
             next_capacity,
             frame,
             logged_atoms,
+            logged_dicts,
             ..
         } = &mut *log;
         frame.reset();
+        // New dictionaries first: the records below may be compressed
+        // with them (a dictionary is added before any record uses it).
+        let dicts = self.dicts.since(*logged_dicts);
+        for d in &dicts {
+            frame.push(Op::Dict {
+                id: u64::from(d.id()),
+                bytes: d.bytes(),
+            });
+        }
+        let new_dicts = dicts.len() as u64;
         let n_atoms = {
             // New atoms first: the records below may use them.
             let atoms = self.atoms.read();
@@ -762,12 +786,12 @@ impl<E: Events> Journal for Shared<E> {
         let mut rotated = false;
         let appended = segment
             .as_mut()
-            .is_some_and(|seg| seg.append(sealed, n, new_atoms));
+            .is_some_and(|seg| seg.append(sealed, n, new_atoms, new_dicts));
         if !appended {
             // Full: go on in the spare, if it is there and large enough.
             match spare.take() {
                 Some(mut next) if next.fits(sealed.len()) => {
-                    rotated = next.append(sealed, n, new_atoms);
+                    rotated = next.append(sealed, n, new_atoms, new_dicts);
                     debug_assert!(rotated);
                     if let Some(mut full) = segment.replace(next) {
                         full.seal();
@@ -784,6 +808,7 @@ impl<E: Events> Journal for Shared<E> {
             }
         }
         *logged_atoms = n_atoms;
+        *logged_dicts += dicts.len();
         if frame.payload_len() > 8 << 20 {
             *frame = FrameBuf::new(); // give a huge batch's buffer back
         }
@@ -804,9 +829,45 @@ impl<E: Events> Journal for Shared<E> {
         }
         Ok(())
     }
+
+    fn rewritten(&self, records: u64) {
+        Shared::rewritten(self, records);
+    }
+
+    /// Logs the new dictionary at once, in a frame of its own (no record),
+    /// so that a table closed or killed before its next write keeps it.
+    /// On a thread that may wait for a new segment; on failure the next
+    /// write logs it.
+    fn dictionary_added(&self) {
+        for _ in 0..2 {
+            if self.dicts.len() <= self.log.lock().logged_dicts {
+                return;
+            }
+            match Journal::log(self, &[]) {
+                Err(TableError::WouldBlock) => {
+                    if self
+                        .ensure_spare(self.wanted.load(Ordering::Acquire))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                _ => return,
+            }
+        }
+    }
 }
 
 impl<E: Events> Shared<E> {
+    fn rewritten(&self, n: u64) {
+        let threshold = self.config.dump_write_threshold;
+        let now = self.c.rewritten.fetch_add(n, Ordering::Relaxed) + n;
+        let total = now + self.c.pending.load(Ordering::Relaxed);
+        if total >= threshold && total - n < threshold {
+            let _ = self.request_dump(None, OverloadReason::WriteThreshold);
+        }
+    }
+
     /// Changes the MANIFEST and rewrites it if that changed anything.
     fn update_manifest(&self, change: impl FnOnce(&mut recovery::Manifest)) -> io::Result<()> {
         let mut m = self.manifest.lock();
@@ -1057,7 +1118,8 @@ impl<E: Events> Shared<E> {
                 }
                 let due = ctl.last_dump + self.config.dump_time_threshold;
                 let now = Instant::now();
-                let pending = self.c.pending.load(Ordering::Relaxed) > 0;
+                let pending = self.c.pending.load(Ordering::Relaxed) > 0
+                    || self.c.rewritten.load(Ordering::Relaxed) > 0;
                 if pending && now >= due {
                     break;
                 }
@@ -1116,6 +1178,7 @@ impl<E: Events> Shared<E> {
             }
             self.c.segments.fetch_add(1, Ordering::Relaxed);
             self.c.pending.store(0, Ordering::Relaxed);
+            self.c.rewritten.store(0, Ordering::Relaxed);
             break seq;
         };
         self.wake_flusher(true);

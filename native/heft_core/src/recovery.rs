@@ -499,6 +499,7 @@ pub fn recover(
                     end: r.end,
                     records: applier.seg_records,
                     atoms: applier.seg_atoms,
+                    dicts: applier.seg_dicts,
                     sealed: r.sealed,
                 });
                 if clean && seq == must && !(r.sealed && r.end == r.len) {
@@ -535,6 +536,7 @@ pub fn recover(
                     end: offset,
                     records: applier.seg_records,
                     atoms: applier.seg_atoms,
+                    dicts: applier.seg_dicts,
                     sealed: applier.seg_sealed,
                 };
                 // A torn tail is what a crash leaves: never in a segment
@@ -595,6 +597,17 @@ pub fn recover(
         Apply::Table(e) => e,
         Apply::Bad => corrupt(SNAPSHOT, 0),
     })?;
+    // New writes use the newest dictionary, as they did before (a table
+    // makes each dictionary it adds current).
+    if let Some(d) = table
+        .dictionaries()
+        .all()
+        .iter()
+        .rev()
+        .find(|d| !is_placeholder(d))
+    {
+        table.dictionaries().set_current(d.id());
+    }
     rec.next_seq = next;
     rec.records_dropped = applier.dropped;
     rec.snapshot = snapshot_clean;
@@ -670,7 +683,7 @@ fn prescan_snapshot(
         for op in wal::ops(payload).flatten() {
             match op {
                 Op::Atom { id, .. } if id == atoms => atoms += 1,
-                Op::End { records, atoms } => end = Some((records, atoms)),
+                Op::End { records, atoms, .. } => end = Some((records, atoms)),
                 _ => {}
             }
         }
@@ -798,22 +811,58 @@ impl Defined {
     }
 }
 
-/// True if every atom `rec` (a whole record) names is defined.
-fn atoms_defined(rec: &[u8], h: &Header, defined: &Defined, buf: &mut Vec<u8>) -> bool {
+/// True if `rec` (a whole record) can be read: its body decompresses
+/// (with a dictionary the table really has, not a placeholder for one a
+/// repair lost) and every atom it names is defined.
+fn atoms_defined(
+    table: &Table,
+    rec: &[u8],
+    h: &Header,
+    defined: &Defined,
+    buf: &mut Vec<u8>,
+) -> bool {
     let key = &rec[h.key_start()..h.body_start()];
     let stored = &rec[h.body_start()..h.total_len()];
-    let body = match h.codec {
-        Codec::Raw => stored,
-        _ => {
-            if crate::compress::decompress(stored, h.raw_len, buf).is_err() {
-                return false;
-            }
-            &buf[..]
-        }
+    let dicts = table.dictionaries();
+    if h.codec == Codec::ZstdDict && !dicts.get(h.dict).is_some_and(|d| !is_placeholder(&d)) {
+        return false;
+    }
+    let Ok(body) = crate::compress::unpack(h, stored, dicts, buf) else {
+        return false;
     };
     let mut ok = |id: u64| defined.has(id);
     crate::codec::atoms_all(key, &mut ok).unwrap_or(false)
         && crate::codec::atoms_all(body, &mut ok).unwrap_or(false)
+}
+
+/// The bytes a repair installs for zstd dictionary `id` when only a later
+/// one survived: no record uses it (those naming it were dropped), and
+/// its id is never handed out again.
+fn placeholder(id: u32) -> String {
+    format!("heft: dictionary {id} lost by a repair")
+}
+
+fn is_placeholder(d: &crate::dict::Dict) -> bool {
+    d.bytes() == placeholder(d.id()).as_bytes()
+}
+
+/// Installs zstd dictionary `id` read from a snapshot or the log: ids come
+/// in order from 1, one already installed must have the same bytes, and
+/// zstd must accept them. `lossy` (a repair that lost definitions): ids
+/// skipped over get placeholders.
+fn install_dict(table: &Table, id: u64, bytes: &[u8], lossy: bool) -> Result<(), Apply> {
+    let dicts = table.dictionaries();
+    let id = u32::try_from(id).map_err(|_| Apply::Bad)?;
+    let next = dicts.len() as u32 + 1;
+    if id == 0 || (id > next && !lossy) {
+        return Err(Apply::Bad);
+    }
+    for hole in next..id {
+        dicts
+            .install(hole, placeholder(hole).as_bytes())
+            .map_err(|_| Apply::Bad)?;
+    }
+    dicts.install(id, bytes).map(drop).map_err(|_| Apply::Bad)
 }
 
 /// A frame checked whole, before any of it is applied.
@@ -822,6 +871,8 @@ struct Checked {
     puts: Vec<CheckedPut>,
     /// Atom entries.
     atoms: u64,
+    /// zstd dictionaries (installed by [`check`]).
+    dicts: u64,
     /// It ends with an end op.
     end: bool,
     /// It holds deletes or clears: applied op by op.
@@ -833,9 +884,14 @@ struct Checked {
 }
 
 /// Checks every operation of a frame: they parse, the end op (snapshots
-/// only) is last, atom names are UTF-8, and every put's record header
-/// spans exactly its bytes; notes the puts with their key hashes. Reads
-/// the table only to hash keys, so it may run on another thread.
+/// only) is last, atom names are UTF-8, every put's record header spans
+/// exactly its bytes, and a record compressed with a zstd dictionary names
+/// one defined before it; notes the puts with their key hashes. Installs
+/// the dictionaries the frame defines as it meets them (in file order, so
+/// that the records after them can be checked; a frame refused later may
+/// leave its dictionary installed, which is harmless: it is whole and the
+/// table's own). Otherwise reads the table only to hash keys, so it may
+/// run on another thread than the one applying frames.
 fn check(
     table: &Table,
     payload: &[u8],
@@ -845,6 +901,7 @@ fn check(
 ) -> Result<(), Apply> {
     c.puts.clear();
     c.atoms = 0;
+    c.dicts = 0;
     c.end = false;
     c.in_order = false;
     c.dropped = 0;
@@ -861,9 +918,18 @@ fn check(
                 if h.total_len() != bytes.len() {
                     return Err(Apply::Bad);
                 }
+                // A record compressed with a dictionary nothing before it
+                // defined cannot be read: damage (a repair drops it).
+                let dict_known =
+                    h.codec != Codec::ZstdDict || table.dictionaries().get(h.dict).is_some();
+                // (A snapshot defines its dictionaries before its records,
+                // with no gaps: even a repair finds them there.)
+                if !dict_known && (defined.is_none() || snapshot) {
+                    return Err(Apply::Bad);
+                }
                 let keep = defined
                     .as_ref()
-                    .map_or(true, |d| atoms_defined(bytes, &h, d, &mut c.buf));
+                    .map_or(true, |d| atoms_defined(table, bytes, &h, d, &mut c.buf));
                 c.dropped += u64::from(!keep);
                 c.puts.push(CheckedPut {
                     header: h,
@@ -878,6 +944,10 @@ fn check(
                 if let (Some(d), false) = (defined.as_mut(), snapshot) {
                     d.define(id);
                 }
+            }
+            Op::Dict { id, bytes } => {
+                install_dict(table, id, bytes, defined.is_some())?;
+                c.dicts += 1;
             }
             Op::End { .. } if !snapshot => return Err(Apply::Bad),
             Op::End { .. } => c.end = true,
@@ -970,6 +1040,7 @@ fn load_snapshot(
         })?;
         let mut puts = 0u64;
         let mut atoms = 0u64;
+        let mut dicts = 0u64;
         for loaded in rx {
             let Loaded {
                 at,
@@ -985,9 +1056,10 @@ fn load_snapshot(
                 })?;
             puts += applied.puts;
             atoms += applied.atoms;
+            dicts += applied.dicts;
             applier.dropped += checked.dropped;
-            if let Some((records, n_atoms)) = applied.end {
-                if records != puts || n_atoms != atoms || !last {
+            if let Some(end) = applied.end {
+                if end != (puts, atoms, dicts) || !last {
                     return Err(damaged(at));
                 }
                 return Ok((seq, puts));
@@ -1023,6 +1095,7 @@ fn replay_segment(
     applier.last_damage = None;
     applier.seg_records = 0;
     applier.seg_atoms = 0;
+    applier.seg_dicts = 0;
     applier.seg_sealed = false;
     let (found, version, len, r) = match open_file(&dir.join(name), FileKind::Log, name) {
         Err(Load::Damaged { offset, seq, len }) => {
@@ -1094,8 +1167,17 @@ fn replay_segment(
         };
         // A segment's end frame: its counts must match what it held.
         let mut ops = wal::ops(payload);
-        if let (Some(Ok(Op::End { records, atoms })), None) = (ops.next(), ops.next()) {
-            if (records, atoms) != (applier.seg_records, applier.seg_atoms) {
+        if let (
+            Some(Ok(Op::End {
+                records,
+                atoms,
+                dicts,
+            })),
+            None,
+        ) = (ops.next(), ops.next())
+        {
+            let held = (applier.seg_records, applier.seg_atoms, applier.seg_dicts);
+            if (records, atoms, dicts) != held {
                 return Err(damaged(applier, Damage::Corrupt, at));
             }
             sealed = true;
@@ -1109,6 +1191,7 @@ fn replay_segment(
         let writes = applied.puts + applied.deletes + applied.clears;
         applier.seg_records += writes;
         applier.seg_atoms += applied.atoms;
+        applier.seg_dicts += applied.dicts;
         rec.replayed_batches += 1;
         rec.replayed_ops += writes;
     }
@@ -1150,6 +1233,7 @@ struct Tail {
     end: u64,
     records: u64,
     atoms: u64,
+    dicts: u64,
     sealed: bool,
 }
 
@@ -1161,7 +1245,7 @@ fn seal_tail(dir: &Path, t: &Tail) -> io::Result<()> {
     let mut len = t.end;
     let mut changed = false;
     if !t.sealed {
-        let end = wal::end_frame(t.records, t.atoms);
+        let end = wal::end_frame(t.records, t.atoms, t.dicts);
         std::os::unix::fs::FileExt::write_all_at(&f, &end, t.end)?;
         len += end.len() as u64;
         changed = true;
@@ -1184,7 +1268,9 @@ struct Applied {
     deletes: u64,
     clears: u64,
     atoms: u64,
-    end: Option<(u64, u64)>,
+    dicts: u64,
+    /// An end op's counts: records, atoms, dictionaries.
+    end: Option<(u64, u64, u64)>,
 }
 
 enum Apply {
@@ -1206,10 +1292,11 @@ struct Applier<'t> {
     /// bytes end.
     last_damage: Option<Damage>,
     torn_end: u64,
-    /// Writes and atom entries replayed from the current segment so far,
-    /// and whether its end frame was read.
+    /// Writes, atom entries and dictionaries replayed from the current
+    /// segment so far, and whether its end frame was read.
     seg_records: u64,
     seg_atoms: u64,
+    seg_dicts: u64,
     seg_sealed: bool,
     /// Set when a repair lost atom definitions: which ids are defined.
     lossy: Option<Defined>,
@@ -1227,6 +1314,7 @@ impl<'t> Applier<'t> {
             torn_end: 0,
             seg_records: 0,
             seg_atoms: 0,
+            seg_dicts: 0,
             seg_sealed: false,
             lossy: None,
             dropped: 0,
@@ -1259,12 +1347,17 @@ impl<'t> Applier<'t> {
                 for op in wal::ops(payload).flatten() {
                     match op {
                         Op::Atom { id, name } => self.atom(id, name)?,
-                        Op::End { records, atoms } => a.end = Some((records, atoms)),
+                        Op::End {
+                            records,
+                            atoms,
+                            dicts,
+                        } => a.end = Some((records, atoms, dicts)),
                         _ => {}
                     }
                 }
             }
             a.atoms = c.atoms;
+            a.dicts = c.dicts;
             a.puts = c.puts.len() as u64;
             let rec = |p: &CheckedPut| {
                 let bytes = &payload[p.at..p.at + p.header.total_len()];
@@ -1309,6 +1402,8 @@ impl<'t> Applier<'t> {
                         a.clears += 1;
                     }
                 }
+                // Installed by `check`.
+                Op::Dict { .. } => a.dicts += 1,
                 Op::End { .. } | Op::Start(_) => {}
             }
         }

@@ -9,7 +9,11 @@
 //! length); a record changed after S began is fixed by replaying S and
 //! later segments over the snapshot, since each logged change writes or
 //! removes a whole record. The atom dictionary is written after the records,
-//! so it names every atom they use.
+//! so it names every atom they use. The zstd dictionaries come before the
+//! records that may use them: those the table has when the walk starts
+//! first, then, before each chunk's records, any added since (a dictionary
+//! is added before a record is compressed with it, so before the chunk
+//! holding that record is copied).
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -44,6 +48,8 @@ pub struct Written {
     pub records: u64,
     /// Atoms in its dictionary.
     pub atoms: u64,
+    /// zstd dictionaries.
+    pub dicts: u64,
     /// Bytes of the file.
     pub bytes: u64,
 }
@@ -105,6 +111,8 @@ fn write_tmp(
     let mut buf = RecordBuf::new();
     let mut cursor = None;
     let mut records = 0u64;
+    let mut dicts = 0usize;
+    dicts_since(table, &mut dicts, &mut frame, &mut out)?;
     loop {
         if stop.load(Ordering::Relaxed) {
             return Err(SnapshotError::Stopped);
@@ -115,6 +123,8 @@ fn write_tmp(
             Err(TableError::Io(e)) => return Err(e.into()),
             Err(_) => return Err(SnapshotError::Deleted),
         };
+        // Dictionaries the chunk's records may use, not yet written.
+        dicts_since(table, &mut dicts, &mut frame, &mut out)?;
         for it in buf.items() {
             frame.push(Op::Put(buf.record(it)));
             records += 1;
@@ -127,6 +137,9 @@ fn write_tmp(
             None => break,
         }
     }
+    // Any dictionary added since the last chunk: the snapshot holds every
+    // dictionary the table had when the walk ended.
+    dicts_since(table, &mut dicts, &mut frame, &mut out)?;
     out.frame(&mut frame)?;
     let names: Vec<Box<str>> = {
         let atoms = table.atoms().read();
@@ -145,15 +158,45 @@ fn write_tmp(
     }
     out.frame(&mut frame)?;
     let atoms = names.len() as u64;
-    frame.push(Op::End { records, atoms });
+    let dicts = dicts as u64;
+    frame.push(Op::End {
+        records,
+        atoms,
+        dicts,
+    });
     out.frame(&mut frame)?;
     out.w.flush()?;
     drop(out.w);
     Ok(Written {
         records,
         atoms,
+        dicts,
         bytes: out.bytes,
     })
+}
+
+/// Pushes the table's dictionaries with ids above `*written` (each in a
+/// frame of its own, after the frame being built), and notes them written.
+fn dicts_since(
+    table: &Table,
+    written: &mut usize,
+    frame: &mut FrameBuf,
+    out: &mut Out<'_>,
+) -> io::Result<()> {
+    let new = table.dictionaries().since(*written);
+    if new.is_empty() {
+        return Ok(());
+    }
+    out.frame(frame)?;
+    for d in &new {
+        frame.push(Op::Dict {
+            id: u64::from(d.id()),
+            bytes: d.bytes(),
+        });
+        out.frame(frame)?;
+    }
+    *written += new.len();
+    Ok(())
 }
 
 struct Out<'f> {

@@ -196,6 +196,15 @@ pub trait Journal: Send + Sync {
     /// Logs `changes`, which the table applies atomically once this returns
     /// `Ok`. On error the table applies nothing and returns the error.
     fn log(&self, changes: &[Change<'_>]) -> Result<(), Error>;
+
+    /// `records` were stored again another way (re-compressed), which is
+    /// not logged: the log and snapshot still hold them as they were, and
+    /// only the next dump stores them as they are now.
+    fn rewritten(&self, _records: u64) {}
+
+    /// The table made a zstd dictionary: the journal may log it now
+    /// rather than with the next write (called off the table's lock).
+    fn dictionary_added(&self) {}
 }
 // ---- end of persistence hook
 
@@ -2008,7 +2017,7 @@ mod tests {
         walk(t, dir, n).into_iter().map(|r| r.0).collect()
     }
 
-    fn all_bodies(t: &Table, k: &[u8]) -> Vec<Vec<u8>> {
+    pub(super) fn all_bodies(t: &Table, k: &[u8]) -> Vec<Vec<u8>> {
         let mut buf = RecordBuf::new();
         t.get(t.hash(k), k, &mut buf).unwrap();
         let mut scratch = Vec::new();

@@ -30,7 +30,11 @@ use crate::crc;
 /// Version 3: segments and snapshots start with a `start` frame naming
 /// the table, and the directory has a MANIFEST; version 2 directories
 /// are still read (and upgraded when opened).
-pub const VERSION: u32 = 3;
+/// Version 4: a table's zstd dictionaries are logged and snapshotted
+/// (`dict` ops, and `end` ops that count them), which a version 3 reader
+/// would take for damage; version 3 directories are still read (and
+/// upgraded when opened).
+pub const VERSION: u32 = 4;
 
 /// The random identity of a table, drawn when it is created (or when a
 /// version 2 directory is upgraded): in its MANIFEST and at the start of
@@ -132,6 +136,9 @@ mod tag {
     pub const CLEAR: u8 = 0x04;
     pub const END: u8 = 0x05;
     pub const START: u8 = 0x06;
+    pub const DICT: u8 = 0x07;
+    /// `end` with a count of dictionaries (written when that is not 0).
+    pub const END_DICTS: u8 = 0x08;
 }
 
 /// One operation in a frame.
@@ -145,10 +152,17 @@ pub enum Op<'a> {
     Delete(&'a [u8]),
     /// Remove every record.
     Clear,
-    /// A snapshot's last operation: how many records and atoms it holds.
-    End { records: u64, atoms: u64 },
+    /// A snapshot's (or a sealed segment's) last operation: how many
+    /// records, atoms and zstd dictionaries it holds.
+    End {
+        records: u64,
+        atoms: u64,
+        dicts: u64,
+    },
     /// The first frame of a version 3 segment or snapshot: whose it is.
     Start(TableId),
+    /// zstd dictionary `id` of the table (dict.rs), as trained.
+    Dict { id: u64, bytes: &'a [u8] },
 }
 
 impl Op<'_> {
@@ -172,10 +186,23 @@ impl Op<'_> {
                 out.extend_from_slice(key);
             }
             Op::Clear => out.push(tag::CLEAR),
-            Op::End { records, atoms } => {
-                out.push(tag::END);
+            Op::End {
+                records,
+                atoms,
+                dicts,
+            } => {
+                out.push(if dicts == 0 { tag::END } else { tag::END_DICTS });
                 put_varint(out, records);
                 put_varint(out, atoms);
+                if dicts != 0 {
+                    put_varint(out, dicts);
+                }
+            }
+            Op::Dict { id, bytes } => {
+                out.push(tag::DICT);
+                put_varint(out, id);
+                put_varint(out, bytes.len() as u64);
+                out.extend_from_slice(bytes);
             }
             Op::Start(id) => {
                 out.push(tag::START);
@@ -227,7 +254,20 @@ impl<'a> Ops<'a> {
             tag::END => Op::End {
                 records: r.varint()?,
                 atoms: r.varint()?,
+                dicts: 0,
             },
+            tag::END_DICTS => Op::End {
+                records: r.varint()?,
+                atoms: r.varint()?,
+                dicts: r.varint()?,
+            },
+            tag::DICT => {
+                let id = r.varint()?;
+                Op::Dict {
+                    id,
+                    bytes: sized(r)?,
+                }
+            }
             tag::START => {
                 let mut id = TableId::default();
                 id.copy_from_slice(r.bytes(std::mem::size_of::<TableId>())?);
@@ -474,14 +514,18 @@ impl Faults {
 }
 
 /// Bytes kept free at the end of a segment for its end frame: a frame
-/// header and an `end` op (a tag and two varints of at most 10 bytes).
-pub const END_RESERVE: u64 = (FRAME_HEADER_LEN + 1 + 10 + 10) as u64;
+/// header and an `end` op (a tag and three varints of at most 10 bytes).
+pub const END_RESERVE: u64 = (FRAME_HEADER_LEN + 1 + 10 + 10 + 10) as u64;
 
-/// The end frame of a log segment that held `records` writes and `atoms`
-/// atom entries.
-pub fn end_frame(records: u64, atoms: u64) -> Vec<u8> {
+/// The end frame of a log segment that held `records` writes, `atoms`
+/// atom entries and `dicts` dictionaries.
+pub fn end_frame(records: u64, atoms: u64, dicts: u64) -> Vec<u8> {
     let mut f = FrameBuf::new();
-    f.push(Op::End { records, atoms });
+    f.push(Op::End {
+        records,
+        atoms,
+        dicts,
+    });
     f.seal().map(<[u8]>::to_vec).unwrap_or_default()
 }
 
@@ -515,9 +559,11 @@ pub struct Segment {
     map: MmapMut,
     /// Bytes of log: the header plus whole frames.
     len: u64,
-    /// Writes (records put or removed, clears) and atom entries logged.
+    /// Writes (records put or removed, clears), atom entries and zstd
+    /// dictionaries logged.
     records: u64,
     atoms: u64,
+    dicts: u64,
 }
 
 impl Segment {
@@ -556,6 +602,7 @@ impl Segment {
             len: head.len() as u64,
             records: 0,
             atoms: 0,
+            dicts: 0,
         })
     }
 
@@ -584,12 +631,12 @@ impl Segment {
         self.len + n as u64 + END_RESERVE <= self.capacity()
     }
 
-    /// Appends a sealed frame holding `records` writes and `atoms` atom
-    /// entries: copies it into the mapping, its header first, so a process
+    /// Appends a sealed frame holding `records` writes, `atoms` atom
+    /// entries and `dicts` dictionaries: copies it into the mapping, its header first, so a process
     /// killed in the middle leaves a frame that fails its checksum with
     /// zeros after it (a torn tail). No system call. False, appending
     /// nothing, if it does not [fit](Segment::fits).
-    pub fn append(&mut self, frame: &[u8], records: u64, atoms: u64) -> bool {
+    pub fn append(&mut self, frame: &[u8], records: u64, atoms: u64, dicts: u64) -> bool {
         if !self.fits(frame.len()) || frame.len() < FRAME_HEADER_LEN {
             return false;
         }
@@ -605,13 +652,14 @@ impl Segment {
         self.len += frame.len() as u64;
         self.records += records;
         self.atoms += atoms;
+        self.dicts += dicts;
         true
     }
 
     /// Appends the end frame (there is always room: [`END_RESERVE`]);
     /// nothing may be appended after it.
     pub fn seal(&mut self) {
-        let end = end_frame(self.records, self.atoms);
+        let end = end_frame(self.records, self.atoms, self.dicts);
         let at = self.len as usize;
         if let Some(dst) = self.map.get_mut(at..at + end.len()) {
             dst.copy_from_slice(&end);
@@ -685,6 +733,16 @@ mod tests {
             Op::End {
                 records: 1 << 40,
                 atoms: 4,
+                dicts: 0,
+            },
+            Op::Dict {
+                id: 2,
+                bytes: b"dictionary bytes",
+            },
+            Op::End {
+                records: 3,
+                atoms: 0,
+                dicts: 1 << 33,
             },
         ];
         let bytes = frames(&[ops, &[Op::Clear]]);
@@ -833,7 +891,7 @@ mod tests {
         f.push(Op::Put(&[1u8; 100]));
         let frame = f.seal().unwrap().to_vec();
         let mut n = 0;
-        while seg.append(&frame, 1, 0) {
+        while seg.append(&frame, 1, 0, 0) {
             n += 1;
         }
         assert!(!seg.fits(frame.len()));
@@ -856,7 +914,7 @@ mod tests {
             match ops(p).next() {
                 Some(Ok(Op::Start(id))) => assert_eq!(id, [7; 16]),
                 Some(Ok(Op::Put(_))) => puts += 1,
-                Some(Ok(Op::End { records, atoms })) => end = Some((records, atoms)),
+                Some(Ok(Op::End { records, atoms, .. })) => end = Some((records, atoms)),
                 other => panic!("{other:?}"),
             }
         }
@@ -882,7 +940,7 @@ mod tests {
         }
         let frame = f.seal().unwrap().to_vec();
         assert_eq!(frame.len() as u64, room, "sized to the byte");
-        assert!(seg.append(&frame, 1, 0));
+        assert!(seg.append(&frame, 1, 0, 0));
         assert!(!seg.fits(1));
         seg.seal();
         assert!(seg.len() <= seg.capacity());

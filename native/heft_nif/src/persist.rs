@@ -295,6 +295,14 @@ fn persist_open_io<'a>(
         Ok(o) => o,
         Err(e) => return Ok(open_error(env, &e)),
     };
+    if args.auto {
+        // `compression: :auto` chooses its codec again from its records
+        // (the choice is not stored).
+        opened.table.set_auto();
+    } else if !opened.table.dictionaries().is_empty() {
+        // It trained before it was closed: its dictionaries came back.
+        opened.table.learned_before();
+    }
     let p = PersistRes {
         persisted: opened.persisted,
         subscribers,

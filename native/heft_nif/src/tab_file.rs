@@ -2,18 +2,56 @@
 //! docs/tab-file.md): the file is written through a temporary file that
 //! Erlang's file module cannot make safely (created exclusively under an
 //! unpredictable name, never through a link, mode 0600 or the caller's),
-//! then fsynced and renamed over the destination (heft_core's files.rs).
+//! then fsynced and renamed over the destination (heft_core's files.rs);
+//! and the table's zstd dictionaries, which the file carries so that the
+//! table file2tab makes compresses as the one written did.
 
 use std::io::{BufWriter, Write};
 use std::sync::Mutex;
 
 use heft_core::files::Temp;
-use rustler::{Binary, Encoder, Env, Resource, ResourceArc, Term};
+use rustler::{Binary, Encoder, Env, NifResult, OwnedBinary, Resource, ResourceArc, Term};
 
-use crate::errors::posix;
+use crate::errors::{badarg, posix};
+use crate::ops::resolve;
 
 mod atoms {
     rustler::atoms! { ok, error, closed }
+}
+
+/// The table's zstd dictionaries as trained, by id (1, 2, ...). Dirty:
+/// each may be up to 1 MiB.
+#[rustler::nif(schedule = "DirtyCpu")]
+fn tab_dictionaries<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Vec<Binary<'a>>> {
+    let t = resolve(tab)?;
+    if !t.may_read(env) {
+        return Err(badarg("the table is private to another process"));
+    }
+    let mut out = Vec::new();
+    for d in t.core.dictionaries().all() {
+        let mut b = OwnedBinary::new(d.bytes().len());
+        b.as_mut_slice().copy_from_slice(d.bytes());
+        out.push(b.release(env));
+    }
+    Ok(out)
+}
+
+/// Adds `bytes` as the table's next zstd dictionary and makes it the one
+/// new writes use (file2tab, before it inserts the objects). Dirty: zstd
+/// digests the dictionary. Badarg if the caller may not write, or zstd
+/// refuses the bytes.
+#[rustler::nif(schedule = "DirtyCpu")]
+fn tab_add_dictionary<'a>(env: Env<'a>, tab: Term<'a>, bytes: Binary<'a>) -> NifResult<Term<'a>> {
+    let t = resolve(tab)?;
+    if !t.may_write(env) {
+        return Err(badarg("the caller may not write to the table"));
+    }
+    let dicts = t.core.dictionaries();
+    let d = dicts
+        .add(bytes.as_slice())
+        .map_err(|e| badarg(format!("dictionary: {e}")))?;
+    dicts.set_current(d.id());
+    Ok(atoms::ok().encode(env))
 }
 
 /// A table file being written: its temporary file, buffered. Dropping it

@@ -54,6 +54,9 @@ pub const MIN_SAMPLES: usize = 64;
 /// Records a job reads (or re-compresses) under one lock.
 pub const CHUNK: usize = 256;
 
+/// Records re-compression swaps in under one write lock.
+pub const SWAP_BATCH: usize = 32;
+
 /// Uncompressed bytes a chunk copies out at most.
 const CHUNK_RAW: usize = 256 * 1024;
 
@@ -276,6 +279,12 @@ impl Table {
         self.learner.auto.store(true, Ordering::Release);
     }
 
+    /// For a table reopened with the dictionaries it trained before
+    /// (persist.rs): automatic learning is not due again.
+    pub fn learned_before(&self) {
+        self.learner.trigger.store(2, Ordering::Relaxed);
+    }
+
     /// True for a `compression: :auto` table.
     pub fn is_auto(&self) -> bool {
         self.learner.auto.load(Ordering::Acquire)
@@ -353,6 +362,9 @@ impl Table {
             st.release(it.loc);
             n += 1;
         }
+        if let (Some(j), true) = (self.journal.get(), n > 0) {
+            j.rewritten(n);
+        }
         Ok(n)
     }
 }
@@ -376,15 +388,27 @@ pub fn start(table: Arc<Table>, job: Job, done: Option<Done>) -> Result<(), Lear
         p.error = None;
         table.learner.generation.fetch_add(1, Ordering::AcqRel) + 1
     };
+    let t = table.clone();
     let spawned = std::thread::Builder::new()
         .name("heft-learn".into())
-        .spawn(move || run(&table, job, generation, done));
-    spawned
-        .map(|_| ())
-        .map_err(|e| LearnError::Training(e.to_string()))
+        .spawn(move || run(&t, job, generation, done));
+    spawned.map(|_| ()).map_err(|e| {
+        let e = LearnError::Training(e.to_string());
+        let mut p = table.learner.progress.lock();
+        p.phase = Phase::Failed;
+        p.error = Some(e.clone());
+        e
+    })
 }
 
 fn run(table: &Table, job: Job, generation: u64, done: Option<Done>) {
+    // The lowest priority for this thread (Linux keeps a nice value per
+    // thread): on a busy host the schedulers' threads go first.
+    // SAFETY: setpriority takes plain integers and touches no memory of
+    // ours; it fails harmlessly where it may not.
+    unsafe {
+        let _ = libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10);
+    }
     let learnt = learn(table, job);
     {
         let mut p = table.learner.progress.lock();
@@ -465,6 +489,9 @@ fn use_dict(table: &Table, bytes: &[u8]) -> Result<u32, LearnError> {
         .add(bytes)
         .map_err(|e| LearnError::Training(e.to_string()))?;
     table.dicts.set_current(d.id());
+    if let Some(j) = table.journal.get() {
+        j.dictionary_added();
+    }
     Ok(d.id())
 }
 
@@ -615,8 +642,11 @@ fn recompress(table: &Table, generation: u64) {
                 new.push((i, p));
             }
         }
-        if !new.is_empty() {
-            match table.swap_in(&buf, &new) {
+        // The write lock is taken for a few records at a time: this
+        // thread runs at a low priority, and the less it holds the lock
+        // the less a writer can wait on it while it is preempted.
+        for part in new.chunks(SWAP_BATCH) {
+            match table.swap_in(&buf, part) {
                 Ok(n) => swapped += n,
                 Err(_) => return,
             }
@@ -647,7 +677,9 @@ fn recompress(table: &Table, generation: u64) {
 mod tests {
     use super::*;
     use crate::codec::Value;
+    use crate::table::tests::all_bodies as bodies;
     use crate::table::{Kind, Options};
+    use crate::testutil::noise;
     use crate::Backing;
     use std::sync::mpsc;
 
@@ -703,20 +735,6 @@ mod tests {
             .unwrap()
             .to_vec();
         t.prepare(p.key(), &body)
-    }
-
-    fn bodies(t: &Table, k: &[u8]) -> Vec<Vec<u8>> {
-        let mut buf = RecordBuf::new();
-        t.get(t.hash(k), k, &mut buf).unwrap();
-        let mut scratch = Vec::new();
-        buf.items()
-            .iter()
-            .map(|it| {
-                buf.body(it, t.dictionaries(), &mut scratch)
-                    .unwrap()
-                    .to_vec()
-            })
-            .collect()
     }
 
     /// Runs a job to its end; what `done` got.
@@ -836,19 +854,7 @@ mod tests {
 
     #[test]
     fn the_rule_picks_none_for_noise_and_a_dictionary_for_similar_records() {
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let noise: Vec<Vec<u8>> = (0..400)
-            .map(|_| {
-                (0..300)
-                    .map(|_| {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        x as u8
-                    })
-                    .collect()
-            })
-            .collect();
+        let noise: Vec<Vec<u8>> = (1..=400).map(|seed| noise(seed, 300)).collect();
         let (c, dict, trials) = choose(&noise, 4096, &candidates(true, 3));
         assert_eq!(c, Compression::None, "{trials:?}");
         assert!(dict.is_none());
