@@ -235,8 +235,39 @@ defmodule Heft.Memory do
   `:verdict`: `:fits` (an ETS set, plain or compressed, fits),
   `:fits_in_heft_only` (no ETS set does, Heft does) or `:does_not_fit`.
 
+  `:codecs` predicts a Heft set with every compression, in this order:
+  `:none`, `:zlib`, `:lz4`, `:zstd` and `{:zstd, dictionary: :auto}` (nil
+  when Heft is not loaded). The samples are encoded as a new table encodes
+  them and compressed for real with each codec, record by record, as the
+  table would store them; a dictionary codec trains its dictionary on the
+  samples: each quarter of them is compressed with a dictionary trained on
+  the other three quarters, because a table compresses many more records
+  than it trained on (a dictionary judged on its own training samples
+  promises too much). Each entry is a map with `:compression` (the
+  `Heft.new/2` option), `:bytes` (predicted total for `count` records:
+  the arena at the real table's empty size plus `count` times the arena
+  blocks of a sample record, the dictionary's memory, and the index as
+  above), `:arena_bytes`, `:index_bytes`, `:bytes_per_record` (arena
+  blocks per record, size classes included), `:stored_bytes_per_record`
+  (header, key and stored body), `:compression_ratio` (raw / stored),
+  `:compressed_share` (share of the samples stored compressed; the rest
+  stay raw because compressing them would not pay), `:dictionary_trained`
+  (false when the samples were too few or too small to train on: the
+  prediction is then plain zstd, as in a table that has no dictionary
+  yet), `:dictionary_bytes` and `:dictionary_memory` (its bytes and what
+  it takes in the table, digests included; 0 without one), `:decode_ns`
+  (nanoseconds to decompress one record's body on this machine, measured
+  now: the term decoding that follows is the same for every codec), and
+  `:share_of_available`, `:share_of_cgroup_limit` and `:fits` as above.
+
   Options: `:compression` for the Heft table (default `:zlib`),
-  `:headroom` (default 0.85), `:host` (a `host/0` map to judge against).
+  `:headroom` (default 0.85), `:host` (a `host/0` map to judge against),
+  `:dictionary_bytes` (the largest dictionary the `:codecs` prediction
+  trains, default 16 KiB; like a table's, a dictionary is about a tenth of
+  the bytes it is trained on, at least 1 KiB). A table with
+  `dictionary: :auto` puts a dictionary in use only where it beats zstd
+  alone: where the dictionary entry is no smaller than the `:zstd` one, the
+  table will store plain zstd.
 
   ## Examples
 

@@ -153,6 +153,10 @@ defmodule Heft.Native do
   def anonymous_arenas, do: :erlang.nif_error(:heft_nif_not_loaded)
   def debug_panic, do: :erlang.nif_error(:heft_nif_not_loaded)
 
+  # Heft.Memory.sizing/3's codec predictions (sizing.rs; DirtyCpu).
+  def sizing_predict(_samples, _keypos, _bag, _compressions, _dictionary_bytes),
+    do: :erlang.nif_error(:heft_nif_not_loaded)
+
   # Learning (native/heft_nif/src/learn.rs)
   def train_dictionary(_tab, _samples, _max_bytes, _recompress, _tag),
     do: :erlang.nif_error(:heft_nif_not_loaded)

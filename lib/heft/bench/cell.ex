@@ -10,7 +10,8 @@ defmodule Heft.Bench.Cell do
   # Steps: a pilot of 1,000 records predicts the cell's size and time, and
   # skips it (with the reason) when it would pass 60% of the host's available
   # memory, a store limit, or the run's time budget; then N single inserts are
-  # timed, memory read (the store's own bytes and this process's RSS growth),
+  # timed, the store settled (Store callback settle/2: a dictionary table
+  # trained and re-compressed, not timed), memory read (the store's own bytes and this process's RSS growth),
   # 20,000 lookups (or as many as 2 s allow, at least 1,000) of
   # random keys timed, a persistent store closed and reopened (load time),
   # and N inserts in batches of 1,000 timed into a fresh table.
@@ -76,7 +77,7 @@ defmodule Heft.Bench.Cell do
     bin0 = settle_binary()
     s = mod.open(opts, dir)
     spent = fill(kind, @pilot, fn chunk -> timed(fn -> insert_each(chunk, mod, s) end) end, nil)
-    per = (mod.memory(s) + settle_binary() - bin0) / @pilot
+    per = (mod.memory(s) + binary_growth(bin0)) / @pilot
     mod.destroy(s)
     predicted = per * n
     pilot_s = @run_per_insert * us(spent) / @pilot * n / 1.0e6
@@ -118,7 +119,9 @@ defmodule Heft.Bench.Cell do
 
     s = mod.open(opts, dir)
     insert = fill(kind, n, fn chunk -> timed(fn -> insert_each(chunk, mod, s) end) end, "insert")
-    store_bytes = mod.memory(s) + settle_binary() - bin0
+    note = if function_exported?(mod, :settle, 2), do: mod.settle(s, opts)
+    store_bytes = mod.memory(s) + binary_growth(bin0)
+    payload = if function_exported?(mod, :payload, 1), do: mod.payload(s)
     rss = Sys.rss() - rss0
 
     keys = for _ <- 1..@lookups, do: :rand.uniform(n)
@@ -161,10 +164,15 @@ defmodule Heft.Bench.Cell do
       load_ms: load && us(load) / 1000,
       disk_bytes: disk && disk / n,
       written_bytes: written / n,
+      payload_ratio: payload_ratio(payload),
       overloads: count_overloads(0),
-      accounting: mod.accounting(opts)
+      accounting: mod.accounting(opts),
+      note: note
     }
   end
+
+  defp payload_ratio({raw, stored}) when raw > 0, do: stored / raw
+  defp payload_ratio(_), do: nil
 
   # Generates records 1..n a chunk at a time (not timed) and hands each chunk
   # to `fun`, which returns the native time it spent; returns the sum.
@@ -242,6 +250,12 @@ defmodule Heft.Bench.Cell do
     :erlang.garbage_collect()
     :erlang.memory(:binary)
   end
+
+  # The VM's binary memory grown since `bin0`: refc binaries the store
+  # points to. Never below 0: binaries freed meanwhile (garbage of other
+  # processes, of the VM) are not the store's, and took a small map cell of
+  # Heft 17 bytes a record below its own accounting.
+  defp binary_growth(bin0), do: max(settle_binary() - bin0, 0)
 
   defp progress(phase, done, total), do: IO.puts("@@progress #{phase} #{done} #{total}")
 

@@ -20,7 +20,8 @@ defmodule Heft.Bench.Plot do
   @bottom 64
   @note_line 16
 
-  @colors ~w(#0072B2 #56B4E9 #E69F00 #8C564B #D55E00 #009E73 #CC79A7 #7F7F7F #000000 #9467BD)
+  @colors ~w(#0072B2 #56B4E9 #E69F00 #8C564B #D55E00 #009E73 #CC79A7 #7F7F7F #000000 #9467BD
+             #BCBD22 #17BECF #F0027F)
   @markers [
     :circle,
     :square,

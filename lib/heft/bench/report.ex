@@ -18,24 +18,58 @@ defmodule Heft.Bench.Report do
     {:rss_bytes, "bytes/rec (RSS)", false},
     {:load_ms, "load ms", true},
     {:disk_bytes, "disk bytes/rec", false},
-    {:written_bytes, "written bytes/rec", false}
+    {:written_bytes, "written bytes/rec", false},
+    {:payload_ratio, "payload stored/raw", false}
   ]
   @metric_keys Enum.map(@metrics, &elem(&1, 0))
 
-  # The goals are stated for Heft with its defaults (compression: :zlib,
-  # arena: :memory); the other Heft stores are in the ratios table.
-  @goal_stores ["heft_zlib"]
+  # Each goal: text, record kinds, the metric, what it is judged against,
+  # the target (max, shown as), and the stores it is stated for.
+  # Against: {store, metric} - the ratio to that store's metric at the same
+  # kind and count ("ets", or "heft_none", the same table with
+  # `compression: :none`); {:count, n} - the value itself at n records;
+  # :value - the value itself at every count.
+  # Issue 5's goals are stated for Heft with its defaults (compression:
+  # :zlib, arena: :memory); issue 12's for the codec stores. The other Heft
+  # stores are in the ratios table.
+  @defaults ["heft_zlib"]
+  @codecs ["heft_zstd_dict", "heft_zstd", "heft_lz4"]
   @goals [
-    {"100-tuple record: bytes/record vs ETS", [:tuple100], :bytes, :bytes, {1 / 80, "1/80"}},
-    {"small map record: bytes/record vs ETS", [:small_map], :bytes, :bytes, {2 / 3, "2/3"}},
-    {"small map record: lookup µs/op vs ETS", [:small_map], :lookup_us, :lookup_us, {1.5, "1.5"}},
-    {"100-tuple record: lookup µs/op vs ETS", [:tuple100], :lookup_us, :lookup_us, {1.0, "1.0"}},
-    {"batch insert µs/op vs ETS single insert (every kind)", Kinds.all(), :batch_us, :insert_us,
-     {1.0, "1.0"}}
+    {"100-tuple record: bytes/record vs ETS", [:tuple100], :bytes, {"ets", :bytes},
+     {1 / 80, "1/80"}, @defaults},
+    {"small map record: bytes/record vs ETS", [:small_map], :bytes, {"ets", :bytes},
+     {2 / 3, "2/3"}, @defaults},
+    {"small map record: lookup µs/op vs ETS", [:small_map], :lookup_us, {"ets", :lookup_us},
+     {1.5, "1.5"}, @defaults},
+    {"100-tuple record: lookup µs/op vs ETS", [:tuple100], :lookup_us, {"ets", :lookup_us},
+     {1.0, "1.0"}, @defaults},
+    {"batch insert µs/op vs ETS single insert (every kind)", Kinds.all(), :batch_us,
+     {"ets", :insert_us}, {1.0, "1.0"}, @defaults},
+    # Issue 12
+    {"small map record at 1M: bytes/record, index included", [:small_map], :bytes,
+     {:count, 1_000_000}, {35, "35 B"}, @codecs},
+    {"JSON-like 1 KB record: stored payload / raw payload", [:json_1k], :payload_ratio, :value,
+     {1 / 8, "1/8"}, ["heft_zstd_dict", "heft_zstd"]},
+    {"JSON-like 1 KB record: bytes/record vs ETS", [:json_1k], :bytes, {"ets", :bytes},
+     {1 / 8, "1/8"}, ["heft_zstd_dict", "heft_zstd"]},
+    {"100-tuple record at 1M: bytes/record, index included", [:tuple100], :bytes,
+     {:count, 1_000_000}, {30, "30 B"}, @codecs},
+    {"lookup µs/op vs `compression: :none` (every kind)", Kinds.all(), :lookup_us,
+     {"heft_none", :lookup_us}, {1.3, "1.3"}, ["heft_zstd_dict"]},
+    {"lookup µs/op vs `compression: :none` (every kind)", Kinds.all(), :lookup_us,
+     {"heft_none", :lookup_us}, {1.1, "1.1"}, ["heft_lz4"]},
+    {"random 1 KB record (stored raw): bytes/record vs `compression: :none`", [:random_1k],
+     :bytes, {"heft_none", :bytes}, {1.02, "1.02"}, ["heft_zlib" | @codecs]},
+    {"random 1 KB record (stored raw): lookup µs/op vs `compression: :none`", [:random_1k],
+     :lookup_us, {"heft_none", :lookup_us}, {1.1, "1.1"}, ["heft_zlib" | @codecs]}
   ]
 
   # The stores the goals compare: their cells go first in the time budget.
-  def goal_stores, do: ["ets" | @goal_stores]
+  def goal_stores do
+    refs = for {_, _, _, {store, _}, _, _} <- @goals, do: store
+    stores = for {_, _, _, _, _, stores} <- @goals, s <- stores, do: s
+    Enum.uniq(refs ++ stores)
+  end
 
   ## Aggregation
 
@@ -50,7 +84,8 @@ defmodule Heft.Bench.Report do
           stats: Map.new(@metric_keys, fn m -> {m, stat(Enum.map(results, & &1[m]))} end),
           overloads: results |> Enum.map(& &1.overloads) |> stat() |> elem(0),
           run_s: results |> Enum.map(& &1.run_s) |> stat() |> elem(0),
-          accounting: hd(results).accounting
+          accounting: hd(results).accounting,
+          note: results |> Enum.map(&Map.get(&1, :note)) |> Enum.reject(&is_nil/1) |> List.last()
         }
 
       failed ->
@@ -136,7 +171,8 @@ defmodule Heft.Bench.Report do
     Enum.join(
       [
         if(cell.overloads > 0, do: "Mnesia overloaded ×#{round(cell.overloads)}"),
-        if(cell.store == "dets", do: "store bytes = file size")
+        if(cell.store == "dets", do: "store bytes = file size"),
+        cell[:note]
       ]
       |> Enum.reject(&is_nil/1),
       "; "
@@ -215,33 +251,32 @@ defmodule Heft.Bench.Report do
 
   ## Goals
 
-  # For each goal and Heft store: the ratio Heft/ETS at every count both
-  # measured, the worst of them, and whether it meets the target.
+  # For each goal and store: the value or ratio at every count where it
+  # was measured (and its reference was), the worst of them, and whether it
+  # meets the target.
   def goals(cells) do
-    for {text, kinds, heft_metric, ets_metric, {max, target}} <- @goals, store <- @goal_stores do
+    for {text, kinds, metric, against, {max, target}, stores} <- @goals, store <- stores do
       pairs =
         for kind <- kinds,
             h <- cells,
             h.kind == kind and h.store == store and h.status == :ok,
-            e = find(cells, kind, "ets", h.count),
-            e != nil and e.status == :ok,
-            hv = value(h, heft_metric),
-            ev = value(e, ets_metric),
-            is_number(hv) and is_number(ev) and ev > 0,
-            do: %{kind: kind, count: h.count, heft: hv, ets: ev, ratio: hv / ev}
+            pair = pair(cells, h, metric, against),
+            pair != nil,
+            do: pair
 
       base = %{
         goal: text,
         store: store,
         max: max,
         target: target,
-        metric: heft_metric,
+        metric: metric,
+        against: against,
         pairs: pairs
       }
 
       case pairs do
         [] ->
-          Map.merge(base, %{status: :unmeasured, reason: unmeasured(cells, kinds, store)})
+          Map.merge(base, %{status: :unmeasured, reason: unmeasured(cells, kinds, store, against)})
 
         _ ->
           worst = Enum.max_by(pairs, & &1.ratio)
@@ -251,13 +286,50 @@ defmodule Heft.Bench.Report do
     end
   end
 
+  # %{kind, count, heft: value, ets: reference value or nil, ratio} for
+  # one measured cell, or nil where the goal does not judge it.
+  defp pair(cells, h, metric, against) do
+    hv = value(h, metric)
+
+    case against do
+      _ when not is_number(hv) ->
+        nil
+
+      {store, ref_metric} when is_binary(store) ->
+        with %{status: :ok} = r <- find(cells, h.kind, store, h.count),
+             rv when is_number(rv) and rv > 0 <- value(r, ref_metric) do
+          %{kind: h.kind, count: h.count, heft: hv, ets: rv, ratio: hv / rv}
+        else
+          _ -> nil
+        end
+
+      {:count, n} when h.count != n ->
+        nil
+
+      _ ->
+        %{kind: h.kind, count: h.count, heft: hv, ets: nil, ratio: hv}
+    end
+  end
+
   defp find(cells, kind, store, count),
     do: Enum.find(cells, &(&1.kind == kind and &1.store == store and &1.count == count))
 
-  defp unmeasured(cells, kinds, store) do
+  defp unmeasured(cells, kinds, store, against) do
     case Enum.find(cells, &(&1.kind in kinds and &1.store == store and &1.status != :ok)) do
-      nil -> "no #{store} and ets cells measured at the same count"
-      cell -> "#{store} #{if cell.status == :skip, do: "skipped", else: "failed"}: #{cell.reason}"
+      nil ->
+        case against do
+          {ref, _} when is_binary(ref) ->
+            "no #{store} and #{ref} cells measured at the same count"
+
+          {:count, n} ->
+            "no #{store} cell measured at #{int(n)} records"
+
+          :value ->
+            "no #{store} cell measured"
+        end
+
+      cell ->
+        "#{store} #{if cell.status == :skip, do: "skipped", else: "failed"}: #{cell.reason}"
     end
   end
 
@@ -318,15 +390,20 @@ defmodule Heft.Bench.Report do
             verdict = if g.status == :met, do: "met", else: "**MISSED**"
 
             "| #{g.goal} | #{g.store} | #{num(w.ratio)} (#{each}) | #{target} | #{verdict}: " <>
-              "#{unit(g.metric, w.heft)} vs ETS #{unit(g.metric, w.ets)} at #{int(w.count)} (#{w.kind}) |"
+              "#{versus(g, w)} at #{int(w.count)} (#{w.kind}) |"
         end
       end)
 
     Enum.join(
       [
-        "## Goals (ratios against ETS, from this run)\n",
-        "Heft with its defaults (`compression: :zlib`, `arena: :memory`) against an ETS set. " <>
-          "The worst ratio over the record counts where both were measured decides.\n",
+        "## Goals (from this run)\n",
+        "Issue 5's goals: Heft with its defaults (`compression: :zlib`, `arena: :memory`) " <>
+          "against an ETS set. Issue 12's: the codec stores (heft_zstd_dict: " <>
+          "`compression: {:zstd, dictionary: :auto}`, measured with its dictionary in use; " <>
+          "heft_zstd; heft_lz4) against an ETS set, against the same kind's " <>
+          "`compression: :none` store (heft_none), or by their value at 1,000,000 records " <>
+          "(bytes per record, index included) or at every count (payload stored / raw). " <>
+          "The worst ratio (or value) over the record counts measured decides.\n",
         "| goal | store | ratio: worst (each count) | target | result |",
         "|---|---|---|---|---|" | rows
       ],
@@ -334,11 +411,20 @@ defmodule Heft.Bench.Report do
     ) <> "\n"
   end
 
+  defp versus(%{against: {ref, _}} = g, w) when is_binary(ref),
+    do: "#{unit(g.metric, w.heft)} vs #{ref_name(ref)} #{unit(g.metric, w.ets)}"
+
+  defp versus(g, w), do: unit(g.metric, w.heft)
+
+  defp ref_name("ets"), do: "ETS"
+  defp ref_name(store), do: store
+
   defp kind_tag(%{pairs: pairs}, pair) do
     if pairs |> Enum.map(& &1.kind) |> Enum.uniq() |> length() > 1, do: " #{pair.kind}", else: ""
   end
 
   defp unit(:bytes, x), do: "#{num(x)} B"
+  defp unit(:payload_ratio, x), do: num(x)
   defp unit(_, x), do: "#{num(x)} µs"
 
   def gb(b) when b >= 1.0e9, do: "#{Float.round(b / 1.0e9, 1)} GB"
@@ -466,6 +552,8 @@ defmodule Heft.Bench.Report do
     - bytes/rec (store): the store's own accounting after inserting N records, plus the growth of the VM's binary memory (the refc binaries ETS and Mnesia point to but do not count), divided by N:
     #{accounting}
     - bytes/rec (RSS): growth of the OS process's VmRSS over the insert phase, divided by N; RSS/store is their ratio (allocator overhead, or memory the store's accounting misses).
+    - payload stored/raw: Heft's `:payload_stored_bytes` / `:payload_raw_bytes` (records' headers, keys and bodies as stored, against keys and bodies as encoded).
+    - heft_zstd_dict (`compression: {:zstd, dictionary: :auto}`) is measured with its dictionary in use: after the timed inserts (which include the table's own training, due at 4,096 records, on a thread of its own), the cell waits, untimed, for the training and the background re-compression of older records to finish (or trains with `Heft.train_dictionary/2` a table that never reached 4,096 records), and fails if more than 1% of the records are still plain zstd; the notes column gives the share of records compressed with the dictionary. The batch insert phase is a fresh table, timed as it goes.
     - load ms: close, then reopen until the table answers (Mnesia: stop, start, wait_for_tables; DETS: open_file, which reads lazily).
     - disk bytes/rec: space allocated in the store's directory (after close, for the stores that persist); written bytes/rec: /proc/self/io write_bytes growth over insert, lookups and close.
     - A cell is skipped, with its reason, when the same store at the previous count (or, at the first count, a 1,000-record pilot) predicts more than 60% of the available RAM or a store limit (DETS: 2 GB), or when it does not fit in the time left: the time goes first to the cells the goals compare (ETS, Heft with its defaults), then to the cheapest.

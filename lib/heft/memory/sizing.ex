@@ -26,6 +26,18 @@ defmodule Heft.Memory.Sizing do
   # table's own :index_bytes at the sample size (and empty) disagrees with
   # that rule, the rule is not trusted and the index is scaled per record
   # instead (:index_model says which).
+  #
+  # Codecs (:codecs): every compression a table can take, predicted by
+  # compressing the samples for real (Heft.Native.sizing_predict, a dirty
+  # CPU NIF; native/heft_core/src/sizing.rs): the records as a new table
+  # encodes them, each body compressed and laid out as the table would,
+  # rounded to the arena's size classes; a dictionary codec with
+  # dictionaries trained on three quarters of the samples and judged on the
+  # fourth (four-fold), since a table compresses far more records than it
+  # trains on. Per codec:
+  #   bytes = arena_empty + count * arena blocks per record + dictionary
+  #           memory + index(count)
+  # with arena_empty and the index model those of the real table above.
   @moduledoc false
 
   alias Heft.Memory.Tables
@@ -37,6 +49,22 @@ defmodule Heft.Memory.Sizing do
   @headroom 0.85
   @proc_bin_threshold 64
   @probe_cap 1_000_000
+  # The largest dictionary the codec predictions train (a table's default,
+  # heft_core table/learn.rs DICT_BYTES); opts[:dictionary_bytes] sets
+  # another.
+  @dictionary_bytes 16 * 1024
+  # zlib's level and zstd's when none is given (Heft's defaults).
+  @zlib_level 1
+  @zstd_level 3
+  # The codecs predicted, by their Heft.new/2 option, and the compression
+  # the NIF takes for each.
+  @codecs [
+    {:none, :none},
+    {:zlib, {:zlib, @zlib_level}},
+    {:lz4, :lz4},
+    {:zstd, {:zstd, @zstd_level, false}},
+    {{:zstd, dictionary: :auto}, {:zstd, @zstd_level, true}}
+  ]
 
   def run(samples, count, opts) do
     host = Keyword.get_lazy(opts, :host, fn -> Heft.Memory.host() end)
@@ -51,7 +79,15 @@ defmodule Heft.Memory.Sizing do
     }
 
     entries = Map.new(entries, fn {k, e} -> {k, e && shares(e, host, headroom)} end)
-    Map.merge(entries, %{count: count, samples: length(samples), verdict: verdict(entries)})
+    codecs = codecs(samples, count, entries.heft, opts)
+    codecs = codecs && Enum.map(codecs, &shares(&1, host, headroom))
+
+    Map.merge(entries, %{
+      count: count,
+      samples: length(samples),
+      codecs: codecs,
+      verdict: verdict(entries)
+    })
   end
 
   defp ets(samples, count, extra, word_size, off_heap) do
@@ -159,6 +195,7 @@ defmodule Heft.Memory.Sizing do
       %{
         bytes: arena + index,
         arena_bytes: arena,
+        arena_empty_bytes: arena_empty,
         index_bytes: index,
         index_model: model,
         bytes_per_record: arena_per_record,
@@ -167,6 +204,36 @@ defmodule Heft.Memory.Sizing do
       }
     after
       apply(Heft, :delete, [t])
+    end
+  end
+
+  # Each codec's prediction (see the top of this module); nil without Heft.
+  defp codecs(_samples, _count, nil, _opts), do: nil
+
+  defp codecs(samples, count, heft, opts) do
+    dictionary = Keyword.get(opts, :dictionary_bytes, @dictionary_bytes)
+    {names, nif} = Enum.unzip(@codecs)
+
+    predictions = apply(Heft.Native, :sizing_predict, [samples, 1, false, nif, dictionary])
+
+    for {name, p} <- Enum.zip(names, predictions) do
+      n = max(p.records, 1)
+      arena = round(heft.arena_empty_bytes + p.arena_bytes / n * count + p.dictionary_memory)
+
+      %{
+        compression: name,
+        bytes: arena + heft.index_bytes,
+        arena_bytes: arena,
+        index_bytes: heft.index_bytes,
+        bytes_per_record: p.arena_bytes / n,
+        stored_bytes_per_record: p.stored_bytes / n,
+        compression_ratio: ratio(p.raw_bytes, p.stored_bytes),
+        compressed_share: p.compressed / n,
+        dictionary_trained: p.trained,
+        dictionary_bytes: p.dictionary_bytes,
+        dictionary_memory: p.dictionary_memory,
+        decode_ns: p.decode_ns
+      }
     end
   end
 

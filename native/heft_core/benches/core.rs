@@ -8,9 +8,10 @@ use heft_core::arena::{Arena, Backing};
 use heft_core::codec::{
     decode_record, decode_with, Builder, DecodeError, Scratch, Value, ValueBuilder, Writer,
 };
-use heft_core::compress::{compress, decompress, Compression};
-use heft_core::dict::Dictionaries;
+use heft_core::compress::{compress, decompress, unpack, Codec, Compression};
+use heft_core::dict::{self, Dictionaries};
 use heft_core::index::HashIndex;
+use heft_core::record::Header;
 use heft_core::table::{Kind, Options, RecordBuf, Table};
 
 /// `{i, %{age: i % 90, id: i, name: "user-i"}}` with atoms age=0, id=1, name=2.
@@ -287,6 +288,85 @@ fn json_1k(c: &mut Criterion<ThreadCpu>) {
     g.finish();
 }
 
+/// The small map record's body as the NIF writes it for a set.
+fn small_body(i: i64) -> Vec<u8> {
+    let Value::Tuple(elems) = small_record(i) else {
+        unreachable!()
+    };
+    body_of(&elems[1..])
+}
+
+/// Every codec a table can take on `mix bench`'s small map and JSON-like
+/// bodies: compress (as `Table::prepare` does) and unpack (as every read
+/// does), cycling through the bodies, in thread CPU time. The dictionary
+/// is trained on the bodies themselves (at most 16 KiB), as a table's is
+/// on its own records; the average stored size is printed per row.
+fn codecs(c: &mut Criterion<ThreadCpu>) {
+    let mut g = c.benchmark_group("codecs");
+    let small: Vec<Vec<u8>> = (0..5000).map(|i| small_body(100_000 + i)).collect();
+    let json = json_1k_bodies();
+    let zstd = |dict| Compression::Zstd { level: 3, dict };
+    let modes = [
+        ("deflate", Compression::Zlib(1)),
+        ("lz4", Compression::Lz4),
+        ("zstd", zstd(false)),
+        ("zstd+dict", zstd(true)),
+    ];
+    for (kind, bodies) in [("small map", &small), ("JSON 1 KB", &json)] {
+        let dicts = Dictionaries::new(3);
+        match dict::train(bodies, 16 * 1024) {
+            Ok(d) => dicts.set_current(dicts.add(&d).unwrap().id()),
+            Err(e) => eprintln!("{kind}: no dictionary ({e})"),
+        }
+        for (name, mode) in modes {
+            let mut out = Vec::new();
+            let stored: Vec<(Header, Vec<u8>)> = bodies
+                .iter()
+                .map(|b| {
+                    let p = compress(b, mode, &dicts, &mut out);
+                    let kept = if p.codec == Codec::Raw { b } else { &out };
+                    let h = Header {
+                        codec: p.codec,
+                        dict: p.dict,
+                        header_len: 0,
+                        key_len: 0,
+                        stored_len: kept.len(),
+                        raw_len: b.len(),
+                    };
+                    (h, kept.clone())
+                })
+                .collect();
+            let avg = |f: fn(&(Header, Vec<u8>)) -> usize| {
+                stored.iter().map(f).sum::<usize>() as f64 / stored.len() as f64
+            };
+            eprintln!(
+                "codecs/{name}: {kind}: {:.1} raw bytes stored in {:.1} on average ({:.0}% compressed)",
+                avg(|(h, _)| h.raw_len),
+                avg(|(h, _)| h.stored_len),
+                100.0 * avg(|(h, _)| usize::from(h.codec != Codec::Raw)),
+            );
+            g.throughput(Throughput::Bytes(bodies[0].len() as u64));
+            g.bench_function(format!("compress {name}: {kind}"), |b| {
+                let mut i = 0;
+                b.iter(|| {
+                    i = (i + 1) % bodies.len();
+                    compress(black_box(&bodies[i]), mode, &dicts, &mut out)
+                })
+            });
+            g.bench_function(format!("unpack {name}: {kind}"), |b| {
+                let mut back = Vec::new();
+                let mut i = 0;
+                b.iter(|| {
+                    i = (i + 1) % stored.len();
+                    let (h, bytes) = &stored[i];
+                    unpack(h, black_box(bytes), &dicts, &mut back).map(|b| b.len())
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
 fn index(c: &mut Criterion) {
     let mut g = c.benchmark_group("index");
     let h = |k: u64| k.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (k >> 7);
@@ -381,6 +461,6 @@ criterion_group!(benches, codec, deflate, index, arena, table);
 criterion_group! {
     name = cpu_time;
     config = Criterion::default().with_measurement(ThreadCpu);
-    targets = json_1k
+    targets = json_1k, codecs
 }
 criterion_main!(benches, cpu_time);

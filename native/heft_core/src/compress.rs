@@ -338,6 +338,17 @@ pub fn unpack<'a>(
     match h.codec {
         Codec::Raw => return Ok(stored),
         Codec::Deflate => decompress(stored, h.raw_len, out)?,
+        // A header's raw length is checked against what the stored bytes
+        // could possibly expand to before anything is allocated for it: a
+        // damaged length must not make a read allocate terabytes.
+        Codec::Lz4 if h.raw_len > max_expansion(stored.len(), LZ4_MAX_RATIO) => {
+            return Err(CorruptBody)
+        }
+        Codec::Zstd | Codec::ZstdDict
+            if h.raw_len > max_expansion(stored.len(), ZSTD_MAX_RATIO) =>
+        {
+            return Err(CorruptBody)
+        }
         Codec::Lz4 => {
             out.clear();
             out.resize(h.raw_len, 0);
@@ -377,6 +388,19 @@ pub fn unpack<'a>(
         }
     }
     Ok(out)
+}
+
+/// The most an lz4 block expands: a match of 255 bytes per length byte.
+const LZ4_MAX_RATIO: usize = 255;
+
+/// The most a zstd frame expands: an RLE block of 4 bytes (a 3-byte block
+/// header and the byte) makes a block of at most 128 KiB.
+const ZSTD_MAX_RATIO: usize = 128 * 1024 / 4;
+
+/// The most `stored` bytes can decompress to at `ratio`, with room for a
+/// frame's or block's fixed overhead.
+fn max_expansion(stored: usize, ratio: usize) -> usize {
+    stored.saturating_add(16).saturating_mul(ratio)
 }
 
 /// Inflates `stored` (raw deflate, written by [`compress`]) into `out`,
@@ -761,6 +785,15 @@ mod tests {
             longer.raw_len += 1;
             assert_eq!(
                 unpack(&longer, &out, &dicts, &mut back),
+                Err(CorruptBody),
+                "{mode:?}"
+            );
+            // A damaged raw length far beyond what the body could hold is
+            // refused before anything is allocated for it.
+            let mut huge = h;
+            huge.raw_len = usize::MAX / 2;
+            assert_eq!(
+                unpack(&huge, &out, &dicts, &mut back),
                 Err(CorruptBody),
                 "{mode:?}"
             );

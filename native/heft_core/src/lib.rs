@@ -17,6 +17,7 @@
 //! - [`persist`]: persistent tables: write-ahead log, group commit, dumps
 //!   ([`wal`] frames, [`snapshot`] writing, [`recovery`] loading, [`crc`]);
 //!   formats in docs/persistence-format.md.
+//! - [`sizing`]: what records like some samples take with each codec.
 //! - [`files`]: how Heft creates and opens its files (no links followed,
 //!   exclusive random-named temporaries, private modes).
 
@@ -37,6 +38,7 @@ pub mod ordered;
 pub mod persist;
 pub mod record;
 pub mod recovery;
+pub mod sizing;
 pub mod snapshot;
 pub mod table;
 #[cfg(test)]

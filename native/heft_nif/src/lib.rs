@@ -13,6 +13,7 @@ mod ops;
 mod persist;
 mod resource;
 mod select;
+mod sizing;
 mod tab_file;
 
 use std::sync::atomic::Ordering;

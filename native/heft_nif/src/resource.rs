@@ -106,7 +106,9 @@ struct AtomInner {
 }
 
 impl AtomCache {
-    fn new(names: Arc<RwLock<AtomTable>>) -> Self {
+    /// In front of the atom dictionary `names` (a table's, or a scratch
+    /// one: sizing.rs).
+    pub fn new(names: Arc<RwLock<AtomTable>>) -> Self {
         AtomCache {
             names,
             inner: RwLock::new(AtomInner::default()),
