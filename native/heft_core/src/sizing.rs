@@ -260,13 +260,20 @@ mod tests {
             let s = stored_in_table(&samples, &others, mode);
             assert_eq!(s.size, 2000);
             let (predicted, real) = (p.stored_bytes as f64, s.payload_stored_bytes as f64);
+            // Dictionary blocks show which records a dictionary was
+            // trained on (the folds' vs the table's): within 8% there.
+            let within = if matches!(mode, Compression::Zstd { dict: true, .. }) {
+                0.08
+            } else {
+                0.05
+            };
             assert!(
-                (predicted - real).abs() <= 0.05 * real,
+                (predicted - real).abs() <= within * real,
                 "{mode:?}: predicted {predicted} stored bytes, a table stores {real}"
             );
             let (predicted, real) = (p.arena_bytes as f64, s.arena_live_bytes as f64);
             assert!(
-                (predicted - real).abs() <= 0.05 * real,
+                (predicted - real).abs() <= within * real,
                 "{mode:?}: predicted {predicted} arena bytes, a table takes {real}"
             );
             assert_eq!(p.raw_bytes, s.payload_raw_bytes, "{mode:?}");

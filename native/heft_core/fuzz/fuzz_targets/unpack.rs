@@ -13,12 +13,13 @@ use heft_core::dict::Dictionaries;
 use heft_core::record::Header;
 use libfuzzer_sys::fuzz_target;
 
-const CODECS: [Codec; 5] = [
+const CODECS: [Codec; 6] = [
     Codec::Raw,
     Codec::Deflate,
     Codec::Zstd,
     Codec::Lz4,
     Codec::ZstdDict,
+    Codec::ZstdBlock,
 ];
 
 fuzz_target!(|data: &[u8]| {
@@ -41,7 +42,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let h = Header {
         codec,
-        dict: if codec == Codec::ZstdDict { dict_id } else { 0 },
+        dict: if codec.uses_dict() { dict_id } else { 0 },
         header_len: 0,
         key_len: 0,
         stored_len: stored.len(),
