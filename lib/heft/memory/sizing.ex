@@ -53,9 +53,11 @@ defmodule Heft.Memory.Sizing do
   # heft_core table/learn.rs DICT_BYTES); opts[:dictionary_bytes] sets
   # another.
   @dictionary_bytes 16 * 1024
-  # zlib's level and zstd's when none is given (Heft's defaults).
+  # zlib's level and zstd's (without, with a dictionary) when none is given
+  # (Heft's defaults).
   @zlib_level 1
   @zstd_level 3
+  @zstd_dict_level 9
   # The codecs predicted, by their Heft.new/2 option, and the compression
   # the NIF takes for each.
   @codecs [
@@ -63,7 +65,7 @@ defmodule Heft.Memory.Sizing do
     {:zlib, {:zlib, @zlib_level}},
     {:lz4, :lz4},
     {:zstd, {:zstd, @zstd_level, false}},
-    {{:zstd, dictionary: :auto}, {:zstd, @zstd_level, true}}
+    {{:zstd, dictionary: :auto}, {:zstd, @zstd_dict_level, true}}
   ]
 
   def run(samples, count, opts) do
