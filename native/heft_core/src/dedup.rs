@@ -82,6 +82,21 @@ impl Hasher for IdHasher {
     }
 }
 
+/// A compound whose header (or whole encoding, for a binary or etf piece)
+/// was just written, as told to [`Dedup::open`].
+pub struct Opened<T> {
+    /// Where it starts in the writer.
+    pub start: usize,
+    /// Its id, as the writer gave it.
+    pub id: u32,
+    /// The terms that follow as its parts (0 for a binary or etf piece).
+    pub children: usize,
+    /// The encoder's mark to roll back to, and its name for the term: both
+    /// handed back if the compound turns out a duplicate.
+    pub mark: usize,
+    pub payload: T,
+}
+
 /// Merges structurally equal compounds of one encoding into `ref`s. `T` is
 /// what the encoder calls a term (handed back when a duplicate is merged).
 pub struct Dedup<T> {
@@ -135,20 +150,17 @@ impl<T> Dedup<T> {
         self.head.clear();
     }
 
-    /// After a compound's header was written at `w.buf[start..]` with `id`:
-    /// `children` terms follow (0 for a binary or etf piece, written whole).
-    /// `mark` is the encoder's to roll back to and `payload` its name for the
-    /// term, both handed to `merged` if the compound turns out a duplicate.
-    pub fn open(
-        &mut self,
-        w: &mut Writer,
-        start: usize,
-        id: u32,
-        children: usize,
-        mark: usize,
-        payload: T,
-        merged: &mut impl FnMut(T, u32, usize),
-    ) {
+    /// After a compound's header was written (see [`Opened`]). If it turns
+    /// out a duplicate, `merged(payload, class, mark)` is called once it is
+    /// replaced by `ref class`.
+    pub fn open(&mut self, w: &mut Writer, o: Opened<T>, merged: &mut impl FnMut(T, u32, usize)) {
+        let Opened {
+            start,
+            id,
+            children,
+            mark,
+            payload,
+        } = o;
         let sig = self.sig.len();
         if children > 0 {
             self.sig.extend_from_slice(&w.buf[start..]);
@@ -419,7 +431,14 @@ mod tests {
                 seen.insert(p, class);
             };
             if dedup {
-                d.open(&mut w, start, id, children, mark, p, &mut merged);
+                let o = Opened {
+                    start,
+                    id,
+                    children,
+                    mark,
+                    payload: p,
+                };
+                d.open(&mut w, o, &mut merged);
             }
         }
         w.buf
