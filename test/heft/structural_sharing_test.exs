@@ -58,6 +58,22 @@ defmodule Heft.StructuralSharingTest do
     assert :erlang.term_to_binary(n) == :erlang.term_to_binary(neg)
   end
 
+  test "a part merged away forgets the identities noted inside it" do
+    # `small` (too short to merge) gets an id inside d2; d2 is merged into
+    # d1 and its id goes to `fresh`: `small` met again must not be read as
+    # `fresh`.
+    small = {:erlang.phash2(:x, 100)}
+    p = :lists.seq(1, 4)
+    d1 = unshared({small, p, p})
+    d2 = {small, p, p}
+    fresh = {300, 301}
+    rec = {:k, d1, d2, fresh, small}
+    tab = Heft.new(:sharing_rollback, [:set])
+    true = Heft.insert(tab, rec)
+    [got] = Heft.lookup(tab, :k)
+    assert_exact(got, rec)
+  end
+
   # Random nested terms drawn from a few pieces, so that equal parts recur;
   # each part is built afresh (no sharing) or, sometimes, reused.
   defp random_term(_state, 0), do: leaf()

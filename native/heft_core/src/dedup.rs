@@ -225,6 +225,13 @@ impl<T> Dedup<T> {
             let class = match found {
                 Some(class) => {
                     w.rollback(f.start, f.id);
+                    // A duplicate holds no entry of its own: each part of
+                    // MIN_SHARED_LEN bytes or more was merged as it completed
+                    // (a new one would make the duplicate's signature name
+                    // an id of its own, which no earlier compound names).
+                    // Only ids and identities are undone; the entries are
+                    // dropped all the same, should that ever not hold.
+                    debug_assert_eq!(self.entries.len(), f.entries);
                     self.drop_entries(f.entries);
                     self.store.truncate(f.store);
                     w.backref(class);
