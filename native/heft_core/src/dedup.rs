@@ -41,8 +41,12 @@ struct Frame<T> {
     id: u32,
     /// Children still to come.
     left: usize,
-    /// Where its signature starts in `sig`.
+    /// Where its signature starts in `sig`, once it is not `flat`.
     sig: usize,
+    /// Its signature is still its own encoding (`w.buf[start..]`): no child
+    /// so far was a compound held here. Most compounds stay so, and their
+    /// signature is never copied.
+    flat: bool,
     /// `entries` and `store` lengths when it was opened.
     entries: usize,
     store: usize,
@@ -161,15 +165,12 @@ impl<T> Dedup<T> {
             mark,
             payload,
         } = o;
-        let sig = self.sig.len();
-        if children > 0 {
-            self.sig.extend_from_slice(&w.buf[start..]);
-        }
         self.frames.push(Frame {
             start,
             id,
             left: children,
-            sig,
+            sig: self.sig.len(),
+            flat: true,
             entries: self.entries.len(),
             store: self.store.len(),
             mark,
@@ -184,10 +185,11 @@ impl<T> Dedup<T> {
     /// After a term that is not compound, or a `ref`, was written at
     /// `w.buf[start..]`.
     pub fn leaf(&mut self, w: &mut Writer, start: usize, merged: &mut impl FnMut(T, u32, usize)) {
-        if self.frames.is_empty() {
-            return;
+        match self.frames.last() {
+            None => return,
+            Some(top) if top.flat => {}
+            Some(_) => self.sig.extend_from_slice(&w.buf[start..]),
         }
-        self.sig.extend_from_slice(&w.buf[start..]);
         self.child_done(w, merged);
     }
 
@@ -211,8 +213,7 @@ impl<T> Dedup<T> {
             return;
         };
         let len = w.buf.len() - f.start;
-        // A binary or etf piece: its signature is its own encoding.
-        let whole = f.sig == self.sig.len();
+        let whole = f.flat;
         if len >= MIN_SHARED_LEN {
             let (h, found) = {
                 let s: &[u8] = match whole {
@@ -256,14 +257,24 @@ impl<T> Dedup<T> {
                 }
             };
             self.sig.truncate(f.sig);
-            if !self.frames.is_empty() {
+            // The item `ref class`: the parent's signature is no longer its
+            // encoding, so it is copied out first (up to this child).
+            if let Some(parent) = self.frames.last_mut() {
+                if parent.flat {
+                    parent.flat = false;
+                    self.sig.extend_from_slice(&w.buf[parent.start..f.start]);
+                }
                 self.sig.push(tag::REF);
                 put_varint(&mut self.sig, u64::from(class));
             }
         } else {
             self.sig.truncate(f.sig);
-            if !self.frames.is_empty() {
-                self.sig.extend_from_slice(&w.buf[f.start..]);
+            // The item is the compound's bytes, already in a flat parent.
+            match self.frames.last() {
+                Some(parent) if !parent.flat => {
+                    self.sig.extend_from_slice(&w.buf[f.start..]);
+                }
+                _ => {}
             }
         }
     }
@@ -496,12 +507,7 @@ mod tests {
         // Hash-consed by hand: one `a`, one `pair`.
         let a1 = a();
         let p1 = tuple(vec![a1.clone(), a1.clone()]);
-        let dag = tuple(vec![
-            p1.clone(),
-            p1.clone(),
-            a1.clone(),
-            list(vec![p1, a1]),
-        ]);
+        let dag = tuple(vec![p1.clone(), p1.clone(), a1.clone(), list(vec![p1, a1])]);
         assert_eq!(bytes, encode(&dag, false));
     }
 

@@ -4,7 +4,10 @@
 //! deep) and writes it with `heft_core::codec::Writer`. Atoms become ids in
 //! the table's dictionary; a compound term met a second time by identity
 //! (the same heap object, as in `:erlang.make_tuple(100, list)`) becomes a
-//! back-reference, so shared subterms are stored and rebuilt once. Pids,
+//! back-reference, so shared subterms are stored and rebuilt once. So does
+//! one equal to an earlier complete compound of the same body, however the
+//! term was built (heft_core's `dedup`: a term read from a socket or a
+//! file shares nothing), so the lookup builds it once too. Pids,
 //! ports, references, funs, big integers and bitstrings are stored as pieces
 //! of the external term format.
 //!
@@ -47,6 +50,12 @@ pub static NEG_ZERO_IS_ZERO: AtomicBool = AtomicBool::new(true);
 /// job to a dirty scheduler (a unit is a term node or 64 bytes of binary;
 /// about 10-20 ns each).
 pub const NORMAL_BUDGET: usize = 40_000;
+
+/// Extra work units of a compound in a body with sharing: what merging
+/// equal compounds costs (hashing, looking up and recording its signature),
+/// measured as about twice the time of the plain walk on the worst shapes
+/// (nested pairs, long lists of distinct small tuples).
+const MERGE_UNITS: usize = 4;
 
 /// How deep maps may nest in a key or a bag object (each level is a
 /// nested call while encoding; heft_core's comparator, for its part,
@@ -612,6 +621,9 @@ impl<'c> TermEncoder<'c> {
             if canonical {
                 continue;
             }
+            if node.is_some() {
+                self.spend(MERGE_UNITS)?;
+            }
             // Identity first, then structure: a duplicate found by the
             // merge is cut back to a ref and the identities noted inside
             // it are forgotten (their ids are given out again).
@@ -704,7 +716,6 @@ impl<'c> TermEncoder<'c> {
             None => false,
         }
     }
-
 
     /// Writes an etf piece: a compound (id, no children) for the merge.
     fn etf(
