@@ -134,9 +134,9 @@ fn hash(bytes: &[u8]) -> u64 {
         let v = u64::from_le_bytes(c.try_into().unwrap_or_default());
         h = (h.rotate_left(23) ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
-    let mut last = [0u8; 8];
-    last[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
-    h = (h.rotate_left(23) ^ u64::from_le_bytes(last)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    // The last 0-7 bytes, read without a call to memcpy.
+    let last = (chunks.remainder().iter().rev()).fold(0u64, |acc, b| acc << 8 | u64::from(*b));
+    h = (h.rotate_left(23) ^ last).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;
@@ -292,6 +292,9 @@ impl<T> Dedup<T> {
         let linear = self.entries.len().min(LINEAR);
         if let Some(e) = self.entries[..linear].iter().find(|e| same(e)) {
             return Some(e.class);
+        }
+        if self.entries.len() <= LINEAR {
+            return None;
         }
         let mut at = self.head.get(&h).copied().unwrap_or(NONE);
         for _ in 0..MAX_PROBES {

@@ -162,6 +162,18 @@ impl Seen {
         self.small.len() + self.order.len()
     }
 
+    /// Undoes the entries made since `len()` was `mark` but the first,
+    /// which was `word`'s, and gives `word` the id `id` instead.
+    fn rollback_to(&mut self, mark: usize, word: Word, id: u32) {
+        self.rollback(mark + 1);
+        match self.small.get_mut(mark) {
+            Some(entry) => *entry = (word, id),
+            None => {
+                self.map.insert(word, id);
+            }
+        }
+    }
+
     /// Undoes the entries made since `len()` was `mark`.
     fn rollback(&mut self, mark: usize) {
         while self.len() > mark {
@@ -639,10 +651,8 @@ impl<'c> TermEncoder<'c> {
                     payload: word,
                 }
             });
-            let mut merged = |word, class, mark| {
-                seen.rollback(mark);
-                seen.insert(word, class);
-            };
+            // (The first entry made since `mark` is the compound's own.)
+            let mut merged = |word, class, mark| seen.rollback_to(mark, word, class);
             match opened {
                 Some(o) => dedup.open(w, o, &mut merged),
                 None => dedup.leaf(w, start, &mut merged),
