@@ -94,8 +94,8 @@ defmodule Heft do
   > - `info(tab, :memory)` is in **bytes**; ETS's is in words (multiply by
   >   `:erlang.system_info(:wordsize)`). `info/1` has more, all in bytes.
   > - In a set or ordered_set, equal compound parts of an object (tuples,
-  >   lists, maps, binaries, pids..., but for the tiniest, such as `{}` or
-  >   `{1}`) are stored once
+  >   lists and maps but the tiniest, such as `{}` or `{1}`; binaries and
+  >   pids of 14 bytes or more) are stored once
   >   and read back as one shared term, however the object was built: a
   >   lookup of `{:t, 1, :erlang.make_tuple(100, List.duplicate(:a, 10))}`
   >   read from a socket (2,105 words, nothing shared) answers 125 words.

@@ -26,6 +26,12 @@ use crate::codec::{put_varint, tag, Writer};
 /// takes 2 or more bytes); their bytes stand in their parent's signature.
 pub const MIN_SHARED_LEN: usize = 4;
 
+/// The same for a binary or etf piece. A short binary is cheap to build
+/// twice (a few words), and most records hold one or two short unique
+/// ones (names, ids): not looking them up keeps their parents' signatures
+/// uncopied and their inserts as fast as without merging.
+pub const MIN_SHARED_LEAF_LEN: usize = 16;
+
 /// Entries looked through in order before the hash map is used.
 const LINEAR: usize = 16;
 
@@ -47,6 +53,8 @@ struct Frame<T> {
     /// so far was a compound held here. Most compounds stay so, and their
     /// signature is never copied.
     flat: bool,
+    /// A binary or etf piece (or an empty tuple or map: no parts).
+    leaf: bool,
     /// `entries` and `store` lengths when it was opened.
     entries: usize,
     store: usize,
@@ -171,6 +179,7 @@ impl<T> Dedup<T> {
             left: children,
             sig: self.sig.len(),
             flat: true,
+            leaf: children == 0,
             entries: self.entries.len(),
             store: self.store.len(),
             mark,
@@ -214,7 +223,11 @@ impl<T> Dedup<T> {
         };
         let len = w.buf.len() - f.start;
         let whole = f.flat;
-        if len >= MIN_SHARED_LEN {
+        let min = match f.leaf {
+            true => MIN_SHARED_LEAF_LEN,
+            false => MIN_SHARED_LEN,
+        };
+        if len >= min {
             let (h, found) = {
                 let s: &[u8] = match whole {
                     true => &w.buf[f.start..],
@@ -538,9 +551,14 @@ mod tests {
                 (s(Value::Atom(2)), s(Value::Binary(b"name".to_vec()))),
             ]))
         };
-        let etf = |b: u8| s(Value::Etf(vec![131, 97, b]));
+        let etf = |b: u8| {
+            s(Value::Etf(
+                [&[131, 109, 0, 0, 0, 12][..], &[b; 12]].concat(),
+            ))
+        };
         let bin = |b: &[u8]| s(Value::Binary(b.to_vec()));
         let improper = || Rc::new(N::List(vec![s(Value::Int(1))], s(Value::Atom(9))));
+        let (b, c) = (b"a binary of 16 b", b"a binary of 16 c");
         let t = tuple(vec![
             f(-0.0),
             f(0.0),
@@ -551,16 +569,34 @@ mod tests {
             etf(1),
             etf(2),
             etf(1),
-            bin(b"abcd"),
-            bin(b"abce"),
-            bin(b"abcd"),
+            bin(b),
+            bin(c),
+            bin(b),
             improper(),
             improper(),
         ]);
         let bytes = exact(&t);
-        // Each third copy and the second improper list are refs, and the
-        // second map's "name" (the third map's went with its map).
-        assert_eq!(refs(&bytes), 5 + 1);
+        // Each third copy and the second improper list are merged: the
+        // bytes of the term sharing them by identity (the maps' "name" is
+        // too short to look up).
+        let (f1, m1, e1, b1, i1) = (f(-0.0), m(1), etf(1), bin(b), improper());
+        let dag = tuple(vec![
+            f1.clone(),
+            f(0.0),
+            f1,
+            m1.clone(),
+            m(2),
+            m1,
+            e1.clone(),
+            etf(2),
+            e1,
+            b1.clone(),
+            bin(c),
+            b1,
+            i1.clone(),
+            i1,
+        ]);
+        assert_eq!(bytes, encode(&dag, false));
     }
 
     #[test]
