@@ -32,7 +32,8 @@ defmodule Heft do
 
   Each record is encoded in the Heft term format (a compact relative of the
   external term format that keeps atoms as per-table ids and keeps subterms
-  the BEAM shares stored once; see docs/term-format.md), compressed with
+  the BEAM shares, and equal ones, stored once; see docs/term-format.md),
+  compressed with
   raw deflate when that saves space, and copied into the table's arena:
   memory (`arena: :memory`, RAM then swap, never written back to a file)
   or a 0600 file in a directory you name (`arena: {:file, dir}`, for data
@@ -92,6 +93,17 @@ defmodule Heft do
   >
   > - `info(tab, :memory)` is in **bytes**; ETS's is in words (multiply by
   >   `:erlang.system_info(:wordsize)`). `info/1` has more, all in bytes.
+  > - In a set or ordered_set, equal compound parts of an object (tuples,
+  >   lists and maps but the tiniest, such as `{}` or `{1}`; binaries and
+  >   pids of 14 bytes or more) are stored once
+  >   and read back as one shared term, however the object was built: a
+  >   lookup of `{:t, 1, :erlang.make_tuple(100, List.duplicate(:a, 10))}`
+  >   read from a socket (2,105 words, nothing shared) answers 125 words.
+  >   The answer is `=:=` to what was inserted (floats compared bit for
+  >   bit: `0.0` and `-0.0` are never merged) and no Erlang code tells it
+  >   apart, except `:erts_debug.size/1`, which counts shared parts once.
+  >   ETS answers the sharing the object had (none here). Bags store each
+  >   object as written out in full.
   > - The owner-transfer message is tagged `:"HEFT-TRANSFER"`.
   > - An unnamed table is a `Heft.Table` struct, not a reference.
   > - `next/2` accepts a key that is no longer in the table and continues

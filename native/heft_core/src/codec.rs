@@ -364,6 +364,16 @@ impl Writer {
         put_varint(&mut self.buf, u64::from(id));
     }
 
+    /// Cuts the encoding back to its first `len` bytes, which assigned the
+    /// ids below `next_id` (the rest are numbered again from there): undoes
+    /// a compound written from `len` on, numbered `next_id` (a duplicate
+    /// that [`crate::dedup::Dedup`] replaces by a `ref`).
+    pub fn rollback(&mut self, len: usize, next_id: u32) {
+        debug_assert!(len <= self.buf.len() && next_id <= self.next_id);
+        self.buf.truncate(len);
+        self.next_id = next_id;
+    }
+
     /// Appends bytes that are already a complete encoded term holding no
     /// `REF` (a canonical encoding).
     pub fn raw(&mut self, bytes: &[u8]) {

@@ -27,6 +27,7 @@ pub mod atoms;
 pub mod codec;
 pub mod compress;
 pub mod crc;
+pub mod dedup;
 pub mod deflate;
 pub mod dict;
 pub mod etf;

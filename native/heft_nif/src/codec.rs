@@ -4,7 +4,10 @@
 //! deep) and writes it with `heft_core::codec::Writer`. Atoms become ids in
 //! the table's dictionary; a compound term met a second time by identity
 //! (the same heap object, as in `:erlang.make_tuple(100, list)`) becomes a
-//! back-reference, so shared subterms are stored and rebuilt once. Pids,
+//! back-reference, so shared subterms are stored and rebuilt once. So does
+//! one equal to an earlier complete compound of the same body, however the
+//! term was built (heft_core's `dedup`: a term read from a socket or a
+//! file shares nothing), so the lookup builds it once too. Pids,
 //! ports, references, funs, big integers and bitstrings are stored as pieces
 //! of the external term format.
 //!
@@ -31,6 +34,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use heft_core::codec::{decode_record, Builder, DecodeError, Scratch, Writer};
+use heft_core::dedup::{Dedup, Opened};
 use rustler::sys::{self, ErlNifTerm};
 use rustler::{Atom, Binary, Env, MapIterator, Term, TermType};
 
@@ -46,6 +50,12 @@ pub static NEG_ZERO_IS_ZERO: AtomicBool = AtomicBool::new(true);
 /// job to a dirty scheduler (a unit is a term node or 64 bytes of binary;
 /// about 10-20 ns each).
 pub const NORMAL_BUDGET: usize = 40_000;
+
+/// Extra work units of a compound in a body with sharing: what merging
+/// equal compounds costs (hashing, looking up and recording its signature),
+/// measured as about twice the time of the plain walk on the worst shapes
+/// (nested pairs, long lists of distinct small tuples).
+const MERGE_UNITS: usize = 4;
 
 /// How deep maps may nest in a key or a bag object (each level is a
 /// nested call while encoding; heft_core's comparator, for its part,
@@ -117,6 +127,8 @@ struct WalkBufs {
     stack: Vec<Word>,
     items: Vec<Word>,
     seen: Seen,
+    /// Structurally equal compounds of a record body (heft_core's dedup).
+    dedup: Dedup<Word>,
     /// The last record's encoded key and body, reused from record to record.
     key: Vec<u8>,
     body: Vec<u8>,
@@ -125,10 +137,15 @@ struct WalkBufs {
 /// The compound terms met so far in one record (identity -> id): the
 /// first few in an array, the rest in a hash map. Most records hold a
 /// handful of compound terms, and a short scan beats hashing each one.
+///
+/// Entries are undone newest first when a compound is merged into an
+/// earlier equal one (`rollback`): the first SEEN_SMALL in `small`, the
+/// words of the rest in `order`.
 #[derive(Default)]
 struct Seen {
     small: Vec<(Word, u32)>,
     map: IdentityMap,
+    order: Vec<Word>,
 }
 
 const SEEN_SMALL: usize = 16;
@@ -137,6 +154,38 @@ impl Seen {
     fn clear(&mut self) {
         self.small.clear();
         self.map.clear();
+        self.order.clear();
+    }
+
+    /// How many entries were made (a mark for `rollback`).
+    fn len(&self) -> usize {
+        self.small.len() + self.order.len()
+    }
+
+    /// Undoes the entries made since `len()` was `mark` but the first,
+    /// which was `word`'s, and gives `word` the id `id` instead.
+    fn rollback_to(&mut self, mark: usize, word: Word, id: u32) {
+        self.rollback(mark + 1);
+        match self.small.get_mut(mark) {
+            Some(entry) => *entry = (word, id),
+            None => {
+                self.map.insert(word, id);
+            }
+        }
+    }
+
+    /// Undoes the entries made since `len()` was `mark`.
+    fn rollback(&mut self, mark: usize) {
+        while self.len() > mark {
+            match self.order.pop() {
+                Some(word) => {
+                    self.map.remove(&word);
+                }
+                None => {
+                    self.small.pop();
+                }
+            }
+        }
     }
 
     fn get(&self, word: Word) -> Option<u32> {
@@ -152,6 +201,7 @@ impl Seen {
             self.small.push((word, id));
         } else {
             self.map.insert(word, id);
+            self.order.push(word);
         }
     }
 }
@@ -272,6 +322,7 @@ impl Drop for TermEncoder<'_> {
         // Give back only what was borrowed (a scalar key borrows nothing).
         if self.walk.stack.capacity() > 0 {
             self.walk.seen.clear();
+            self.walk.dedup.clear();
             self.walk.stack.clear();
             self.walk.items.clear();
             give(|p| &mut p.walk, std::mem::take(&mut self.walk));
@@ -438,6 +489,7 @@ impl<'c> TermEncoder<'c> {
         // changed it (-0.0): then the body keeps the exact term.
         let exact = !contains_neg_zero(key_term);
         self.walk.seen.clear();
+        self.walk.dedup.clear();
         self.exact_zero = true;
         let mut w = Writer::from_vec(std::mem::take(&mut self.walk.body));
         w.tuple(arity);
@@ -475,7 +527,8 @@ impl<'c> TermEncoder<'c> {
         &self.walk.body
     }
 
-    /// Encodes any term (canonically, or with sharing).
+    /// Encodes any term (canonically, or with sharing: a compound met again
+    /// by identity, or equal to an earlier complete one, is a `ref`).
     pub fn term<'a>(
         &mut self,
         env: Env<'a>,
@@ -497,48 +550,46 @@ impl<'c> TermEncoder<'c> {
             // reached from it, all of which live in `env` for this call.
             let t = unsafe { term_of(env, word) };
             self.spend(1)?;
-            match t.get_type() {
+            let start = w.buf.len();
+            // What the term is for the structural merge: a leaf, or a
+            // compound (id, children to come).
+            let node = match t.get_type() {
                 TermType::Atom => {
                     let atom = Atom::from_term(t).map_err(|_| EncodeError::Unsupported)?;
                     let id = self.atom_id(env, atom)?;
                     w.atom(id);
+                    None
                 }
                 TermType::Integer => match t.decode::<i64>() {
-                    Ok(i) => w.int(i),
+                    Ok(i) => {
+                        w.int(i);
+                        None
+                    }
                     Err(_) => self.etf(t, w, canonical)?,
                 },
-                TermType::Float => self.float(t, w, canonical)?,
-                TermType::Binary => {
-                    if self.backref(word, w, canonical) {
-                        continue;
-                    }
-                    match Binary::from_term(t) {
-                        Ok(b) => {
-                            self.spend(b.len() / 64)?;
-                            let id = w.binary(b.as_slice());
-                            self.remember(word, id, canonical);
-                        }
-                        // A bitstring that is not a whole number of bytes.
-                        Err(_) => self.etf(t, w, canonical)?,
-                    }
+                TermType::Float => {
+                    self.float(t, w, canonical)?;
+                    None
                 }
-                TermType::Tuple => {
-                    if self.backref(word, w, canonical) {
-                        continue;
+                TermType::List if t.is_empty_list() => {
+                    w.nil();
+                    None
+                }
+                _ if self.backref(word, w, canonical) => None,
+                TermType::Binary => match Binary::from_term(t) {
+                    Ok(b) => {
+                        self.spend(b.len() / 64)?;
+                        Some((w.binary(b.as_slice()), 0))
                     }
+                    // A bitstring that is not a whole number of bytes.
+                    Err(_) => self.etf(t, w, canonical)?,
+                },
+                TermType::Tuple => {
                     let elems = tuple_words(t).ok_or(EncodeError::Unsupported)?;
-                    let id = w.tuple(elems.len());
-                    self.remember(word, id, canonical);
                     self.walk.stack.extend(elems.iter().rev());
+                    Some((w.tuple(elems.len()), elems.len()))
                 }
                 TermType::List => {
-                    if t.is_empty_list() {
-                        w.nil();
-                        continue;
-                    }
-                    if self.backref(word, w, canonical) {
-                        continue;
-                    }
                     let first = self.walk.items.len();
                     let mut rest = t;
                     while let Ok((head, tail)) = rest.list_get_cell() {
@@ -547,23 +598,19 @@ impl<'c> TermEncoder<'c> {
                     }
                     let n = self.walk.items.len() - first;
                     self.spend(n / 4)?;
-                    let id = w.list(n);
-                    self.remember(word, id, canonical);
                     // The tail ([] for a proper list) comes after the elements.
                     self.walk.stack.push(rest.as_c_arg());
                     self.walk
                         .stack
                         .extend(self.walk.items[first..].iter().rev());
                     self.walk.items.truncate(first);
+                    Some((w.list(n), n + 1))
+                }
+                TermType::Map if canonical => {
+                    self.canonical_map(env, t, w)?;
+                    None
                 }
                 TermType::Map => {
-                    if self.backref(word, w, canonical) {
-                        continue;
-                    }
-                    if canonical {
-                        self.canonical_map(env, t, w)?;
-                        continue;
-                    }
                     let first = self.walk.items.len();
                     for (k, v) in MapIterator::new(t).ok_or(EncodeError::Unsupported)? {
                         self.walk.items.push(k.as_c_arg());
@@ -571,21 +618,44 @@ impl<'c> TermEncoder<'c> {
                     }
                     let pairs = (self.walk.items.len() - first) / 2;
                     self.spend(pairs)?;
-                    let id = w.map(pairs);
-                    self.remember(word, id, canonical);
                     // Pushed as v, k from the last pair, so k pops first.
                     self.walk
                         .stack
                         .extend(self.walk.items[first..].iter().rev());
                     self.walk.items.truncate(first);
+                    Some((w.map(pairs), pairs * 2))
                 }
                 TermType::Pid | TermType::Port | TermType::Ref | TermType::Fun => {
-                    if self.backref(word, w, canonical) {
-                        continue;
-                    }
-                    self.etf(t, w, canonical)?;
+                    self.etf(t, w, canonical)?
                 }
                 TermType::Unknown => return Err(EncodeError::Unsupported),
+            };
+            if canonical {
+                continue;
+            }
+            if node.is_some() {
+                self.spend(MERGE_UNITS)?;
+            }
+            // Identity first, then structure: a duplicate found by the
+            // merge is cut back to a ref and the identities noted inside
+            // it are forgotten (their ids are given out again).
+            let WalkBufs { seen, dedup, .. } = &mut self.walk;
+            let opened = node.map(|(id, children)| {
+                let mark = seen.len();
+                seen.insert(word, id);
+                Opened {
+                    start,
+                    id,
+                    children,
+                    mark,
+                    payload: word,
+                }
+            });
+            // (The first entry made since `mark` is the compound's own.)
+            let mut merged = |word, class, mark| seen.rollback_to(mark, word, class);
+            match opened {
+                Some(o) => dedup.open(w, o, &mut merged),
+                None => dedup.leaf(w, start, &mut merged),
             }
         }
         Ok(())
@@ -657,18 +727,17 @@ impl<'c> TermEncoder<'c> {
         }
     }
 
-    fn remember(&mut self, word: Word, id: u32, canonical: bool) {
-        if !canonical {
-            self.walk.seen.insert(word, id);
-        }
-    }
-
-    fn etf(&mut self, t: Term, w: &mut Writer, canonical: bool) -> Result<(), EncodeError> {
+    /// Writes an etf piece: a compound (id, no children) for the merge.
+    fn etf(
+        &mut self,
+        t: Term,
+        w: &mut Writer,
+        canonical: bool,
+    ) -> Result<Option<(u32, usize)>, EncodeError> {
         let bin = t.to_binary();
         self.spend(bin.len() / 64)?;
         let id = w.etf(bin.as_slice());
-        self.remember(t.as_c_arg(), id, canonical);
-        Ok(())
+        Ok((!canonical).then_some((id, 0)))
     }
 }
 
