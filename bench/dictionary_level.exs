@@ -3,22 +3,13 @@
 # with a dictionary (docs/term-format.md, "Records in the arena").  mix run bench/dictionary_level.exs
 # bytes/record (new inserts after training) and lookup ns per kind and codec
 alias Heft.Bench.Kinds
+Code.require_file("dictionary_support.exs", __DIR__)
 kinds = [:small_map, :json_1k, :tuple100]
 n = 20_000
 
-fill = fn t, kind, range ->
-  Enum.each(Enum.chunk_every(range, 500), fn c ->
-    Heft.insert(t, Enum.map(c, &Kinds.record(kind, &1)))
-  end)
-end
+fill = fn t, kind, range -> BenchDictionary.fill(t, range, &Kinds.record(kind, &1)) end
 
-wait = fn t ->
-  Stream.repeatedly(fn ->
-    Process.sleep(20)
-    Heft.info(t, :recompression).state
-  end)
-  |> Enum.find(&(&1 in [:done, :failed, :idle]))
-end
+wait = &BenchDictionary.settle/1
 
 lookup_ns = fn t, keys ->
   {us, _} = :timer.tc(fn -> for _ <- 1..5, k <- keys, do: Heft.lookup(t, k) end)

@@ -7,8 +7,8 @@
 #   mix run bench/dictionary_size.exs [kind ...]
 alias Heft.Bench.Kinds
 
-Code.require_file("json_map.exs", __DIR__)
-json300 = &BenchJsonMap.value/1
+Code.require_file("dictionary_support.exs", __DIR__)
+json300 = &BenchDictionary.json_map/1
 
 record = fn
   :json_300, i -> {i, json300.(i)}
@@ -21,19 +21,9 @@ kinds =
     names -> Enum.map(names, &String.to_atom/1)
   end
 
-fill = fn t, kind, range ->
-  Enum.each(Enum.chunk_every(range, 500), fn c ->
-    Heft.insert(t, Enum.map(c, &record.(kind, &1)))
-  end)
-end
+fill = fn t, kind, range -> BenchDictionary.fill(t, range, &record.(kind, &1)) end
 
-wait = fn t ->
-  Stream.repeatedly(fn ->
-    Process.sleep(20)
-    Heft.info(t, :recompression).state
-  end)
-  |> Enum.find(&(&1 in [:done, :failed, :idle]))
-end
+wait = &BenchDictionary.settle/1
 
 per_record = fn t, kind ->
   before = Heft.info(t, :payload_stored_bytes)

@@ -23,16 +23,10 @@
     [] -> [1_000_000, 5]
   end
 
-Code.require_file("json_map.exs", __DIR__)
-json = &BenchJsonMap.value/1
+Code.require_file("dictionary_support.exs", __DIR__)
+json = &BenchDictionary.json_map/1
 
-settle = fn t ->
-  Stream.repeatedly(fn ->
-    Process.sleep(10)
-    Heft.info(t, :recompression).state
-  end)
-  |> Enum.find(&(&1 in [:done, :failed, :idle]))
-end
+settle = &BenchDictionary.settle/1
 
 t = Heft.new(:bench_train, [:public, compression: {:zstd, dictionary: :auto}])
 

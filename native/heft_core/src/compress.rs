@@ -170,12 +170,9 @@ fn deflate_body(raw: &[u8], level: u32, out: &mut Vec<u8>) -> Codec {
         }
         return Codec::Raw;
     }
-    if raw.len() > 2 * PROBE_LEN {
-        let probe = &raw[..PROBE_LEN];
-        if !deflate(probe, level, out) || !worth_it(probe.len(), out.len()) {
-            return Codec::Raw;
-        }
-        out.clear();
+    let deflated = |body: &[u8], out: &mut Vec<u8>| deflate(body, level, out).then_some(out.len());
+    if !prefix_shrinks(raw, out, deflated, worth_it) {
+        return Codec::Raw;
     }
     if deflate(raw, level, out) && worth_it(raw.len(), out.len()) {
         Codec::Deflate
@@ -191,19 +188,44 @@ fn pays(raw: usize, packed: usize, extra_header: usize) -> bool {
     packed + extra_header + raw / 16 < raw
 }
 
+/// For a body longer than two probes: whether its first [`PROBE_LEN`]
+/// bytes, packed into `out` by `pack` (their packed length, `None` on
+/// failure), shrink as `kept` asks; if not, the body is stored raw without
+/// packing all of it. True for shorter bodies. `out` is left empty.
+fn prefix_shrinks(
+    raw: &[u8],
+    out: &mut Vec<u8>,
+    pack: impl FnOnce(&[u8], &mut Vec<u8>) -> Option<usize>,
+    kept: impl FnOnce(usize, usize) -> bool,
+) -> bool {
+    if raw.len() <= 2 * PROBE_LEN {
+        return true;
+    }
+    let shrinks = pack(&raw[..PROBE_LEN], out).is_some_and(|n| kept(PROBE_LEN, n));
+    out.clear();
+    shrinks
+}
+
+/// The [`pays`] rule for a probe (no header bytes).
+fn probe_pays(raw: usize, packed: usize) -> bool {
+    pays(raw, packed, 0)
+}
+
+/// An lz4 block of `raw` into `out`; its length.
+fn lz4_block(raw: &[u8], out: &mut Vec<u8>) -> Option<usize> {
+    out.resize(lz4_flex::block::get_maximum_output_size(raw.len()), 0);
+    let n = lz4_flex::block::compress_into(raw, out).ok()?;
+    out.truncate(n);
+    Some(n)
+}
+
 /// An lz4 block of `raw`, if it pays.
 fn lz4(raw: &[u8], out: &mut Vec<u8>) -> Packed {
-    if raw.len() > 2 * PROBE_LEN {
-        out.resize(lz4_flex::block::get_maximum_output_size(PROBE_LEN), 0);
-        match lz4_flex::block::compress_into(&raw[..PROBE_LEN], out) {
-            Ok(n) if pays(PROBE_LEN, n, 0) => {}
-            _ => return Packed::RAW,
-        }
+    if !prefix_shrinks(raw, out, lz4_block, probe_pays) {
+        return Packed::RAW;
     }
-    out.resize(lz4_flex::block::get_maximum_output_size(raw.len()), 0);
-    match lz4_flex::block::compress_into(raw, out) {
-        Ok(n) if pays(raw.len(), n, crate::codec::varint_len(raw.len() as u64)) => {
-            out.truncate(n);
+    match lz4_block(raw, out) {
+        Some(n) if pays(raw.len(), n, crate::codec::varint_len(raw.len() as u64)) => {
             Packed::plain(Codec::Lz4)
         }
         _ => Packed::RAW,
@@ -229,11 +251,9 @@ fn dict_block(raw: &[u8], d: &crate::dict::Dict, out: &mut Vec<u8>) -> Packed {
 
 /// A zstd frame of `raw` (no dictionary), if it pays.
 fn zstd(raw: &[u8], level: i32, out: &mut Vec<u8>) -> Packed {
-    if raw.len() > 2 * PROBE_LEN {
-        match zstd_frame(&raw[..PROBE_LEN], level, out) {
-            Some(n) if pays(PROBE_LEN, n, 0) => out.clear(),
-            _ => return Packed::RAW,
-        }
+    let framed = |body: &[u8], out: &mut Vec<u8>| zstd_frame(body, level, out);
+    if !prefix_shrinks(raw, out, framed, probe_pays) {
+        return Packed::RAW;
     }
     let extra = crate::codec::varint_len(raw.len() as u64);
     match zstd_frame(raw, level, out) {
