@@ -144,34 +144,57 @@ fn measure<K: AsRef<[u8]>, B: AsRef<[u8]>>(
     dicts: &Dictionaries,
     p: &mut Prediction,
 ) -> f64 {
-    let mut out = Vec::new();
-    let mut stored = Vec::with_capacity(which.len());
-    for &i in which {
+    let records = which.iter().map(|&i| {
         let (key, body) = (samples[i].0.as_ref(), samples[i].1.as_ref());
+        p.raw_bytes += (key.len() + body.len()) as u64;
+        (key.len(), body)
+    });
+    let mut each = |total: usize, compressed: bool| {
+        p.stored_bytes += total as u64;
+        p.arena_bytes += arena::class_size(arena::class_of(total)) as u64;
+        p.compressed += usize::from(compressed);
+    };
+    pack_and_time(records, mode, dicts, &mut each) as f64
+}
+
+/// Compresses each record's body (given with its key's length) as a table
+/// with `mode` and `dicts` would, calling `each` with the whole record's
+/// stored length (header, key, body) and whether its body was compressed;
+/// then decompresses them all three times. The nanoseconds of the fastest
+/// pass. What Heft.Memory.sizing/3 predicts and a table's `:auto` rule
+/// (learn.rs) chooses by.
+pub(crate) fn pack_and_time<'a>(
+    records: impl Iterator<Item = (usize, &'a [u8])>,
+    mode: Compression,
+    dicts: &Dictionaries,
+    each: &mut dyn FnMut(usize, bool),
+) -> u128 {
+    let mut out = Vec::new();
+    let mut stored = Vec::new();
+    for (key_len, body) in records {
         let packed = compress::compress(body, mode, dicts, &mut out);
         let kept: &[u8] = if packed.codec == Codec::Raw {
             body
         } else {
             &out
         };
-        let header_len = record::header_len(packed, key.len(), kept.len(), body.len());
-        let total = header_len + key.len() + kept.len();
-        p.raw_bytes += (key.len() + body.len()) as u64;
-        p.stored_bytes += total as u64;
-        p.arena_bytes += arena::class_size(arena::class_of(total)) as u64;
-        p.compressed += usize::from(packed.codec != Codec::Raw);
+        let header_len = record::header_len(packed, key_len, kept.len(), body.len());
+        each(
+            header_len + key_len + kept.len(),
+            packed.codec != Codec::Raw,
+        );
         let h = Header {
             codec: packed.codec,
             dict: packed.dict,
             header_len,
-            key_len: key.len(),
+            key_len,
             stored_len: kept.len(),
             raw_len: body.len(),
         };
         stored.push((h, kept.to_vec()));
     }
     let mut back = Vec::new();
-    let mut best = f64::INFINITY;
+    let mut best = u128::MAX;
     for _ in 0..3 {
         let t0 = Instant::now();
         for (h, bytes) in &stored {
@@ -179,7 +202,7 @@ fn measure<K: AsRef<[u8]>, B: AsRef<[u8]>>(
                 .expect("a body compress() made unpacks");
             std::hint::black_box(body);
         }
-        best = best.min(t0.elapsed().as_nanos() as f64);
+        best = best.min(t0.elapsed().as_nanos());
     }
     best
 }

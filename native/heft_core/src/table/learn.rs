@@ -36,7 +36,7 @@ use parking_lot::Mutex;
 use super::{order, Entries, Error, Prepared, RecordBuf, Table};
 use crate::compress::{self, Codec, Compression, ZSTD_DEFAULT_LEVEL};
 use crate::dict::{self, Dictionaries};
-use crate::record::{self, Header};
+use crate::record::Header;
 
 /// Records a table holds before it learns on its own (the dictionary of
 /// `{:zstd, dictionary: :auto}`, the codec of `:auto`), and how many
@@ -568,34 +568,12 @@ pub fn choose(
 /// Stores `eval` with `c` and decodes it back (three times, the fastest
 /// counting).
 fn trial(c: Compression, eval: &[Vec<u8>], key_len: usize, dicts: &Dictionaries) -> Trial {
-    let mut stored = Vec::with_capacity(eval.len());
     let mut bytes = 0u64;
-    let mut out = Vec::new();
-    for raw in eval {
-        let p = compress::compress(raw, c, dicts, &mut out);
-        let body = if p.codec == Codec::Raw { raw } else { &out };
-        let len = record::header_len(p, key_len, body.len(), raw.len()) + key_len + body.len();
+    let mut each = |len: usize, _| {
         bytes += crate::arena::class_size(crate::arena::class_of(len)) as u64;
-        let h = Header {
-            codec: p.codec,
-            dict: p.dict,
-            header_len: 0,
-            key_len: 0,
-            stored_len: body.len(),
-            raw_len: raw.len(),
-        };
-        stored.push((h, body.clone()));
-    }
-    let mut best = u128::MAX;
-    let mut scratch = Vec::new();
-    for _ in 0..3 {
-        let t = Instant::now();
-        for (h, body) in &stored {
-            let got = compress::unpack(h, body, dicts, &mut scratch).map(<[u8]>::len);
-            std::hint::black_box(got.ok());
-        }
-        best = best.min(t.elapsed().as_nanos());
-    }
+    };
+    let records = eval.iter().map(|raw| (key_len, raw.as_slice()));
+    let best = crate::sizing::pack_and_time(records, c, dicts, &mut each);
     Trial {
         compression: c,
         bytes,
