@@ -683,8 +683,12 @@ fn release(canonical: &Path, signal: &Arc<CloseSignal>) {
     signal.cv.notify_all();
 }
 
-/// Opens and flocks `dir/LOCK` (per open file description, so a second
-/// open in this process fails too).
+/// Opens `dir/LOCK` and takes a POSIX write lock on it (`fcntl(F_SETLK)`).
+/// That lock belongs to this process and, unlike `flock`, is not shared
+/// with a child forked while it is held: a process that forks (a test
+/// harness, a port started by another NIF) would otherwise keep the
+/// directory locked after the table closed, until the child calls exec.
+/// A second open in this process is refused earlier, by [`claim`].
 fn lock(dir: &Path) -> Result<File, OpenError> {
     let f = OpenOptions::new()
         .read(true)
@@ -694,14 +698,20 @@ fn lock(dir: &Path) -> Result<File, OpenError> {
         .custom_flags(libc::O_NOFOLLOW)
         .mode(crate::files::FILE_MODE)
         .open(dir.join(LOCK))?;
-    // SAFETY: flock only acts on the descriptor, which `f` keeps open.
-    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    // SAFETY: an all-zero `flock` is a valid value of that plain C struct
+    // (l_start 0 and l_len 0: the whole file); the fields that matter are
+    // set below.
+    let mut range: libc::flock = unsafe { std::mem::zeroed() };
+    range.l_type = libc::F_WRLCK as libc::c_short;
+    range.l_whence = libc::SEEK_SET as libc::c_short;
+    // SAFETY: fcntl reads `range`, which lives across the call, and acts
+    // only on the descriptor, which `f` keeps open.
+    let rc = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLK, &range) };
     if rc != 0 {
         let e = io::Error::last_os_error();
-        return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            OpenError::Locked
-        } else {
-            OpenError::Io(e)
+        return Err(match e.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EACCES) => OpenError::Locked,
+            _ => OpenError::Io(e),
         });
     }
     Ok(f)

@@ -26,7 +26,7 @@ use crate::wal::{
 pub const META: &str = "META";
 /// What must exist in the directory (docs/persistence-format.md).
 pub const MANIFEST: &str = "MANIFEST";
-/// The lock file, flock'ed while the table is open.
+/// The lock file, write-locked (`fcntl(F_SETLK)`) while the table is open.
 pub const LOCK: &str = "LOCK";
 const SEGMENT_PREFIX: &str = "wal-";
 /// Prefix of files set aside by a repair.

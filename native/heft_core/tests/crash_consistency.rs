@@ -753,6 +753,91 @@ fn a_second_open_is_locked_and_files_are_private() {
     close(o);
 }
 
+const LOCK_CHILD_DIR: &str = "HEFT_LOCK_CHILD_DIR";
+
+/// Run by [`another_process_holding_the_table_locks_it_until_it_dies`]:
+/// opens the table named by the environment, says so, and waits for its
+/// stdin to end.
+#[test]
+#[ignore = "the child process of another_process_holding_the_table_locks_it_until_it_dies"]
+fn lock_child_holds_the_table() {
+    use std::io::Read;
+    let Some(dir) = std::env::var_os(LOCK_CHILD_DIR).map(PathBuf::from) else {
+        return;
+    };
+    let o = reopen(&dir, false).unwrap();
+    // libtest has already written "test <name> ... " on this line.
+    println!("\nheft-lock-child: open");
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+    close(o);
+}
+
+#[test]
+fn another_process_holding_the_table_locks_it_until_it_dies() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let d = TempDir::new();
+    let (o, _) = create(&d.0, config());
+    close(o);
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "lock_child_holds_the_table"])
+        .args(["--ignored", "--nocapture", "--test-threads=1"])
+        .env(LOCK_CHILD_DIR, &d.0)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let opened = lines
+        .map(Result::unwrap)
+        .any(|l| l == "heft-lock-child: open");
+    assert!(opened, "the child opened the table");
+    assert!(matches!(reopen(&d.0, false), Err(OpenError::Locked)));
+    child.kill().unwrap(); // SIGKILL: the kernel drops its lock
+    child.wait().unwrap();
+    let o = reopen(&d.0, false).unwrap();
+    close(o);
+}
+
+#[test]
+fn a_child_forked_while_the_table_is_open_does_not_keep_it_locked() {
+    // A process that forks while a table is open (another NIF starting a
+    // program, a test harness) gives the child a copy of the lock file's
+    // descriptor until the child calls exec. The lock must not go with
+    // it: once closed here, the table opens again at once.
+    let d = TempDir::new();
+    let (o, _) = create(&d.0, config());
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe writes.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: the child only calls async-signal-safe functions (close,
+    // read, _exit) before it exits, as a forked child of a threaded
+    // process must.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: as above; the child waits for the parent to close the
+        // pipe's write end, then exits without running any destructor.
+        unsafe {
+            libc::close(fds[1]);
+            let mut b = 0u8;
+            libc::read(fds[0], (&mut b as *mut u8).cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    assert!(pid > 0, "fork");
+    close(o);
+    let reopened = reopen(&d.0, false);
+    // SAFETY: closing our two pipe descriptors lets the child exit;
+    // waitpid reaps it.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    let o = reopened.unwrap_or_else(|e| panic!("reopen with a forked child alive: {e}"));
+    close(o);
+}
+
 #[test]
 fn an_open_waits_for_an_announced_close_and_is_refused_at_once_otherwise() {
     let d = TempDir::new();
