@@ -131,9 +131,13 @@ defmodule Heft.Memory do
       (carriers; `:erlang.memory(:total)` plus allocator free space). Mapped,
       not necessarily resident.
     * `:erlang_mapped`: bytes the VM has mapped from the OS for its
-      allocators (`erts_mmap`): the carriers and the segments `mseg_alloc`
-      keeps cached after freeing them, which a node that built and dropped
-      large terms may hold for long. nil where the VM does not say.
+      allocators (`erts_mmap`): the carriers it mapped and the segments
+      `mseg_alloc` keeps cached after freeing them, which a node that built
+      and dropped large terms may hold for long. A carrier an allocator got
+      from malloc instead (`sys_alloc_carriers_size` in
+      `:erlang.system_info({:allocator, a})`, once it holds as many mapped
+      carriers as it may) is in `:erlang_carriers` but not here. nil where
+      the VM does not say.
     * `:rss`: resident set of the OS process (smaps_rollup Rss, or
       `/proc/self/status` VmRSS on kernels before 4.14). Counts shared pages
       (libraries, memfd arenas) in full. `:pss`: proportional share (shared

@@ -166,6 +166,25 @@ impl<T> Dedup<T> {
     /// out a duplicate, `merged(payload, class, mark)` is called once it is
     /// replaced by `ref class`.
     pub fn open(&mut self, w: &mut Writer, o: Opened<T>, merged: &mut impl FnMut(T, u32, usize)) {
+        let leaf = o.children == 0;
+        self.push_frame(o, leaf);
+        if leaf {
+            self.close(w, merged);
+            self.child_done(w, merged);
+        }
+    }
+
+    /// After a compound was written whole, its header and all its parts,
+    /// when every part is a scalar (no compound, no `ref`): the same as
+    /// [`Self::open`] with its parts as `o.children` followed by one
+    /// [`Self::leaf`] a part, in one step (`o.children` is not read).
+    pub fn whole(&mut self, w: &mut Writer, o: Opened<T>, merged: &mut impl FnMut(T, u32, usize)) {
+        self.push_frame(o, false);
+        self.close(w, merged);
+        self.child_done(w, merged);
+    }
+
+    fn push_frame(&mut self, o: Opened<T>, leaf: bool) {
         let Opened {
             start,
             id,
@@ -179,16 +198,12 @@ impl<T> Dedup<T> {
             left: children,
             sig: self.sig.len(),
             flat: true,
-            leaf: children == 0,
+            leaf,
             entries: self.entries.len(),
             store: self.store.len(),
             mark,
             payload,
         });
-        if children == 0 {
-            self.close(w, merged);
-            self.child_done(w, merged);
-        }
     }
 
     /// After a term that is not compound, or a `ref`, was written at
@@ -398,6 +413,18 @@ mod tests {
     /// Encodes as the NIF does: a compound met again by identity is a
     /// `ref`, and `Dedup` merges equal ones (`dedup` false: identity only).
     fn encode(root: &Rc<N>, dedup: bool) -> Vec<u8> {
+        encode_with(root, dedup, false)
+    }
+
+    /// A part the NIF writes inline: an atom, a small integer or [].
+    fn immediate(n: &N) -> bool {
+        matches!(n, N::S(Value::Nil | Value::Int(_) | Value::Atom(_)))
+    }
+
+    /// [`encode`], and with `whole` a tuple or list whose parts are all
+    /// immediate is written in one go and told with [`Dedup::whole`], as
+    /// the NIF's encoder does.
+    fn encode_with(root: &Rc<N>, dedup: bool, whole: bool) -> Vec<u8> {
         let mut w = Writer::new();
         let mut d: Dedup<*const N> = Dedup::default();
         // Identity -> id, and the identities in insertion order (a mark is
@@ -424,6 +451,45 @@ mod tests {
                 w.backref(id);
                 if dedup {
                     d.leaf(&mut w, start, &mut merged);
+                }
+                continue;
+            }
+            let inline = match &*n {
+                N::Tuple(es) => !es.is_empty() && es.iter().all(|e| immediate(e)),
+                N::List(es, t) => immediate(t) && es.iter().all(|e| immediate(e)),
+                _ => false,
+            };
+            if whole && inline && known.is_none() {
+                let (id, parts) = match &*n {
+                    N::Tuple(es) => (w.tuple(es.len()), es.iter().collect::<Vec<_>>()),
+                    N::List(es, t) => {
+                        let id = w.list(es.len());
+                        (id, es.iter().chain([t]).collect())
+                    }
+                    _ => unreachable!(),
+                };
+                for e in parts {
+                    to_value(e).encode(&mut w);
+                }
+                let mark = log.len();
+                log.push(p);
+                seen.insert(p, id);
+                let mut merged = |p, class, mark| {
+                    for q in log.drain(mark..) {
+                        seen.remove(&q);
+                    }
+                    log.push(p);
+                    seen.insert(p, class);
+                };
+                if dedup {
+                    let o = Opened {
+                        start,
+                        id,
+                        children: 0,
+                        mark,
+                        payload: p,
+                    };
+                    d.whole(&mut w, o, &mut merged);
                 }
                 continue;
             }
@@ -681,6 +747,21 @@ mod tests {
             N::List(es, t) => N::List(es.iter().map(|e| unshare(e)).collect(), unshare(t)),
             N::Map(kvs) => N::Map(kvs.iter().map(|(k, v)| (unshare(k), unshare(v))).collect()),
         })
+    }
+
+    #[test]
+    fn compounds_told_whole_encode_as_when_told_part_by_part() {
+        let inner = tuple((0..100).map(|_| atoms(10, 0)).collect());
+        let rec = tuple(vec![s(Value::Atom(1)), s(Value::Int(1)), inner]);
+        assert_eq!(encode_with(&rec, true, true), encode(&rec, true));
+        for seed in 1..3000u64 {
+            let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+            let mut pool = Vec::new();
+            let t = tuple((0..4).map(|_| random(&mut r, 5, &mut pool)).collect());
+            for t in [t.clone(), unshare(&t)] {
+                assert_eq!(encode_with(&t, true, true), encode(&t, true), "seed {seed}");
+            }
+        }
     }
 
     #[test]

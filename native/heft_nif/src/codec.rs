@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use heft_core::codec::{decode_record, Builder, DecodeError, Scratch, Writer};
 use heft_core::dedup::{Dedup, Opened};
 use rustler::sys::{self, ErlNifTerm};
-use rustler::{Atom, Binary, Env, MapIterator, Term, TermType};
+use rustler::{Atom, Binary, Encoder, Env, MapIterator, Term, TermType};
 
 use crate::resource::AtomCache;
 
@@ -45,6 +45,138 @@ type Word = ErlNifTerm;
 
 /// Whether -0.0 and 0.0 are the same key (`0.0 =:= -0.0`), set at load.
 pub static NEG_ZERO_IS_ZERO: AtomicBool = AtomicBool::new(true);
+
+/// Whether terms are laid out as ERTS's erl_term.h says, so that the
+/// encoder can read them without a VM call: a small integer's word is
+/// `value << 4 | 0xF`, an atom's `index << 6 | 0x0B`, `[]`'s `0x3B`, and a
+/// list's the address of its cell `| 1`, the cell two words (head, tail).
+/// Set at load by [`check_term_layout`], which compares them with what the
+/// VM makes and reads; if anything differs, every term goes through the
+/// VM's calls.
+static TERM_LAYOUT: AtomicBool = AtomicBool::new(false);
+
+const NIL_WORD: usize = 0x3B;
+
+/// An immediate term, told from its word (only valid if
+/// [`TERM_LAYOUT`]).
+#[derive(Debug, PartialEq)]
+enum Immediate {
+    Small(i64),
+    Atom,
+    Nil,
+}
+
+/// The bits of a term's word.
+#[inline]
+fn bits(word: Word) -> usize {
+    // SAFETY: ErlNifTerm is a `repr(transparent)` wrapper of a usize, and
+    // every bit pattern is a valid usize.
+    unsafe { std::mem::transmute::<Word, usize>(word) }
+}
+
+#[inline]
+fn immediate(word: Word) -> Option<Immediate> {
+    let b = bits(word);
+    if b & 0xF == 0xF {
+        Some(Immediate::Small((b as i64) >> 4))
+    } else if b & 0x3F == 0x0B {
+        Some(Immediate::Atom)
+    } else if b == NIL_WORD {
+        Some(Immediate::Nil)
+    } else {
+        None
+    }
+}
+
+/// Whether [`cons`] reads what `enif_get_list_cell` gives on a few lists
+/// (tagged as lists first: nothing is read from a word that is not).
+fn lists_read_alike(env: Env) -> bool {
+    let improper = Term::list_new_empty(env)
+        .list_prepend(2i64.encode(env))
+        .list_prepend(1i64.encode(env));
+    // SAFETY: enif_make_list_cell builds a cell of two terms of `env`.
+    let dotted = unsafe {
+        sys::enif_make_list_cell(
+            env.as_c_arg(),
+            3i64.encode(env).as_c_arg(),
+            (4i64, 5i64).encode(env).as_c_arg(),
+        )
+    };
+    // SAFETY: the VM just made `dotted` in `env`.
+    let dotted = unsafe { term_of(env, dotted) };
+    [improper, dotted, vec![(1i64, 2i64)].encode(env)]
+        .iter()
+        .all(|&l| {
+            let mut rest = l;
+            loop {
+                let by_vm = rest.list_get_cell().ok();
+                let tagged = bits(rest.as_c_arg()) & 3 == 1;
+                if tagged != by_vm.is_some() {
+                    return false;
+                }
+                let Some((head, tail)) = by_vm else {
+                    return true;
+                };
+                // SAFETY: `rest` is a list cell of `env` (the VM says so) and
+                // tagged as one; reading it is what is being checked.
+                let read = unsafe { cons(rest.as_c_arg()) };
+                if read != Some((head.as_c_arg(), tail.as_c_arg())) {
+                    return false;
+                }
+                rest = tail;
+            }
+        })
+}
+
+/// The head and tail of a list cell, read from the cell; `None` for a
+/// word that is not a list cell (`[]`, an improper tail).
+///
+/// # Safety
+/// [`TERM_LAYOUT`] must hold, and `word` be the word of a term alive for
+/// as long as the words returned are used (see [`term_of`]).
+#[inline]
+unsafe fn cons(word: Word) -> Option<(Word, Word)> {
+    let b = bits(word);
+    if b & 3 != 1 {
+        return None;
+    }
+    let cell = (b - 1) as *const Word;
+    // SAFETY: with TERM_LAYOUT, a word tagged 1 is the address of a live
+    // list cell, two aligned words, plus 1 (the caller's promise).
+    unsafe { Some((cell.read(), cell.add(1).read())) }
+}
+
+/// Checks the layout [`immediate`] and [`cons`] read against terms the VM
+/// makes (integers at the ends of the small range and just past them,
+/// atoms, `[]`, lists proper and improper, and compounds, floats and
+/// binaries that must not look immediate), and enables them if all agree.
+/// Returns whether they did.
+pub fn check_term_layout(env: Env) -> bool {
+    let small = (1i64 << 59) - 1;
+    let ints_ok = [0, 1, -1, 127, 128, -128, small, -small - 1]
+        .iter()
+        .all(|&i| immediate(i.encode(env).as_c_arg()) == Some(Immediate::Small(i)));
+    let bigs_ok = [small + 1, -small - 2, i64::MAX, i64::MIN]
+        .iter()
+        .all(|&i| immediate(i.encode(env).as_c_arg()).is_none());
+    let atoms_ok = ["true", "false", "heft", "a"].iter().all(|name| {
+        Atom::from_str(env, name)
+            .is_ok_and(|a| immediate(a.to_term(env).as_c_arg()) == Some(Immediate::Atom))
+    });
+    let empty: Vec<i64> = Vec::new();
+    let nil_ok = immediate(empty.encode(env).as_c_arg()) == Some(Immediate::Nil);
+    let others = [
+        vec![1i64].encode(env),
+        (1i64, 2i64).encode(env),
+        1.5f64.encode(env),
+        "bin".encode(env),
+        rustler::types::tuple::make_tuple(env, &[]),
+    ];
+    let others_ok = others.iter().all(|t| immediate(t.as_c_arg()).is_none());
+    let ok = ints_ok && bigs_ok && atoms_ok && nil_ok && others_ok && lists_read_alike(env);
+    TERM_LAYOUT.store(ok, Ordering::Relaxed);
+    ok
+}
 
 /// Work units a normal-scheduler call may spend encoding before it hands the
 /// job to a dirty scheduler (a unit is a term node or 64 bytes of binary;
@@ -315,6 +447,8 @@ pub struct TermEncoder<'c> {
     pub saw_zero: bool,
     /// Canonical maps being encoded, one inside another.
     map_depth: u32,
+    /// [`TERM_LAYOUT`], read once.
+    tags: bool,
 }
 
 impl Drop for TermEncoder<'_> {
@@ -341,6 +475,7 @@ impl<'c> TermEncoder<'c> {
             exact_zero: false,
             saw_zero: false,
             map_depth: 0,
+            tags: TERM_LAYOUT.load(Ordering::Relaxed),
         }
     }
 
@@ -361,6 +496,10 @@ impl<'c> TermEncoder<'c> {
         w: &mut Writer,
         canonical: bool,
     ) -> Result<bool, EncodeError> {
+        if self.immediate_into(env, t.as_c_arg(), w)? {
+            self.spend(1)?;
+            return Ok(true);
+        }
         match t.get_type() {
             TermType::Atom => {
                 let atom = Atom::from_term(t).map_err(|_| EncodeError::Unsupported)?;
@@ -552,31 +691,39 @@ impl<'c> TermEncoder<'c> {
             self.spend(1)?;
             let start = w.buf.len();
             // What the term is for the structural merge: a leaf, or a
-            // compound (id, children to come).
-            let node = match t.get_type() {
-                TermType::Atom => {
+            // compound (id, children to come, or written whole).
+            let immediate = self.tags && immediate(word).is_some();
+            let ty = (!immediate).then(|| t.get_type());
+            // A tuple or list of immediates only is written whole here.
+            let mut whole = false;
+            let node = match ty {
+                None => {
+                    self.immediate_into(env, word, w)?;
+                    None
+                }
+                Some(TermType::Atom) => {
                     let atom = Atom::from_term(t).map_err(|_| EncodeError::Unsupported)?;
                     let id = self.atom_id(env, atom)?;
                     w.atom(id);
                     None
                 }
-                TermType::Integer => match t.decode::<i64>() {
+                Some(TermType::Integer) => match t.decode::<i64>() {
                     Ok(i) => {
                         w.int(i);
                         None
                     }
                     Err(_) => self.etf(t, w, canonical)?,
                 },
-                TermType::Float => {
+                Some(TermType::Float) => {
                     self.float(t, w, canonical)?;
                     None
                 }
-                TermType::List if t.is_empty_list() => {
+                Some(TermType::List) if t.is_empty_list() => {
                     w.nil();
                     None
                 }
                 _ if self.backref(word, w, canonical) => None,
-                TermType::Binary => match Binary::from_term(t) {
+                Some(TermType::Binary) => match Binary::from_term(t) {
                     Ok(b) => {
                         self.spend(b.len() / 64)?;
                         Some((w.binary(b.as_slice()), 0))
@@ -584,33 +731,47 @@ impl<'c> TermEncoder<'c> {
                     // A bitstring that is not a whole number of bytes.
                     Err(_) => self.etf(t, w, canonical)?,
                 },
-                TermType::Tuple => {
+                Some(TermType::Tuple) => {
                     let elems = tuple_words(t).ok_or(EncodeError::Unsupported)?;
-                    self.walk.stack.extend(elems.iter().rev());
-                    Some((w.tuple(elems.len()), elems.len()))
-                }
-                TermType::List => {
-                    let first = self.walk.items.len();
-                    let mut rest = t;
-                    while let Ok((head, tail)) = rest.list_get_cell() {
-                        self.walk.items.push(head.as_c_arg());
-                        rest = tail;
+                    if self.all_immediate(elems) {
+                        let id = w.tuple(elems.len());
+                        self.spend(elems.len())?;
+                        self.immediates_into(env, elems, w)?;
+                        whole = true;
+                        Some((id, 0))
+                    } else {
+                        self.walk.stack.extend(elems.iter().rev());
+                        Some((w.tuple(elems.len()), elems.len()))
                     }
+                }
+                Some(TermType::List) => {
+                    let first = self.walk.items.len();
+                    let tail = self.list_cells(env, t)?;
                     let n = self.walk.items.len() - first;
                     self.spend(n / 4)?;
-                    // The tail ([] for a proper list) comes after the elements.
-                    self.walk.stack.push(rest.as_c_arg());
-                    self.walk
-                        .stack
-                        .extend(self.walk.items[first..].iter().rev());
-                    self.walk.items.truncate(first);
-                    Some((w.list(n), n + 1))
+                    if self.all_immediate(&self.walk.items[first..]) && self.all_immediate(&[tail])
+                    {
+                        let id = w.list(n);
+                        let written = self.inline_items(env, first, tail, w);
+                        self.walk.items.truncate(first);
+                        written?;
+                        whole = true;
+                        Some((id, 0))
+                    } else {
+                        // The tail ([] for a proper list) comes after the elements.
+                        self.walk.stack.push(tail);
+                        self.walk
+                            .stack
+                            .extend(self.walk.items[first..].iter().rev());
+                        self.walk.items.truncate(first);
+                        Some((w.list(n), n + 1))
+                    }
                 }
-                TermType::Map if canonical => {
+                Some(TermType::Map) if canonical => {
                     self.canonical_map(env, t, w)?;
                     None
                 }
-                TermType::Map => {
+                Some(TermType::Map) => {
                     let first = self.walk.items.len();
                     for (k, v) in MapIterator::new(t).ok_or(EncodeError::Unsupported)? {
                         self.walk.items.push(k.as_c_arg());
@@ -625,10 +786,10 @@ impl<'c> TermEncoder<'c> {
                     self.walk.items.truncate(first);
                     Some((w.map(pairs), pairs * 2))
                 }
-                TermType::Pid | TermType::Port | TermType::Ref | TermType::Fun => {
+                Some(TermType::Pid | TermType::Port | TermType::Ref | TermType::Fun) => {
                     self.etf(t, w, canonical)?
                 }
-                TermType::Unknown => return Err(EncodeError::Unsupported),
+                Some(TermType::Unknown) => return Err(EncodeError::Unsupported),
             };
             if canonical {
                 continue;
@@ -654,6 +815,7 @@ impl<'c> TermEncoder<'c> {
             // (The first entry made since `mark` is the compound's own.)
             let mut merged = |word, class, mark| seen.rollback_to(mark, word, class);
             match opened {
+                Some(o) if whole => dedup.whole(w, o, &mut merged),
                 Some(o) => dedup.open(w, o, &mut merged),
                 None => dedup.leaf(w, start, &mut merged),
             }
@@ -661,11 +823,122 @@ impl<'c> TermEncoder<'c> {
         Ok(())
     }
 
+    /// Pushes the elements of the list `list` onto `walk.items` and returns
+    /// its tail (`[]` for a proper list). `TooBig`, with nothing pushed,
+    /// once a list is longer than the budget could pay for: a
+    /// normal scheduler is not kept walking a list of millions.
+    fn list_cells(&mut self, env: Env, list: Term) -> Result<Word, EncodeError> {
+        let first = self.walk.items.len();
+        let most = self.budget.saturating_mul(4).saturating_add(4);
+        let mut rest = list.as_c_arg();
+        loop {
+            // SAFETY: `rest` is `list` or a tail read from it, terms of
+            // `env` alive for this call.
+            let cell = match self.tags {
+                true => unsafe { cons(rest) },
+                false => unsafe { term_of(env, rest) }
+                    .list_get_cell()
+                    .ok()
+                    .map(|(h, t)| (h.as_c_arg(), t.as_c_arg())),
+            };
+            let Some((head, tail)) = cell else {
+                return Ok(rest);
+            };
+            self.walk.items.push(head);
+            rest = tail;
+            if self.walk.items.len() - first > most {
+                self.walk.items.truncate(first);
+                return Err(EncodeError::TooBig);
+            }
+        }
+    }
+
+    /// Whether `words` are all immediates that [`Self::immediate_into`]
+    /// writes (false for none, and without [`TERM_LAYOUT`]).
+    fn all_immediate(&self, words: &[Word]) -> bool {
+        self.tags && !words.is_empty() && words.iter().all(|&w| immediate(w).is_some())
+    }
+
+    /// Writes the list elements `walk.items[first..]`, then `tail`, all
+    /// immediates, spending what the walk would have spent on them.
+    fn inline_items(
+        &mut self,
+        env: Env,
+        first: usize,
+        tail: Word,
+        w: &mut Writer,
+    ) -> Result<(), EncodeError> {
+        self.spend(self.walk.items.len() - first + 1)?;
+        let items = std::mem::take(&mut self.walk.items);
+        let written = self.immediates_into(env, &items[first..], w);
+        self.walk.items = items;
+        written?;
+        self.immediate_into(env, tail, w)?;
+        Ok(())
+    }
+
+    /// Writes `words`, all immediates ([`Self::all_immediate`]). A run of
+    /// one term (a list of one atom, of zeros) is written byte by byte.
+    fn immediates_into(
+        &mut self,
+        env: Env,
+        words: &[Word],
+        w: &mut Writer,
+    ) -> Result<(), EncodeError> {
+        w.buf.reserve(words.len());
+        let mut last = None;
+        for &e in words {
+            match last {
+                Some((word, byte)) if word == e => w.buf.push(byte),
+                _ => {
+                    let at = w.buf.len();
+                    self.immediate_into(env, e, w)?;
+                    last = (w.buf.len() == at + 1).then(|| (e, w.buf[at]));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes an atom, a small integer or `[]` from its word, without a VM
+    /// call for the last two (and for an atom met recently); false, with
+    /// nothing written, for any other term or without [`TERM_LAYOUT`].
+    /// `word` is that of a term of `env`.
+    #[inline]
+    fn immediate_into(
+        &mut self,
+        env: Env,
+        word: Word,
+        w: &mut Writer,
+    ) -> Result<bool, EncodeError> {
+        if !self.tags {
+            return Ok(false);
+        }
+        match immediate(word) {
+            Some(Immediate::Small(i)) => w.int(i),
+            Some(Immediate::Atom) => {
+                let id = self.atom_word_id(env, word)?;
+                w.atom(id);
+            }
+            Some(Immediate::Nil) => w.nil(),
+            None => return Ok(false),
+        }
+        Ok(true)
+    }
+
     fn atom_id(&mut self, env: Env, atom: Atom) -> Result<u32, EncodeError> {
-        let word = atom.as_c_arg();
+        self.atom_word_id(env, atom.as_c_arg())
+    }
+
+    /// [`Self::atom_id`] of the atom whose word is `word`.
+    fn atom_word_id(&mut self, env: Env, word: Word) -> Result<u32, EncodeError> {
         if let Some((_, id)) = self.recent_atoms.iter().find(|(w, _)| *w == word) {
             return Ok(*id);
         }
+        // SAFETY: `word` is the word of an atom, a term of `env` (the
+        // callers' promise); an atom is an immediate, valid in any env.
+        let atom =
+            Atom::from_term(unsafe { term_of(env, word) }).map_err(|_| EncodeError::Unsupported)?;
         let id = self.atoms.id_of(env, atom)?;
         self.recent_atoms[self.recent_next] = (word, id);
         self.recent_next = (self.recent_next + 1) % self.recent_atoms.len();

@@ -21,12 +21,14 @@ use std::sync::atomic::Ordering;
 use rustler::{Env, Term};
 
 /// Load-time facts from Heft.Native: `%{neg_zero_is_zero: boolean}`.
-fn load(_env: Env, info: Term) -> bool {
+fn load(env: Env, info: Term) -> bool {
     // A panic becomes an exception in the calling process (rustler catches
     // it); say where it happened on one line instead of a full backtrace.
     std::panic::set_hook(Box::new(|info| {
         eprintln!("heft_nif: {}", info.to_string().replace('\n', " "));
     }));
+    // Terms read without VM calls where their layout is this VM's.
+    codec::check_term_layout(env);
     if let Ok(map) = info.decode::<std::collections::HashMap<String, bool>>() {
         if let Some(v) = map.get("neg_zero_is_zero") {
             codec::NEG_ZERO_IS_ZERO.store(*v, Ordering::Relaxed);
