@@ -150,6 +150,7 @@ defmodule Heft.Native do
   def safe_fixtable(_tab, _on, _now), do: :erlang.nif_error(:heft_nif_not_loaded)
   def fixations(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
   def live_tables, do: :erlang.nif_error(:heft_nif_not_loaded)
+  def term_layout_checked, do: :erlang.nif_error(:heft_nif_not_loaded)
   def anonymous_arenas, do: :erlang.nif_error(:heft_nif_not_loaded)
   def debug_panic, do: :erlang.nif_error(:heft_nif_not_loaded)
 

@@ -34,6 +34,82 @@ defmodule Heft.StructuralSharingTest do
     end
   end
 
+  # The encoder tells atoms, small integers and [] by their tag bits and
+  # reads list cells in place where the VM's layout is the one it checked
+  # at load (native/heft_nif/src/codec.rs, check_term_layout), and writes a
+  # tuple or list of immediates whole.
+  test "terms are read in place on this VM" do
+    assert Heft.Native.term_layout_checked()
+  end
+
+  test "immediates at their edges, improper lists and flat compounds come back exact" do
+    small = (1 <<< 59) - 1
+
+    edges = [
+      0,
+      -1,
+      127,
+      128,
+      small,
+      small + 1,
+      -small - 1,
+      -small - 2,
+      1 <<< 63,
+      -(1 <<< 64)
+    ]
+
+    atoms = for i <- 1..100, do: String.to_atom("heft_layout_atom_#{i}")
+
+    values = [
+      edges,
+      List.to_tuple(edges),
+      atoms,
+      [1, 2 | 3],
+      [:a | :b],
+      [1 | []],
+      [[]],
+      [[], []],
+      {[]},
+      {},
+      [{}],
+      [1.5, 2, :a],
+      [1 | 2.5],
+      [:a, "bin", :a],
+      {:a, :a, :a, :a},
+      List.duplicate(:x, 5000),
+      List.duplicate({1, 2}, 300),
+      for(i <- 1..300, do: [i, :k, -i]),
+      %{a: [1, 2], b: {:c, :d}},
+      # Runs of equal flat compounds inside compounds merged in turn.
+      {List.duplicate({:a, 2}, 5), List.duplicate({:a, 2}, 5), {List.duplicate({:a, 2}, 5), 1},
+       {List.duplicate({:a, 2}, 5), 1}, {:a, 2}, List.duplicate({:a, 2}, 5), {:a, 2}, [1, 2],
+       [1, 2], {[1, 2]}, [1, 2]}
+    ]
+
+    for type <- [:set, :ordered_set, :bag] do
+      tab = Heft.new(:layout, [type])
+
+      for {v, i} <- Enum.with_index(values) do
+        rec = {i, unshared(v), v}
+        true = Heft.insert(tab, rec)
+        [got] = Heft.lookup(tab, i)
+        assert_exact(got, rec)
+        # As a key too.
+        true = Heft.insert(tab, {v, i})
+        assert [{^v, ^i}] = Heft.lookup(tab, v)
+      end
+
+      Heft.delete(tab)
+    end
+  end
+
+  test "a list longer than a normal scheduler's budget is encoded all the same" do
+    tab = Heft.new(:layout_long, [:set])
+    long = Enum.to_list(1..2_000_000)
+    true = Heft.insert(tab, {:long, long})
+    assert [{:long, ^long}] = Heft.lookup(tab, :long)
+  end
+
   test "bag bodies stay canonical: an unshared record comes back unshared" do
     for type <- [:bag, :duplicate_bag] do
       tab = Heft.new(:sharing_bag, [type])

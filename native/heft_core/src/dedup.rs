@@ -178,10 +178,22 @@ impl<T> Dedup<T> {
     /// when every part is a scalar (no compound, no `ref`): the same as
     /// [`Self::open`] with its parts as `o.children` followed by one
     /// [`Self::leaf`] a part, in one step (`o.children` is not read).
-    pub fn whole(&mut self, w: &mut Writer, o: Opened<T>, merged: &mut impl FnMut(T, u32, usize)) {
+    /// Returns the class the compound has from now on (its own id, or that
+    /// of the earlier equal compound it was merged into), so that an equal
+    /// one met later may be written as `ref class` and told as a leaf, or
+    /// `None` if it is too short to be referred to. The class stays valid
+    /// until `merged` is next called for another compound (which may drop
+    /// it, with the compound holding it).
+    pub fn whole(
+        &mut self,
+        w: &mut Writer,
+        o: Opened<T>,
+        merged: &mut impl FnMut(T, u32, usize),
+    ) -> Option<u32> {
         self.push_frame(o, false);
-        self.close(w, merged);
+        let class = self.close(w, merged);
         self.child_done(w, merged);
+        class
     }
 
     fn push_frame(&mut self, o: Opened<T>, leaf: bool) {
@@ -232,10 +244,9 @@ impl<T> Dedup<T> {
     /// Closes the innermost compound, which is complete: merges it into an
     /// earlier equal one or records it, and adds its item to its parent's
     /// signature (the caller then counts it as the parent's child).
-    fn close(&mut self, w: &mut Writer, merged: &mut impl FnMut(T, u32, usize)) {
-        let Some(f) = self.frames.pop() else {
-            return;
-        };
+    /// Returns the compound's class, `None` if it is too short to have one.
+    fn close(&mut self, w: &mut Writer, merged: &mut impl FnMut(T, u32, usize)) -> Option<u32> {
+        let f = self.frames.pop()?;
         let len = w.buf.len() - f.start;
         let whole = f.flat;
         let min = match f.leaf {
@@ -295,6 +306,7 @@ impl<T> Dedup<T> {
                 self.sig.push(tag::REF);
                 put_varint(&mut self.sig, u64::from(class));
             }
+            Some(class)
         } else {
             self.sig.truncate(f.sig);
             // The item is the compound's bytes, already in a flat parent.
@@ -304,6 +316,7 @@ impl<T> Dedup<T> {
                 }
                 _ => {}
             }
+            None
         }
     }
 
@@ -432,6 +445,10 @@ mod tests {
         let mut seen: HashMap<*const N, u32> = HashMap::new();
         let mut log: Vec<*const N> = Vec::new();
         let mut stack = vec![root.clone()];
+        // Merges so far, and the last compound told whole (its encoding,
+        // class and the merges then), as the NIF keeps them.
+        let merges = std::cell::Cell::new(0u64);
+        let mut last: Option<(Vec<u8>, u32, u64)> = None;
         while let Some(n) = stack.pop() {
             let p = Rc::as_ptr(&n);
             let start = w.buf.len();
@@ -441,6 +458,7 @@ mod tests {
             );
             let known = seen.get(&p).copied();
             let mut merged = |p, class, mark| {
+                merges.set(merges.get() + 1);
                 for q in log.drain(mark..) {
                     seen.remove(&q);
                 }
@@ -460,6 +478,26 @@ mod tests {
                 _ => false,
             };
             if whole && inline && known.is_none() {
+                let bytes = to_value(&n).to_bytes();
+                match &last {
+                    Some((b, class, m)) if dedup && *b == bytes && *m == merges.get() => {
+                        let class = *class;
+                        log.push(p);
+                        seen.insert(p, class);
+                        w.backref(class);
+                        let mut merged = |p, class, mark| {
+                            merges.set(merges.get() + 1);
+                            for q in log.drain(mark..) {
+                                seen.remove(&q);
+                            }
+                            log.push(p);
+                            seen.insert(p, class);
+                        };
+                        d.leaf(&mut w, start, &mut merged);
+                        continue;
+                    }
+                    _ => {}
+                }
                 let (id, parts) = match &*n {
                     N::Tuple(es) => (w.tuple(es.len()), es.iter().collect::<Vec<_>>()),
                     N::List(es, t) => {
@@ -475,6 +513,7 @@ mod tests {
                 log.push(p);
                 seen.insert(p, id);
                 let mut merged = |p, class, mark| {
+                    merges.set(merges.get() + 1);
                     for q in log.drain(mark..) {
                         seen.remove(&q);
                     }
@@ -489,7 +528,13 @@ mod tests {
                         mark,
                         payload: p,
                     };
-                    d.whole(&mut w, o, &mut merged);
+                    let before = merges.get();
+                    let class = d.whole(&mut w, o, &mut merged);
+                    let own = u64::from(class.is_some_and(|c| c != id));
+                    last = match (merges.get() - before == own, class) {
+                        (true, Some(class)) => Some((bytes, class, merges.get())),
+                        _ => None,
+                    };
                 }
                 continue;
             }
@@ -524,6 +569,7 @@ mod tests {
             log.push(p);
             seen.insert(p, id);
             let mut merged = |p, class, mark| {
+                merges.set(merges.get() + 1);
                 for q in log.drain(mark..) {
                     seen.remove(&q);
                 }
@@ -754,6 +800,23 @@ mod tests {
         let inner = tuple((0..100).map(|_| atoms(10, 0)).collect());
         let rec = tuple(vec![s(Value::Atom(1)), s(Value::Int(1)), inner]);
         assert_eq!(encode_with(&rec, true, true), encode(&rec, true));
+        // Runs of equal pairs, inside compounds that are merged in turn
+        // (which drops the class of the pair in the run before).
+        let pair = || tuple(vec![s(Value::Atom(1)), s(Value::Int(2))]);
+        let pairs = || list((0..5).map(|_| pair()).collect());
+        let boxed = || tuple(vec![pairs(), s(Value::Int(1))]);
+        let t = tuple(vec![
+            pairs(),
+            pairs(),
+            boxed(),
+            boxed(),
+            pair(),
+            pairs(),
+            pair(),
+        ]);
+        let bytes = encode_with(&t, true, true);
+        assert_eq!(bytes, encode(&t, true));
+        assert_eq!(exact(&t), bytes);
         for seed in 1..3000u64 {
             let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
             let mut pool = Vec::new();

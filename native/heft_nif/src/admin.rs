@@ -481,6 +481,13 @@ fn anonymous_arenas() -> Vec<(u64, String)> {
     heft_core::arena::anon::live()
 }
 
+/// Whether the encoder reads terms in place (their layout matched this
+/// VM's at load: codec::check_term_layout), for tests.
+#[rustler::nif]
+fn term_layout_checked() -> bool {
+    crate::codec::term_layout_checked()
+}
+
 /// Tables whose storage is still allocated (for leak tests).
 #[rustler::nif]
 fn live_tables() -> usize {

@@ -28,7 +28,7 @@
 //! (rustler's wrappers copy every tuple and map into a fresh Vec first).
 //! That takes a few `unsafe` blocks, each with its reason.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -126,6 +126,11 @@ fn lists_read_alike(env: Env) -> bool {
                 rest = tail;
             }
         })
+}
+
+/// What [`check_term_layout`] found at load.
+pub fn term_layout_checked() -> bool {
+    TERM_LAYOUT.load(Ordering::Relaxed)
 }
 
 /// The head and tail of a list cell, read from the cell; `None` for a
@@ -264,6 +269,67 @@ struct WalkBufs {
     /// The last record's encoded key and body, reused from record to record.
     key: Vec<u8>,
     body: Vec<u8>,
+    /// The last compound of immediates written whole, while its class holds.
+    last_flat: LastFlat,
+    /// Merges made by `dedup` in this record (each may drop classes).
+    merges: Cell<u64>,
+}
+
+/// A tuple or list of immediates only, as written whole, and the class
+/// `dedup` gave it: an equal one met next (the same words: atoms, small
+/// integers and `[]` are equal exactly when their words are) is written as
+/// `ref class` and told to `dedup` as a leaf, as a duplicate becomes once
+/// merged, without being written, hashed and cut back. Runs of equal
+/// small compounds (a tuple of equal lists, a list of equal pairs) are
+/// common, and this is most of their cost. After any merge since
+/// (`merges`) the class is not used: a merged compound's parts were
+/// merged into earlier ones, so their classes survive it, but that is
+/// dedup's invariant, and this does not lean on it.
+#[derive(Default)]
+struct LastFlat {
+    /// Whether it was a list (its words: elements, then tail) or a tuple.
+    list: bool,
+    words: Vec<Word>,
+    /// The words of the one being written, until it has a class.
+    pending: Vec<Word>,
+    class: Option<u32>,
+    merges: u64,
+}
+
+impl LastFlat {
+    fn clear(&mut self) {
+        self.class = None;
+    }
+
+    /// The class to refer to for a compound of these words, if it is the
+    /// last one's and still valid.
+    fn class_of(&self, list: bool, elems: &[Word], tail: Option<Word>, merges: u64) -> Option<u32> {
+        let class = self.class?;
+        let n = elems.len();
+        let same = self.list == list
+            && self.merges == merges
+            && self.words.len() == n + usize::from(tail.is_some())
+            && self.words[..n] == *elems
+            && tail.map_or(true, |t| self.words[n] == t);
+        same.then_some(class)
+    }
+
+    /// Notes the words of a compound about to be told whole.
+    fn begin(&mut self, list: bool, elems: &[Word], tail: Option<Word>) {
+        self.pending.clear();
+        self.pending.extend_from_slice(elems);
+        self.pending.extend(tail);
+        self.list = list;
+        self.class = None;
+    }
+
+    /// The compound begun has `class` (`None`: none to refer to), valid
+    /// while `merges` is unchanged.
+    fn end(&mut self, class: Option<u32>, merges: u64) {
+        std::mem::swap(&mut self.words, &mut self.pending);
+        self.class = class;
+        self.merges = merges;
+    }
 }
 
 /// The compound terms met so far in one record (identity -> id): the
@@ -629,6 +695,8 @@ impl<'c> TermEncoder<'c> {
         let exact = !contains_neg_zero(key_term);
         self.walk.seen.clear();
         self.walk.dedup.clear();
+        self.walk.last_flat.clear();
+        self.walk.merges.set(0);
         self.exact_zero = true;
         let mut w = Writer::from_vec(std::mem::take(&mut self.walk.body));
         w.tuple(arity);
@@ -734,11 +802,22 @@ impl<'c> TermEncoder<'c> {
                 Some(TermType::Tuple) => {
                     let elems = tuple_words(t).ok_or(EncodeError::Unsupported)?;
                     if self.all_immediate(elems) {
-                        let id = w.tuple(elems.len());
                         self.spend(elems.len())?;
-                        self.immediates_into(env, elems, w)?;
-                        whole = true;
-                        Some((id, 0))
+                        let merges = self.walk.merges.get();
+                        match self.walk.last_flat.class_of(false, elems, None, merges) {
+                            Some(class) if !canonical => {
+                                w.backref(class);
+                                self.walk.seen.insert(word, class);
+                                None
+                            }
+                            _ => {
+                                let id = w.tuple(elems.len());
+                                self.immediates_into(env, elems, w)?;
+                                self.walk.last_flat.begin(false, elems, None);
+                                whole = true;
+                                Some((id, 0))
+                            }
+                        }
                     } else {
                         self.walk.stack.extend(elems.iter().rev());
                         Some((w.tuple(elems.len()), elems.len()))
@@ -751,12 +830,30 @@ impl<'c> TermEncoder<'c> {
                     self.spend(n / 4)?;
                     if self.all_immediate(&self.walk.items[first..]) && self.all_immediate(&[tail])
                     {
-                        let id = w.list(n);
-                        let written = self.inline_items(env, first, tail, w);
-                        self.walk.items.truncate(first);
-                        written?;
-                        whole = true;
-                        Some((id, 0))
+                        let WalkBufs {
+                            items,
+                            last_flat,
+                            merges,
+                            ..
+                        } = &mut self.walk;
+                        match last_flat.class_of(true, &items[first..], Some(tail), merges.get()) {
+                            Some(class) if !canonical => {
+                                self.spend(n + 1)?;
+                                self.walk.items.truncate(first);
+                                w.backref(class);
+                                self.walk.seen.insert(word, class);
+                                None
+                            }
+                            _ => {
+                                last_flat.begin(true, &items[first..], Some(tail));
+                                let id = w.list(n);
+                                let written = self.inline_items(env, first, tail, w);
+                                self.walk.items.truncate(first);
+                                written?;
+                                whole = true;
+                                Some((id, 0))
+                            }
+                        }
                     } else {
                         // The tail ([] for a proper list) comes after the elements.
                         self.walk.stack.push(tail);
@@ -800,7 +897,13 @@ impl<'c> TermEncoder<'c> {
             // Identity first, then structure: a duplicate found by the
             // merge is cut back to a ref and the identities noted inside
             // it are forgotten (their ids are given out again).
-            let WalkBufs { seen, dedup, .. } = &mut self.walk;
+            let WalkBufs {
+                seen,
+                dedup,
+                last_flat,
+                merges,
+                ..
+            } = &mut self.walk;
             let opened = node.map(|(id, children)| {
                 let mark = seen.len();
                 seen.insert(word, id);
@@ -813,9 +916,22 @@ impl<'c> TermEncoder<'c> {
                 }
             });
             // (The first entry made since `mark` is the compound's own.)
-            let mut merged = |word, class, mark| seen.rollback_to(mark, word, class);
+            let mut merged = |word, class, mark| {
+                merges.set(merges.get() + 1);
+                seen.rollback_to(mark, word, class);
+            };
             match opened {
-                Some(o) if whole => dedup.whole(w, o, &mut merged),
+                Some(o) if whole => {
+                    let (id, before) = (o.id, merges.get());
+                    let class = dedup.whole(w, o, &mut merged);
+                    // Its own merge (into an earlier class) leaves the class
+                    // valid; a merge of a compound around it may drop it.
+                    let own = u64::from(class.is_some_and(|c| c != id));
+                    match merges.get() - before == own {
+                        true => last_flat.end(class, merges.get()),
+                        false => last_flat.clear(),
+                    }
+                }
                 Some(o) => dedup.open(w, o, &mut merged),
                 None => dedup.leaf(w, start, &mut merged),
             }
