@@ -183,6 +183,15 @@ pub fn check_term_layout(env: Env) -> bool {
     ok
 }
 
+/// Tuples and lists of immediates this short are not tracked by identity
+/// (a shared one is written again, and merged by dedup into the same `ref`
+/// its identity would have given: lists of 1 part or more and tuples of 3
+/// or more encode in at least `dedup::MIN_SHARED_LEN` bytes), which saves
+/// an identity lookup and entry each; the length bounds what is written
+/// again.
+const SHORT_FLAT_TUPLE: std::ops::RangeInclusive<usize> = 3..=16;
+const SHORT_FLAT_LIST: usize = 16;
+
 /// Work units a normal-scheduler call may spend encoding before it hands the
 /// job to a dirty scheduler (a unit is a term node or 64 bytes of binary;
 /// about 10-20 ns each).
@@ -762,8 +771,12 @@ impl<'c> TermEncoder<'c> {
             // compound (id, children to come, or written whole).
             let immediate = self.tags && immediate(word).is_some();
             let ty = (!immediate).then(|| t.get_type());
-            // A tuple or list of immediates only is written whole here.
+            // A tuple or list of immediates only is written whole here; a
+            // short one is not tracked by identity (below), and a list met
+            // again by identity is a leaf.
             let mut whole = false;
+            let mut untracked = false;
+            let mut continue_leaf = false;
             let node = match ty {
                 None => {
                     self.immediate_into(env, word, w)?;
@@ -790,7 +803,12 @@ impl<'c> TermEncoder<'c> {
                     w.nil();
                     None
                 }
-                _ if self.backref(word, w, canonical) => None,
+                // (Tuples and lists check below, after a look at their parts.)
+                _ if !matches!(ty, Some(TermType::Tuple | TermType::List))
+                    && self.backref(word, w, canonical) =>
+                {
+                    None
+                }
                 Some(TermType::Binary) => match Binary::from_term(t) {
                     Ok(b) => {
                         self.spend(b.len() / 64)?;
@@ -801,13 +819,19 @@ impl<'c> TermEncoder<'c> {
                 },
                 Some(TermType::Tuple) => {
                     let elems = tuple_words(t).ok_or(EncodeError::Unsupported)?;
-                    if self.all_immediate(elems) {
+                    let flat = self.all_immediate(elems);
+                    untracked = !canonical && flat && SHORT_FLAT_TUPLE.contains(&elems.len());
+                    if !untracked && self.backref(word, w, canonical) {
+                        None
+                    } else if flat {
                         self.spend(elems.len())?;
                         let merges = self.walk.merges.get();
                         match self.walk.last_flat.class_of(false, elems, None, merges) {
                             Some(class) if !canonical => {
                                 w.backref(class);
-                                self.walk.seen.insert(word, class);
+                                if !untracked {
+                                    self.walk.seen.insert(word, class);
+                                }
                                 None
                             }
                             _ => {
@@ -825,10 +849,25 @@ impl<'c> TermEncoder<'c> {
                 }
                 Some(TermType::List) => {
                     let first = self.walk.items.len();
-                    let tail = self.list_cells(env, t)?;
+                    let (mut tail, complete) = self.list_cells(env, word, SHORT_FLAT_LIST)?;
+                    let flat = complete
+                        && self.all_immediate(&self.walk.items[first..])
+                        && self.all_immediate(&[tail]);
+                    untracked = !canonical && flat;
+                    if !untracked && self.backref(word, w, canonical) {
+                        self.walk.items.truncate(first);
+                        continue_leaf = true;
+                    } else if !complete {
+                        tail = self.list_cells(env, tail, usize::MAX)?.0;
+                    }
                     let n = self.walk.items.len() - first;
                     self.spend(n / 4)?;
-                    if self.all_immediate(&self.walk.items[first..]) && self.all_immediate(&[tail])
+                    if continue_leaf {
+                        None
+                    } else if flat
+                        || !complete
+                            && self.all_immediate(&self.walk.items[first..])
+                            && self.all_immediate(&[tail])
                     {
                         let WalkBufs {
                             items,
@@ -841,7 +880,9 @@ impl<'c> TermEncoder<'c> {
                                 self.spend(n + 1)?;
                                 self.walk.items.truncate(first);
                                 w.backref(class);
-                                self.walk.seen.insert(word, class);
+                                if !untracked {
+                                    self.walk.seen.insert(word, class);
+                                }
                                 None
                             }
                             _ => {
@@ -906,7 +947,9 @@ impl<'c> TermEncoder<'c> {
             } = &mut self.walk;
             let opened = node.map(|(id, children)| {
                 let mark = seen.len();
-                seen.insert(word, id);
+                if !untracked {
+                    seen.insert(word, id);
+                }
                 Opened {
                     start,
                     id,
@@ -916,9 +959,12 @@ impl<'c> TermEncoder<'c> {
                 }
             });
             // (The first entry made since `mark` is the compound's own.)
-            let mut merged = |word, class, mark| {
+            let mut merged = |merged_word, class, mark| {
                 merges.set(merges.get() + 1);
-                seen.rollback_to(mark, word, class);
+                // An untracked compound has no identity entry to change.
+                if !(untracked && merged_word == word) {
+                    seen.rollback_to(mark, merged_word, class);
+                }
             };
             match opened {
                 Some(o) if whole => {
@@ -939,14 +985,21 @@ impl<'c> TermEncoder<'c> {
         Ok(())
     }
 
-    /// Pushes the elements of the list `list` onto `walk.items` and returns
-    /// its tail (`[]` for a proper list). `TooBig`, with nothing pushed,
-    /// once a list is longer than the budget could pay for: a
-    /// normal scheduler is not kept walking a list of millions.
-    fn list_cells(&mut self, env: Env, list: Term) -> Result<Word, EncodeError> {
+    /// Pushes the elements of the list whose word is `list` onto
+    /// `walk.items`, at most `most` of them, and returns what follows them
+    /// (the tail: `[]` for a proper list) and whether that is the end of
+    /// the list. `TooBig`, with nothing pushed, once a list is longer than
+    /// the budget could pay for: a normal scheduler is not kept walking a
+    /// list of millions.
+    fn list_cells(
+        &mut self,
+        env: Env,
+        list: Word,
+        most: usize,
+    ) -> Result<(Word, bool), EncodeError> {
         let first = self.walk.items.len();
-        let most = self.budget.saturating_mul(4).saturating_add(4);
-        let mut rest = list.as_c_arg();
+        let affordable = self.budget.saturating_mul(4).saturating_add(4);
+        let mut rest = list;
         loop {
             // SAFETY: `rest` is `list` or a tail read from it, terms of
             // `env` alive for this call.
@@ -958,11 +1011,14 @@ impl<'c> TermEncoder<'c> {
                     .map(|(h, t)| (h.as_c_arg(), t.as_c_arg())),
             };
             let Some((head, tail)) = cell else {
-                return Ok(rest);
+                return Ok((rest, true));
             };
+            if self.walk.items.len() - first == most {
+                return Ok((rest, false));
+            }
             self.walk.items.push(head);
             rest = tail;
-            if self.walk.items.len() - first > most {
+            if self.walk.items.len() - first > affordable {
                 self.walk.items.truncate(first);
                 return Err(EncodeError::TooBig);
             }
