@@ -437,6 +437,24 @@ mod tests {
     /// [`encode`], and with `whole` a tuple or list whose parts are all
     /// immediate is written in one go and told with [`Dedup::whole`], as
     /// the NIF's encoder does.
+    /// What the test encoder does when dedup merged `p` into `class`:
+    /// the identities noted since `mark` are forgotten and `p` is `class`.
+    fn note_merged(
+        seen: &mut HashMap<*const N, u32>,
+        log: &mut Vec<*const N>,
+        merges: &std::cell::Cell<u64>,
+        p: *const N,
+        class: u32,
+        mark: usize,
+    ) {
+        merges.set(merges.get() + 1);
+        for q in log.drain(mark..) {
+            seen.remove(&q);
+        }
+        log.push(p);
+        seen.insert(p, class);
+    }
+
     fn encode_with(root: &Rc<N>, dedup: bool, whole: bool) -> Vec<u8> {
         let mut w = Writer::new();
         let mut d: Dedup<*const N> = Dedup::default();
@@ -457,14 +475,8 @@ mod tests {
                 N::S(Value::Nil | Value::Int(_) | Value::Float(_) | Value::Atom(_))
             );
             let known = seen.get(&p).copied();
-            let mut merged = |p, class, mark| {
-                merges.set(merges.get() + 1);
-                for q in log.drain(mark..) {
-                    seen.remove(&q);
-                }
-                log.push(p);
-                seen.insert(p, class);
-            };
+            let mut merged =
+                |p, class, mark| note_merged(&mut seen, &mut log, &merges, p, class, mark);
             if let (true, Some(id)) = (compound, known) {
                 w.backref(id);
                 if dedup {
@@ -477,7 +489,7 @@ mod tests {
                 N::List(es, t) => immediate(t) && es.iter().all(|e| immediate(e)),
                 _ => false,
             };
-            if whole && inline && known.is_none() {
+            let (id, children, whole_bytes) = if whole && inline && known.is_none() {
                 let bytes = to_value(&n).to_bytes();
                 match &last {
                     Some((b, class, m)) if dedup && *b == bytes && *m == merges.get() => {
@@ -486,12 +498,7 @@ mod tests {
                         seen.insert(p, class);
                         w.backref(class);
                         let mut merged = |p, class, mark| {
-                            merges.set(merges.get() + 1);
-                            for q in log.drain(mark..) {
-                                seen.remove(&q);
-                            }
-                            log.push(p);
-                            seen.insert(p, class);
+                            note_merged(&mut seen, &mut log, &merges, p, class, mark)
                         };
                         d.leaf(&mut w, start, &mut merged);
                         continue;
@@ -509,73 +516,42 @@ mod tests {
                 for e in parts {
                     to_value(e).encode(&mut w);
                 }
-                let mark = log.len();
-                log.push(p);
-                seen.insert(p, id);
-                let mut merged = |p, class, mark| {
-                    merges.set(merges.get() + 1);
-                    for q in log.drain(mark..) {
-                        seen.remove(&q);
+                (id, 0, Some(bytes))
+            } else {
+                let (id, children) = match &*n {
+                    N::S(Value::Binary(b)) => (w.binary(b), 0),
+                    N::S(Value::Etf(b)) => (w.etf(b), 0),
+                    N::S(v) => {
+                        v.encode(&mut w);
+                        if dedup {
+                            d.leaf(&mut w, start, &mut merged);
+                        }
+                        continue;
                     }
-                    log.push(p);
-                    seen.insert(p, class);
+                    N::Tuple(es) => {
+                        stack.extend(es.iter().rev().cloned());
+                        (w.tuple(es.len()), es.len())
+                    }
+                    N::List(es, t) => {
+                        stack.push(t.clone());
+                        stack.extend(es.iter().rev().cloned());
+                        (w.list(es.len()), es.len() + 1)
+                    }
+                    N::Map(kvs) => {
+                        for (k, v) in kvs.iter().rev() {
+                            stack.push(v.clone());
+                            stack.push(k.clone());
+                        }
+                        (w.map(kvs.len()), kvs.len() * 2)
+                    }
                 };
-                if dedup {
-                    let o = Opened {
-                        start,
-                        id,
-                        children: 0,
-                        mark,
-                        payload: p,
-                    };
-                    let before = merges.get();
-                    let class = d.whole(&mut w, o, &mut merged);
-                    let own = u64::from(class.is_some_and(|c| c != id));
-                    last = match (merges.get() - before == own, class) {
-                        (true, Some(class)) => Some((bytes, class, merges.get())),
-                        _ => None,
-                    };
-                }
-                continue;
-            }
-            let (id, children) = match &*n {
-                N::S(Value::Binary(b)) => (w.binary(b), 0),
-                N::S(Value::Etf(b)) => (w.etf(b), 0),
-                N::S(v) => {
-                    v.encode(&mut w);
-                    if dedup {
-                        d.leaf(&mut w, start, &mut merged);
-                    }
-                    continue;
-                }
-                N::Tuple(es) => {
-                    stack.extend(es.iter().rev().cloned());
-                    (w.tuple(es.len()), es.len())
-                }
-                N::List(es, t) => {
-                    stack.push(t.clone());
-                    stack.extend(es.iter().rev().cloned());
-                    (w.list(es.len()), es.len() + 1)
-                }
-                N::Map(kvs) => {
-                    for (k, v) in kvs.iter().rev() {
-                        stack.push(v.clone());
-                        stack.push(k.clone());
-                    }
-                    (w.map(kvs.len()), kvs.len() * 2)
-                }
+                (id, children, None)
             };
             let mark = log.len();
             log.push(p);
             seen.insert(p, id);
-            let mut merged = |p, class, mark| {
-                merges.set(merges.get() + 1);
-                for q in log.drain(mark..) {
-                    seen.remove(&q);
-                }
-                log.push(p);
-                seen.insert(p, class);
-            };
+            let mut merged =
+                |p, class, mark| note_merged(&mut seen, &mut log, &merges, p, class, mark);
             if dedup {
                 let o = Opened {
                     start,
@@ -584,7 +560,18 @@ mod tests {
                     mark,
                     payload: p,
                 };
-                d.open(&mut w, o, &mut merged);
+                match whole_bytes {
+                    Some(bytes) => {
+                        let before = merges.get();
+                        let class = d.whole(&mut w, o, &mut merged);
+                        let own = u64::from(class.is_some_and(|c| c != id));
+                        last = match (merges.get() - before == own, class) {
+                            (true, Some(class)) => Some((bytes, class, merges.get())),
+                            _ => None,
+                        };
+                    }
+                    None => d.open(&mut w, o, &mut merged),
+                }
             }
         }
         w.buf
