@@ -360,7 +360,13 @@ defmodule Heft do
     * `sync: :none` (default), `{:interval, ms}` or `:commit` - when a
       write reaches stable storage.
     * `dump_log_write_threshold: n` - fold the log into a new snapshot
-      once it holds `n` writes (default 50,000).
+      once it holds `n` writes (default 50,000), and at least half as
+      many writes as the table held records at its last dump: a dump
+      writes every record, so a large table under steady writes is not
+      rewritten whole every `n` writes (writing a table's worth of records
+      costs at most about two dumps of it; opening replays at most that
+      much log). Unlike Mnesia's option of the same name, which folds its
+      log into the tables' files incrementally.
     * `dump_log_time_threshold: ms` - ...or once `ms` have passed since
       the last dump and the log holds any write (default 180,000).
     * `repair: true` - as for `open/2`.

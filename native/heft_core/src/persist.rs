@@ -57,12 +57,24 @@ pub enum SyncMode {
     Commit,
 }
 
+/// The fraction of the table's records (at its last dump) that the log
+/// must hold before a write threshold dump: a dump writes every record,
+/// so with a fixed count of writes a large table under steady writes
+/// would be dumped back to back, each dump rewriting it whole (and its
+/// thread, walking the table, slowing the writers it competes with).
+/// With a half, writing a table's worth of records costs at most about
+/// two dumps of it. Recovery replays at most that much log on top of
+/// the snapshot.
+pub const DUMP_GROWTH: (u64, u64) = (1, 2);
+
 /// How a persistent table behaves.
 #[derive(Clone, Copy, Debug)]
 pub struct Config {
     /// The table's sync mode.
     pub sync: SyncMode,
-    /// Dump once the log holds this many writes (records put or removed).
+    /// Dump once the log holds this many writes (records put or removed)
+    /// and at least [`DUMP_GROWTH`] times the records the table held at
+    /// its last dump (a dump rewrites the whole table).
     pub dump_write_threshold: u64,
     /// Dump once this long has passed since the last dump, if the log
     /// holds any write.
@@ -211,6 +223,8 @@ struct Counters {
     rewritten: AtomicU64,
     /// Segments started.
     segments: AtomicU64,
+    /// [`DUMP_GROWTH`] of the records the table held at its last dump.
+    dump_floor: AtomicU64,
 }
 
 struct LogInner {
@@ -832,7 +846,7 @@ impl<E: Events> Journal for Shared<E> {
         } else if self.idle.load(Ordering::SeqCst) && self.idle.swap(false, Ordering::SeqCst) {
             self.wake_flusher(false);
         }
-        let threshold = self.config.dump_write_threshold;
+        let threshold = self.dump_threshold();
         if pending >= threshold && pending - n < threshold {
             // Closed meanwhile: nothing to dump into.
             let _ = self.request_dump(None, OverloadReason::WriteThreshold);
@@ -869,8 +883,14 @@ impl<E: Events> Journal for Shared<E> {
 }
 
 impl<E: Events> Shared<E> {
+    /// Writes the log holds when a dump is due ([`Config::dump_write_threshold`]).
+    fn dump_threshold(&self) -> u64 {
+        let floor = self.c.dump_floor.load(Ordering::Relaxed);
+        self.config.dump_write_threshold.max(floor)
+    }
+
     fn rewritten(&self, n: u64) {
-        let threshold = self.config.dump_write_threshold;
+        let threshold = self.dump_threshold();
         let now = self.c.rewritten.fetch_add(n, Ordering::Relaxed) + n;
         let total = now + self.c.pending.load(Ordering::Relaxed);
         if total >= threshold && total - n < threshold {
@@ -961,7 +981,7 @@ impl<E: Events> Shared<E> {
         ctl.dump_requested = true;
         let overload = ctl.dumping_since.map(|since| Overload {
             behind_records: self.c.pending.load(Ordering::Relaxed),
-            threshold: self.config.dump_write_threshold,
+            threshold: self.dump_threshold(),
             dump_running_ms: since.elapsed().as_millis() as u64,
             reason,
         });
@@ -1150,7 +1170,7 @@ impl<E: Events> Shared<E> {
             let mut ctl = self.ctl.lock();
             ctl.dumping_since = None;
             ctl.last_dump = Instant::now();
-            if self.c.pending.load(Ordering::Relaxed) < self.config.dump_write_threshold {
+            if self.c.pending.load(Ordering::Relaxed) < self.dump_threshold() {
                 ctl.overloaded = None;
             }
             drop(ctl);
@@ -1171,6 +1191,11 @@ impl<E: Events> Shared<E> {
         if self.poisoned.load(Ordering::Acquire) {
             return Err(Failure::Poisoned);
         }
+        // The next threshold, from the table's size now (the snapshot will
+        // hold about as many records); read before the log's lock, which
+        // writers take under the table's.
+        let (num, den) = DUMP_GROWTH;
+        let floor = (table.len().unwrap_or(0) as u64).saturating_mul(num) / den;
         let next = loop {
             self.ensure_spare(0)?;
             let mut log = self.log.lock();
@@ -1189,6 +1214,7 @@ impl<E: Events> Shared<E> {
             self.c.segments.fetch_add(1, Ordering::Relaxed);
             self.c.pending.store(0, Ordering::Relaxed);
             self.c.rewritten.store(0, Ordering::Relaxed);
+            self.c.dump_floor.store(floor, Ordering::Relaxed);
             break seq;
         };
         self.wake_flusher(true);

@@ -888,6 +888,54 @@ fn write_threshold_triggers_dumps_and_overload_is_reported() {
     close(o);
 }
 
+#[test]
+fn a_large_table_is_dumped_after_writes_in_proportion_to_its_size() {
+    // Threshold 100 writes, but a dump rewrites the whole table: after a
+    // dump of 20,000 records the next one is due after 10,000 writes
+    // (DUMP_GROWTH), not 100.
+    let d = TempDir::new();
+    let c = Config {
+        dump_write_threshold: 100,
+        ..config()
+    };
+    let (o, _) = create(&d.0, c);
+    for i in 0..200 {
+        put_batch(&o, i * 100..i * 100 + 100, i);
+    }
+    let settle = |o: &Open| {
+        for _ in 0..2000 {
+            if o.persisted.stats().dump_running_ms.is_none() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    settle(&o);
+    o.persisted.request_dump(None).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    settle(&o);
+    let dumps = o.persisted.stats().dumps;
+    // 9,000 writes: below half of 20,000.
+    for i in 0..90 {
+        put_batch(&o, i * 100..i * 100 + 100, 1000 + i);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    settle(&o);
+    assert_eq!(o.persisted.stats().dumps, dumps, "no dump below the floor");
+    // 2,000 more: past it.
+    for i in 90..110 {
+        put_batch(&o, i * 100..i * 100 + 100, 1000 + i);
+    }
+    for _ in 0..2000 {
+        if o.persisted.stats().dumps > dumps {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(o.persisted.stats().dumps, dumps + 1);
+    close(o);
+}
+
 /// Closes a table with `batches` batches of 10 records written in each of
 /// `sessions` opens, and returns the segment names.
 fn sessions(d: &TempDir, sessions: i64) -> Vec<String> {
