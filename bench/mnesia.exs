@@ -468,8 +468,13 @@ defmodule MnesiaBench do
   defp rotate(list, r),
     do: Enum.drop(list, rem(r, length(list))) ++ Enum.take(list, rem(r, length(list)))
 
+  # Child VMs do not busy-wait when idle (+sbwt none, for the dirty
+  # schedulers too): three VMs share 2 cores, and the idle ones' spinning
+  # schedulers would take CPU from the one being measured.
+  @no_spin [~c"+sbwt", ~c"none", ~c"+sbwtdcpu", ~c"none", ~c"+sbwtdio", ~c"none"]
+
   defp child do
-    args = Enum.flat_map(:code.get_path(), &[~c"-pa", &1])
+    args = @no_spin ++ Enum.flat_map(:code.get_path(), &[~c"-pa", &1])
     {:ok, vm, _} = :peer.start(%{connection: :standard_io, args: args})
     {:ok, _} = :peer.call(vm, :application, :ensure_all_started, [:elixir])
     # Mnesia's "overloaded" warnings (disc_copies dumps its log every
