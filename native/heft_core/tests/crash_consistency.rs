@@ -857,17 +857,24 @@ fn an_open_waits_for_an_announced_close_and_is_refused_at_once_otherwise() {
     close(o);
 }
 
-#[test]
-fn write_threshold_triggers_dumps_and_overload_is_reported() {
-    let d = TempDir::new();
+/// A table of dump threshold `threshold` filled with 20,000 records in
+/// batches of 100.
+fn create_filled(dir: &Path, threshold: u64) -> (Open, Probe) {
     let c = Config {
-        dump_write_threshold: 100,
+        dump_write_threshold: threshold,
         ..config()
     };
-    let (o, probe) = create(&d.0, c);
+    let (o, probe) = create(dir, c);
     for i in 0..200 {
         put_batch(&o, i * 100..i * 100 + 100, i);
     }
+    (o, probe)
+}
+
+#[test]
+fn write_threshold_triggers_dumps_and_overload_is_reported() {
+    let d = TempDir::new();
+    let (o, probe) = create_filled(&d.0, 100);
     o.persisted.request_dump(None).unwrap();
     // The dumper counts a dump, then reports it.
     let dumped = || {
@@ -894,14 +901,7 @@ fn a_large_table_is_dumped_after_writes_in_proportion_to_its_size() {
     // dump of 20,000 records the next one is due after 10,000 writes
     // (DUMP_GROWTH), not 100.
     let d = TempDir::new();
-    let c = Config {
-        dump_write_threshold: 100,
-        ..config()
-    };
-    let (o, _) = create(&d.0, c);
-    for i in 0..200 {
-        put_batch(&o, i * 100..i * 100 + 100, i);
-    }
+    let (o, _) = create_filled(&d.0, 100);
     let settle = |o: &Open| {
         for _ in 0..2000 {
             if o.persisted.stats().dump_running_ms.is_none() {
