@@ -26,7 +26,7 @@ defmodule Heft.MemoryTest do
       # it in a VM of its own.) The two are read one after the other while
       # other processes allocate: one of a few reads must agree.
       assert Enum.any?(1..5, fn _ ->
-               mseg = mseg_carriers()
+               mseg = Beam.carrier_bytes(Memory.Source.local(), :mseg_alloc_carriers_size)
                Memory.node().erlang_mapped >= mseg
              end)
 
@@ -293,18 +293,6 @@ defmodule Heft.MemoryTest do
     test "Erlang callers use the same functions" do
       assert %{mem_total: t} = :"Elixir.Heft.Memory".host()
       assert t > 0
-    end
-  end
-
-  # Bytes of the allocators' carriers that the VM mapped itself (mseg).
-  defp mseg_carriers do
-    for a <- :erlang.system_info(:alloc_util_allocators),
-        {:instance, _, info} <- List.wrap(:erlang.system_info({:allocator, a})),
-        {kind, stats} <- info,
-        kind in [:mbcs, :sbcs, :mbcs_pool],
-        {:mseg_alloc_carriers_size, size} <- stats,
-        reduce: 0 do
-      acc -> acc + size
     end
   end
 end

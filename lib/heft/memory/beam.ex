@@ -25,7 +25,7 @@ defmodule Heft.Memory.Beam do
     # The carriers first, then what holds them: carriers made between the
     # two reads are mapped by the second, and freed ones stay mapped a
     # while (mseg's cache), so the figures agree though taken one by one.
-    carriers = carriers(source)
+    carriers = carrier_bytes(source, :carriers_size)
     mapped = erts_mapped(source)
 
     %{
@@ -183,14 +183,17 @@ defmodule Heft.Memory.Beam do
 
   # Bytes the ERTS alloc_util allocators hold from the OS in carriers (multi-
   # and single-block carriers of every instance, plus carriers parked in the
-  # pool), as recon_alloc counts them. Mapped, not necessarily resident.
-  defp carriers(source) do
+  # pool), as recon_alloc counts them, by the statistic `key`: all of them
+  # (:carriers_size) or those mapped by mseg (:mseg_alloc_carriers_size) or
+  # got from malloc (:sys_alloc_carriers_size). Mapped, not necessarily
+  # resident.
+  def carrier_bytes(source, key) do
     for a <- Source.call(source, :erlang, :system_info, [:alloc_util_allocators]),
         {:instance, _, info} <- instances(source, a),
         {kind, stats} <- info,
         kind in [:mbcs, :sbcs, :mbcs_pool],
         stat <- stats,
-        elem(stat, 0) == :carriers_size,
+        elem(stat, 0) == key,
         reduce: 0 do
       acc -> acc + elem(stat, 1)
     end

@@ -57,15 +57,15 @@ pub enum SyncMode {
     Commit,
 }
 
-/// The fraction of the table's records (at its last dump) that the log
-/// must hold before a write threshold dump: a dump writes every record,
+/// A write threshold dump also waits for the log to hold the table's
+/// records at its last dump divided by this: a dump writes every record,
 /// so with a fixed count of writes a large table under steady writes
 /// would be dumped back to back, each dump rewriting it whole (and its
 /// thread, walking the table, slowing the writers it competes with).
-/// With a half, writing a table's worth of records costs at most about
+/// With half, writing a table's worth of records costs at most about
 /// two dumps of it. Recovery replays at most that much log on top of
 /// the snapshot.
-pub const DUMP_GROWTH: (u64, u64) = (1, 2);
+pub const DUMP_FLOOR_DIVISOR: u64 = 2;
 
 /// How a persistent table behaves.
 #[derive(Clone, Copy, Debug)]
@@ -73,8 +73,8 @@ pub struct Config {
     /// The table's sync mode.
     pub sync: SyncMode,
     /// Dump once the log holds this many writes (records put or removed)
-    /// and at least [`DUMP_GROWTH`] times the records the table held at
-    /// its last dump (a dump rewrites the whole table).
+    /// and at least the records the table held at its last dump divided by
+    /// [`DUMP_FLOOR_DIVISOR`] (a dump rewrites the whole table).
     pub dump_write_threshold: u64,
     /// Dump once this long has passed since the last dump, if the log
     /// holds any write.
@@ -223,7 +223,8 @@ struct Counters {
     rewritten: AtomicU64,
     /// Segments started.
     segments: AtomicU64,
-    /// [`DUMP_GROWTH`] of the records the table held at its last dump.
+    /// The records the table held at its last dump over
+    /// [`DUMP_FLOOR_DIVISOR`].
     dump_floor: AtomicU64,
 }
 
@@ -1194,8 +1195,7 @@ impl<E: Events> Shared<E> {
         // The next threshold, from the table's size now (the snapshot will
         // hold about as many records); read before the log's lock, which
         // writers take under the table's.
-        let (num, den) = DUMP_GROWTH;
-        let floor = (table.len().unwrap_or(0) as u64).saturating_mul(num) / den;
+        let floor = table.len().unwrap_or(0) as u64 / DUMP_FLOOR_DIVISOR;
         let next = loop {
             self.ensure_spare(0)?;
             let mut log = self.log.lock();

@@ -899,7 +899,7 @@ fn write_threshold_triggers_dumps_and_overload_is_reported() {
 fn a_large_table_is_dumped_after_writes_in_proportion_to_its_size() {
     // Threshold 100 writes, but a dump rewrites the whole table: after a
     // dump of 20,000 records the next one is due after 10,000 writes
-    // (DUMP_GROWTH), not 100.
+    // (DUMP_FLOOR_DIVISOR), not 100.
     let d = TempDir::new();
     let (o, _) = create_filled(&d.0, 100);
     let settle = |o: &Open| {
@@ -1237,7 +1237,8 @@ fn missing_manifest_is_refused_and_repaired() {
     close(o);
 }
 
-/// Rewrites a version 3 file's header as version 2.
+/// Rewrites a file's header as of format `version` (and its checksum);
+/// with `drop_start`, also drops the start frame (version 2 had none).
 fn as_version(path: &Path, version: u32, drop_start: bool) {
     let mut bytes = fs::read(path).unwrap();
     bytes[8..12].copy_from_slice(&version.to_le_bytes());
@@ -1259,12 +1260,18 @@ fn a_version_2_directory_opens_and_is_upgraded() {
     for s in &segs {
         as_version(&d.join(s), 2, true);
     }
+    opens_and_is_upgraded(&d);
+}
+
+/// The directory of [`sessions`]`(d, 2)` made by an older version opens
+/// with its 20 records, nothing dropped, takes a write, and is upgraded: a
+/// MANIFEST, a META of the current version, and it opens again.
+fn opens_and_is_upgraded(d: &TempDir) {
     let o = reopen(&d.0, false).unwrap();
     assert_eq!(o.table.len().unwrap(), 20);
     assert!(o.persisted.stats().recovery.dropped.is_none());
     put(&o, 100, 1);
     close(o);
-    // Upgraded: a MANIFEST, a META of the current version.
     assert!(read_manifest(&d.0).unwrap().is_some());
     let meta = fs::read(d.join("META")).unwrap();
     assert_eq!(u32::from_le_bytes(meta[8..12].try_into().unwrap()), VERSION);
@@ -1285,15 +1292,7 @@ fn a_version_3_directory_opens_and_is_upgraded() {
     for s in &segs {
         as_version(&d.join(s), 3, false);
     }
-    let o = reopen(&d.0, false).unwrap();
-    assert_eq!(o.table.len().unwrap(), 20);
-    put(&o, 100, 1);
-    close(o);
-    let meta = fs::read(d.join("META")).unwrap();
-    assert_eq!(u32::from_le_bytes(meta[8..12].try_into().unwrap()), VERSION);
-    let o = reopen(&d.0, false).unwrap();
-    assert_eq!(o.table.len().unwrap(), 21);
-    close(o);
+    opens_and_is_upgraded(&d);
 }
 
 // zstd dictionaries (dict.rs) are part of the table: logged before the
@@ -1335,6 +1334,16 @@ fn train(o: &Open, n: u8) -> u32 {
     let id = dicts.add(&dictionary(n)).unwrap().id();
     dicts.set_current(id);
     id
+}
+
+/// A new dictionary table: records 0..10 written without a dictionary,
+/// dictionary 1 trained, records 10..20 written with it.
+fn trained(dir: &Path) -> Open {
+    let o = zcreate(dir);
+    put_batch(&o, 0..10, 1);
+    train(&o, 1);
+    put_batch(&o, 10..20, 1);
+    o
 }
 
 /// How many records name each dictionary id (0: none).
@@ -1515,10 +1524,7 @@ fn dictionaries_survive_dumps_and_segment_switches() {
 #[test]
 fn a_damaged_dictionary_in_a_log_segment_is_refused_and_repaired() {
     let d = TempDir::new();
-    let o = zcreate(&d.0);
-    put_batch(&o, 0..10, 1);
-    train(&o, 1);
-    put_batch(&o, 10..20, 1);
+    let o = trained(&d.0);
     put_batch(&o, 20..30, 1);
     close(o);
     let seg = d.join(&segments(&d.0)[0]);
@@ -1647,10 +1653,7 @@ fn a_dictionary_defined_after_lost_ones_keeps_its_id_and_the_lost_ids_are_not_re
 #[test]
 fn a_record_naming_a_dictionary_never_defined_is_corrupt() {
     let d = TempDir::new();
-    let o = zcreate(&d.0);
-    put_batch(&o, 0..10, 1);
-    train(&o, 1);
-    put_batch(&o, 10..20, 1);
+    let o = trained(&d.0);
     close(o);
     // The log without its dictionary op (and an end frame that agrees).
     let seg = d.join(&segments(&d.0)[0]);
@@ -1675,10 +1678,7 @@ fn a_record_naming_a_dictionary_never_defined_is_corrupt() {
 fn a_dictionary_zstd_refuses_or_one_counted_wrong_is_corrupt() {
     for case in ["refused", "recount", "redefined"] {
         let d = TempDir::new();
-        let o = zcreate(&d.0);
-        put_batch(&o, 0..10, 1);
-        train(&o, 1);
-        put_batch(&o, 10..20, 1);
+        let o = trained(&d.0);
         put_batch(&o, 20..30, 1);
         close(o);
         let seg = d.join(&segments(&d.0)[0]);

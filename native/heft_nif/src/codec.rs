@@ -828,10 +828,7 @@ impl<'c> TermEncoder<'c> {
                         let merges = self.walk.merges.get();
                         match self.walk.last_flat.class_of(false, elems, None, merges) {
                             Some(class) if !canonical => {
-                                w.backref(class);
-                                if !untracked {
-                                    self.walk.seen.insert(word, class);
-                                }
+                                self.refer(word, class, untracked, w);
                                 None
                             }
                             _ => {
@@ -879,10 +876,7 @@ impl<'c> TermEncoder<'c> {
                             Some(class) if !canonical => {
                                 self.spend(n + 1)?;
                                 self.walk.items.truncate(first);
-                                w.backref(class);
-                                if !untracked {
-                                    self.walk.seen.insert(word, class);
-                                }
+                                self.refer(word, class, untracked, w);
                                 None
                             }
                             _ => {
@@ -1022,6 +1016,16 @@ impl<'c> TermEncoder<'c> {
                 self.walk.items.truncate(first);
                 return Err(EncodeError::TooBig);
             }
+        }
+    }
+
+    /// Writes the compound `word`, equal to the last one written whole, as
+    /// `ref class` (then told to dedup as a leaf), noting its identity
+    /// unless it is `untracked`.
+    fn refer(&mut self, word: Word, class: u32, untracked: bool, w: &mut Writer) {
+        w.backref(class);
+        if !untracked {
+            self.walk.seen.insert(word, class);
         }
     }
 
