@@ -83,7 +83,12 @@ defmodule Heft.StructuralSharingTest do
       # Runs of equal flat compounds inside compounds merged in turn.
       {List.duplicate({:a, 2}, 5), List.duplicate({:a, 2}, 5), {List.duplicate({:a, 2}, 5), 1},
        {List.duplicate({:a, 2}, 5), 1}, {:a, 2}, List.duplicate({:a, 2}, 5), {:a, 2}, [1, 2],
-       [1, 2], {[1, 2]}, [1, 2]}
+       [1, 2], {[1, 2]}, [1, 2]},
+      # Lists next to an equal one but for a longer, shorter or improper
+      # end, and at the 16-element bound of lists not tracked by identity.
+      [[:a, :b], [:a, :b, :c], [:a, :b | :c], [:a], [:a, :b], [:a, :b], [:b, :b]],
+      {[1, 2], [1, 2 | 3], [1, 2], [1, 2 | []], [1]},
+      List.duplicate(Enum.to_list(1..16), 3) ++ List.duplicate(Enum.to_list(1..17), 3)
     ]
 
     for type <- [:set, :ordered_set, :bag] do

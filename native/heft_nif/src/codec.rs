@@ -323,6 +323,35 @@ impl LastFlat {
         same.then_some(class)
     }
 
+    /// The length and class of the last compound if it was a list of at
+    /// most [`SHORT_FLAT_LIST`] immediates (one the general path does not
+    /// track by identity) and the list whose word is `list` has the same
+    /// elements and tail. Needs [`TERM_LAYOUT`], and `list` a live list
+    /// cell (its elements are compared as words: immediates are equal
+    /// exactly when their words are).
+    ///
+    /// # Safety
+    /// [`TERM_LAYOUT`] must hold, and `list` be the word of a list alive
+    /// for this call (see [`cons`]).
+    unsafe fn short_list_class(&self, list: Word, merges: u64) -> Option<(usize, u32)> {
+        let class = self.class?;
+        let (&tail, elems) = self.words.split_last()?;
+        if !self.list || self.merges != merges || elems.len() > SHORT_FLAT_LIST {
+            return None;
+        }
+        let mut rest = list;
+        for &e in elems {
+            // SAFETY: `rest` is `list` or a tail read from it, alive (the
+            // caller's promise), and TERM_LAYOUT holds.
+            let (head, next) = unsafe { cons(rest) }?;
+            if head != e {
+                return None;
+            }
+            rest = next;
+        }
+        (rest == tail).then_some((elems.len(), class))
+    }
+
     /// Notes the words of a compound about to be told whole.
     fn begin(&mut self, list: bool, elems: &[Word], tail: Option<Word>) {
         self.pending.clear();
@@ -770,158 +799,189 @@ impl<'c> TermEncoder<'c> {
             // What the term is for the structural merge: a leaf, or a
             // compound (id, children to come, or written whole).
             let immediate = self.tags && immediate(word).is_some();
-            let ty = (!immediate).then(|| t.get_type());
+            // A list cell is told by its tag, without asking the VM.
+            let cell = self.tags && bits(word) & 3 == 1;
+            let ty = match (immediate, cell) {
+                (true, _) => None,
+                (false, true) => Some(TermType::List),
+                (false, false) => Some(t.get_type()),
+            };
             // A tuple or list of immediates only is written whole here; a
             // short one is not tracked by identity (below), and a list met
             // again by identity is a leaf.
             let mut whole = false;
             let mut untracked = false;
             let mut continue_leaf = false;
-            let node = match ty {
-                None => {
-                    self.immediate_into(env, word, w)?;
-                    None
-                }
-                Some(TermType::Atom) => {
-                    let atom = Atom::from_term(t).map_err(|_| EncodeError::Unsupported)?;
-                    let id = self.atom_id(env, atom)?;
-                    w.atom(id);
-                    None
-                }
-                Some(TermType::Integer) => match t.decode::<i64>() {
-                    Ok(i) => {
-                        w.int(i);
+            // SAFETY: a list cell of `env`, alive for this call, and
+            // TERM_LAYOUT holds (`cell`).
+            let short = match !canonical && cell {
+                true => unsafe {
+                    self.walk
+                        .last_flat
+                        .short_list_class(word, self.walk.merges.get())
+                },
+                false => None,
+            };
+            let node = if let Some((n, class)) = short {
+                // Equal to the last short list of immediates written whole:
+                // what the general path below concludes (untracked, a ref to
+                // its class), in one pass over the cells, spending the same.
+                self.spend(n / 4 + n + 1)?;
+                untracked = true;
+                self.refer(word, class, true, w);
+                None
+            } else {
+                match ty {
+                    None => {
+                        self.immediate_into(env, word, w)?;
                         None
                     }
-                    Err(_) => self.etf(t, w, canonical)?,
-                },
-                Some(TermType::Float) => {
-                    self.float(t, w, canonical)?;
-                    None
-                }
-                Some(TermType::List) if t.is_empty_list() => {
-                    w.nil();
-                    None
-                }
-                // (Tuples and lists check below, after a look at their parts.)
-                _ if !matches!(ty, Some(TermType::Tuple | TermType::List))
-                    && self.backref(word, w, canonical) =>
-                {
-                    None
-                }
-                Some(TermType::Binary) => match Binary::from_term(t) {
-                    Ok(b) => {
-                        self.spend(b.len() / 64)?;
-                        Some((w.binary(b.as_slice()), 0))
-                    }
-                    // A bitstring that is not a whole number of bytes.
-                    Err(_) => self.etf(t, w, canonical)?,
-                },
-                Some(TermType::Tuple) => {
-                    let elems = tuple_words(t).ok_or(EncodeError::Unsupported)?;
-                    let flat = self.all_immediate(elems);
-                    untracked = !canonical && flat && SHORT_FLAT_TUPLE.contains(&elems.len());
-                    if !untracked && self.backref(word, w, canonical) {
+                    Some(TermType::Atom) => {
+                        let atom = Atom::from_term(t).map_err(|_| EncodeError::Unsupported)?;
+                        let id = self.atom_id(env, atom)?;
+                        w.atom(id);
                         None
-                    } else if flat {
-                        self.spend(elems.len())?;
-                        let merges = self.walk.merges.get();
-                        match self.walk.last_flat.class_of(false, elems, None, merges) {
-                            Some(class) if !canonical => {
-                                self.refer(word, class, untracked, w);
-                                None
-                            }
-                            _ => {
-                                let id = w.tuple(elems.len());
-                                self.immediates_into(env, elems, w)?;
-                                self.walk.last_flat.begin(false, elems, None);
-                                whole = true;
-                                Some((id, 0))
-                            }
+                    }
+                    Some(TermType::Integer) => match t.decode::<i64>() {
+                        Ok(i) => {
+                            w.int(i);
+                            None
                         }
-                    } else {
-                        self.walk.stack.extend(elems.iter().rev());
-                        Some((w.tuple(elems.len()), elems.len()))
-                    }
-                }
-                Some(TermType::List) => {
-                    let first = self.walk.items.len();
-                    let (mut tail, complete) = self.list_cells(env, word, SHORT_FLAT_LIST)?;
-                    let flat = complete
-                        && self.all_immediate(&self.walk.items[first..])
-                        && self.all_immediate(&[tail]);
-                    untracked = !canonical && flat;
-                    if !untracked && self.backref(word, w, canonical) {
-                        self.walk.items.truncate(first);
-                        continue_leaf = true;
-                    } else if !complete {
-                        tail = self.list_cells(env, tail, usize::MAX)?.0;
-                    }
-                    let n = self.walk.items.len() - first;
-                    self.spend(n / 4)?;
-                    if continue_leaf {
+                        Err(_) => self.etf(t, w, canonical)?,
+                    },
+                    Some(TermType::Float) => {
+                        self.float(t, w, canonical)?;
                         None
-                    } else if flat
-                        || !complete
-                            && self.all_immediate(&self.walk.items[first..])
-                            && self.all_immediate(&[tail])
+                    }
+                    Some(TermType::List) if !cell && t.is_empty_list() => {
+                        w.nil();
+                        None
+                    }
+                    // (Tuples and lists check below, after a look at their parts.)
+                    _ if !matches!(ty, Some(TermType::Tuple | TermType::List))
+                        && self.backref(word, w, canonical) =>
                     {
-                        let WalkBufs {
-                            items,
-                            last_flat,
-                            merges,
-                            ..
-                        } = &mut self.walk;
-                        match last_flat.class_of(true, &items[first..], Some(tail), merges.get()) {
-                            Some(class) if !canonical => {
-                                self.spend(n + 1)?;
-                                self.walk.items.truncate(first);
-                                self.refer(word, class, untracked, w);
-                                None
-                            }
-                            _ => {
-                                last_flat.begin(true, &items[first..], Some(tail));
-                                let id = w.list(n);
-                                let written = self.inline_items(env, first, tail, w);
-                                self.walk.items.truncate(first);
-                                written?;
-                                whole = true;
-                                Some((id, 0))
-                            }
+                        None
+                    }
+                    Some(TermType::Binary) => match Binary::from_term(t) {
+                        Ok(b) => {
+                            self.spend(b.len() / 64)?;
+                            Some((w.binary(b.as_slice()), 0))
                         }
-                    } else {
-                        // The tail ([] for a proper list) comes after the elements.
-                        self.walk.stack.push(tail);
+                        // A bitstring that is not a whole number of bytes.
+                        Err(_) => self.etf(t, w, canonical)?,
+                    },
+                    Some(TermType::Tuple) => {
+                        let elems = tuple_words(t).ok_or(EncodeError::Unsupported)?;
+                        let flat = self.all_immediate(elems);
+                        untracked = !canonical && flat && SHORT_FLAT_TUPLE.contains(&elems.len());
+                        if !untracked && self.backref(word, w, canonical) {
+                            None
+                        } else if flat {
+                            self.spend(elems.len())?;
+                            let merges = self.walk.merges.get();
+                            match self.walk.last_flat.class_of(false, elems, None, merges) {
+                                Some(class) if !canonical => {
+                                    self.refer(word, class, untracked, w);
+                                    None
+                                }
+                                _ => {
+                                    let id = w.tuple(elems.len());
+                                    self.immediates_into(env, elems, w)?;
+                                    self.walk.last_flat.begin(false, elems, None);
+                                    whole = true;
+                                    Some((id, 0))
+                                }
+                            }
+                        } else {
+                            self.walk.stack.extend(elems.iter().rev());
+                            Some((w.tuple(elems.len()), elems.len()))
+                        }
+                    }
+                    Some(TermType::List) => {
+                        let first = self.walk.items.len();
+                        let (mut tail, complete) = self.list_cells(env, word, SHORT_FLAT_LIST)?;
+                        let flat = complete
+                            && self.all_immediate(&self.walk.items[first..])
+                            && self.all_immediate(&[tail]);
+                        untracked = !canonical && flat;
+                        if !untracked && self.backref(word, w, canonical) {
+                            self.walk.items.truncate(first);
+                            continue_leaf = true;
+                        } else if !complete {
+                            tail = self.list_cells(env, tail, usize::MAX)?.0;
+                        }
+                        let n = self.walk.items.len() - first;
+                        self.spend(n / 4)?;
+                        if continue_leaf {
+                            None
+                        } else if flat
+                            || !complete
+                                && self.all_immediate(&self.walk.items[first..])
+                                && self.all_immediate(&[tail])
+                        {
+                            let WalkBufs {
+                                items,
+                                last_flat,
+                                merges,
+                                ..
+                            } = &mut self.walk;
+                            match last_flat.class_of(
+                                true,
+                                &items[first..],
+                                Some(tail),
+                                merges.get(),
+                            ) {
+                                Some(class) if !canonical => {
+                                    self.spend(n + 1)?;
+                                    self.walk.items.truncate(first);
+                                    self.refer(word, class, untracked, w);
+                                    None
+                                }
+                                _ => {
+                                    last_flat.begin(true, &items[first..], Some(tail));
+                                    let id = w.list(n);
+                                    let written = self.inline_items(env, first, tail, w);
+                                    self.walk.items.truncate(first);
+                                    written?;
+                                    whole = true;
+                                    Some((id, 0))
+                                }
+                            }
+                        } else {
+                            // The tail ([] for a proper list) comes after the elements.
+                            self.walk.stack.push(tail);
+                            self.walk
+                                .stack
+                                .extend(self.walk.items[first..].iter().rev());
+                            self.walk.items.truncate(first);
+                            Some((w.list(n), n + 1))
+                        }
+                    }
+                    Some(TermType::Map) if canonical => {
+                        self.canonical_map(env, t, w)?;
+                        None
+                    }
+                    Some(TermType::Map) => {
+                        let first = self.walk.items.len();
+                        for (k, v) in MapIterator::new(t).ok_or(EncodeError::Unsupported)? {
+                            self.walk.items.push(k.as_c_arg());
+                            self.walk.items.push(v.as_c_arg());
+                        }
+                        let pairs = (self.walk.items.len() - first) / 2;
+                        self.spend(pairs)?;
+                        // Pushed as v, k from the last pair, so k pops first.
                         self.walk
                             .stack
                             .extend(self.walk.items[first..].iter().rev());
                         self.walk.items.truncate(first);
-                        Some((w.list(n), n + 1))
+                        Some((w.map(pairs), pairs * 2))
                     }
-                }
-                Some(TermType::Map) if canonical => {
-                    self.canonical_map(env, t, w)?;
-                    None
-                }
-                Some(TermType::Map) => {
-                    let first = self.walk.items.len();
-                    for (k, v) in MapIterator::new(t).ok_or(EncodeError::Unsupported)? {
-                        self.walk.items.push(k.as_c_arg());
-                        self.walk.items.push(v.as_c_arg());
+                    Some(TermType::Pid | TermType::Port | TermType::Ref | TermType::Fun) => {
+                        self.etf(t, w, canonical)?
                     }
-                    let pairs = (self.walk.items.len() - first) / 2;
-                    self.spend(pairs)?;
-                    // Pushed as v, k from the last pair, so k pops first.
-                    self.walk
-                        .stack
-                        .extend(self.walk.items[first..].iter().rev());
-                    self.walk.items.truncate(first);
-                    Some((w.map(pairs), pairs * 2))
+                    Some(TermType::Unknown) => return Err(EncodeError::Unsupported),
                 }
-                Some(TermType::Pid | TermType::Port | TermType::Ref | TermType::Fun) => {
-                    self.etf(t, w, canonical)?
-                }
-                Some(TermType::Unknown) => return Err(EncodeError::Unsupported),
             };
             if canonical {
                 continue;
