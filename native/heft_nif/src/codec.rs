@@ -333,6 +333,7 @@ impl LastFlat {
     /// # Safety
     /// [`TERM_LAYOUT`] must hold, and `list` be the word of a list alive
     /// for this call (see [`cons`]).
+    #[inline(never)]
     unsafe fn short_list_class(&self, list: Word, merges: u64) -> Option<(usize, u32)> {
         let class = self.class?;
         let (&tail, elems) = self.words.split_last()?;
