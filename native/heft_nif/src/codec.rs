@@ -823,166 +823,161 @@ impl<'c> TermEncoder<'c> {
                 },
                 false => None,
             };
-            let node = if let Some((n, class)) = short {
+            let node = match ty {
                 // Equal to the last short list of immediates written whole:
                 // what the general path below concludes (untracked, a ref to
                 // its class), in one pass over the cells, spending the same.
-                self.spend(n / 4 + n + 1)?;
-                untracked = true;
-                self.refer(word, class, true, w);
-                None
-            } else {
-                match ty {
-                    None => {
-                        self.immediate_into(env, word, w)?;
+                _ if short.is_some() => {
+                    let (n, class) = short.unwrap_or_default();
+                    self.spend(n / 4 + n + 1)?;
+                    untracked = true;
+                    self.refer(word, class, true, w);
+                    None
+                }
+                None => {
+                    self.immediate_into(env, word, w)?;
+                    None
+                }
+                Some(TermType::Atom) => {
+                    let atom = Atom::from_term(t).map_err(|_| EncodeError::Unsupported)?;
+                    let id = self.atom_id(env, atom)?;
+                    w.atom(id);
+                    None
+                }
+                Some(TermType::Integer) => match t.decode::<i64>() {
+                    Ok(i) => {
+                        w.int(i);
                         None
                     }
-                    Some(TermType::Atom) => {
-                        let atom = Atom::from_term(t).map_err(|_| EncodeError::Unsupported)?;
-                        let id = self.atom_id(env, atom)?;
-                        w.atom(id);
-                        None
+                    Err(_) => self.etf(t, w, canonical)?,
+                },
+                Some(TermType::Float) => {
+                    self.float(t, w, canonical)?;
+                    None
+                }
+                Some(TermType::List) if !cell && t.is_empty_list() => {
+                    w.nil();
+                    None
+                }
+                // (Tuples and lists check below, after a look at their parts.)
+                _ if !matches!(ty, Some(TermType::Tuple | TermType::List))
+                    && self.backref(word, w, canonical) =>
+                {
+                    None
+                }
+                Some(TermType::Binary) => match Binary::from_term(t) {
+                    Ok(b) => {
+                        self.spend(b.len() / 64)?;
+                        Some((w.binary(b.as_slice()), 0))
                     }
-                    Some(TermType::Integer) => match t.decode::<i64>() {
-                        Ok(i) => {
-                            w.int(i);
-                            None
-                        }
-                        Err(_) => self.etf(t, w, canonical)?,
-                    },
-                    Some(TermType::Float) => {
-                        self.float(t, w, canonical)?;
+                    // A bitstring that is not a whole number of bytes.
+                    Err(_) => self.etf(t, w, canonical)?,
+                },
+                Some(TermType::Tuple) => {
+                    let elems = tuple_words(t).ok_or(EncodeError::Unsupported)?;
+                    let flat = self.all_immediate(elems);
+                    untracked = !canonical && flat && SHORT_FLAT_TUPLE.contains(&elems.len());
+                    if !untracked && self.backref(word, w, canonical) {
                         None
-                    }
-                    Some(TermType::List) if !cell && t.is_empty_list() => {
-                        w.nil();
-                        None
-                    }
-                    // (Tuples and lists check below, after a look at their parts.)
-                    _ if !matches!(ty, Some(TermType::Tuple | TermType::List))
-                        && self.backref(word, w, canonical) =>
-                    {
-                        None
-                    }
-                    Some(TermType::Binary) => match Binary::from_term(t) {
-                        Ok(b) => {
-                            self.spend(b.len() / 64)?;
-                            Some((w.binary(b.as_slice()), 0))
-                        }
-                        // A bitstring that is not a whole number of bytes.
-                        Err(_) => self.etf(t, w, canonical)?,
-                    },
-                    Some(TermType::Tuple) => {
-                        let elems = tuple_words(t).ok_or(EncodeError::Unsupported)?;
-                        let flat = self.all_immediate(elems);
-                        untracked = !canonical && flat && SHORT_FLAT_TUPLE.contains(&elems.len());
-                        if !untracked && self.backref(word, w, canonical) {
-                            None
-                        } else if flat {
-                            self.spend(elems.len())?;
-                            let merges = self.walk.merges.get();
-                            match self.walk.last_flat.class_of(false, elems, None, merges) {
-                                Some(class) if !canonical => {
-                                    self.refer(word, class, untracked, w);
-                                    None
-                                }
-                                _ => {
-                                    let id = w.tuple(elems.len());
-                                    self.immediates_into(env, elems, w)?;
-                                    self.walk.last_flat.begin(false, elems, None);
-                                    whole = true;
-                                    Some((id, 0))
-                                }
+                    } else if flat {
+                        self.spend(elems.len())?;
+                        let merges = self.walk.merges.get();
+                        match self.walk.last_flat.class_of(false, elems, None, merges) {
+                            Some(class) if !canonical => {
+                                self.refer(word, class, untracked, w);
+                                None
                             }
-                        } else {
-                            self.walk.stack.extend(elems.iter().rev());
-                            Some((w.tuple(elems.len()), elems.len()))
+                            _ => {
+                                let id = w.tuple(elems.len());
+                                self.immediates_into(env, elems, w)?;
+                                self.walk.last_flat.begin(false, elems, None);
+                                whole = true;
+                                Some((id, 0))
+                            }
                         }
+                    } else {
+                        self.walk.stack.extend(elems.iter().rev());
+                        Some((w.tuple(elems.len()), elems.len()))
                     }
-                    Some(TermType::List) => {
-                        let first = self.walk.items.len();
-                        let (mut tail, complete) = self.list_cells(env, word, SHORT_FLAT_LIST)?;
-                        let flat = complete
+                }
+                Some(TermType::List) => {
+                    let first = self.walk.items.len();
+                    let (mut tail, complete) = self.list_cells(env, word, SHORT_FLAT_LIST)?;
+                    let flat = complete
+                        && self.all_immediate(&self.walk.items[first..])
+                        && self.all_immediate(&[tail]);
+                    untracked = !canonical && flat;
+                    if !untracked && self.backref(word, w, canonical) {
+                        self.walk.items.truncate(first);
+                        continue_leaf = true;
+                    } else if !complete {
+                        tail = self.list_cells(env, tail, usize::MAX)?.0;
+                    }
+                    let n = self.walk.items.len() - first;
+                    self.spend(n / 4)?;
+                    if continue_leaf {
+                        None
+                    } else if flat
+                        || !complete
                             && self.all_immediate(&self.walk.items[first..])
-                            && self.all_immediate(&[tail]);
-                        untracked = !canonical && flat;
-                        if !untracked && self.backref(word, w, canonical) {
-                            self.walk.items.truncate(first);
-                            continue_leaf = true;
-                        } else if !complete {
-                            tail = self.list_cells(env, tail, usize::MAX)?.0;
-                        }
-                        let n = self.walk.items.len() - first;
-                        self.spend(n / 4)?;
-                        if continue_leaf {
-                            None
-                        } else if flat
-                            || !complete
-                                && self.all_immediate(&self.walk.items[first..])
-                                && self.all_immediate(&[tail])
-                        {
-                            let WalkBufs {
-                                items,
-                                last_flat,
-                                merges,
-                                ..
-                            } = &mut self.walk;
-                            match last_flat.class_of(
-                                true,
-                                &items[first..],
-                                Some(tail),
-                                merges.get(),
-                            ) {
-                                Some(class) if !canonical => {
-                                    self.spend(n + 1)?;
-                                    self.walk.items.truncate(first);
-                                    self.refer(word, class, untracked, w);
-                                    None
-                                }
-                                _ => {
-                                    last_flat.begin(true, &items[first..], Some(tail));
-                                    let id = w.list(n);
-                                    let written = self.inline_items(env, first, tail, w);
-                                    self.walk.items.truncate(first);
-                                    written?;
-                                    whole = true;
-                                    Some((id, 0))
-                                }
+                            && self.all_immediate(&[tail])
+                    {
+                        let WalkBufs {
+                            items,
+                            last_flat,
+                            merges,
+                            ..
+                        } = &mut self.walk;
+                        match last_flat.class_of(true, &items[first..], Some(tail), merges.get()) {
+                            Some(class) if !canonical => {
+                                self.spend(n + 1)?;
+                                self.walk.items.truncate(first);
+                                self.refer(word, class, untracked, w);
+                                None
                             }
-                        } else {
-                            // The tail ([] for a proper list) comes after the elements.
-                            self.walk.stack.push(tail);
-                            self.walk
-                                .stack
-                                .extend(self.walk.items[first..].iter().rev());
-                            self.walk.items.truncate(first);
-                            Some((w.list(n), n + 1))
+                            _ => {
+                                last_flat.begin(true, &items[first..], Some(tail));
+                                let id = w.list(n);
+                                let written = self.inline_items(env, first, tail, w);
+                                self.walk.items.truncate(first);
+                                written?;
+                                whole = true;
+                                Some((id, 0))
+                            }
                         }
-                    }
-                    Some(TermType::Map) if canonical => {
-                        self.canonical_map(env, t, w)?;
-                        None
-                    }
-                    Some(TermType::Map) => {
-                        let first = self.walk.items.len();
-                        for (k, v) in MapIterator::new(t).ok_or(EncodeError::Unsupported)? {
-                            self.walk.items.push(k.as_c_arg());
-                            self.walk.items.push(v.as_c_arg());
-                        }
-                        let pairs = (self.walk.items.len() - first) / 2;
-                        self.spend(pairs)?;
-                        // Pushed as v, k from the last pair, so k pops first.
+                    } else {
+                        // The tail ([] for a proper list) comes after the elements.
+                        self.walk.stack.push(tail);
                         self.walk
                             .stack
                             .extend(self.walk.items[first..].iter().rev());
                         self.walk.items.truncate(first);
-                        Some((w.map(pairs), pairs * 2))
+                        Some((w.list(n), n + 1))
                     }
-                    Some(TermType::Pid | TermType::Port | TermType::Ref | TermType::Fun) => {
-                        self.etf(t, w, canonical)?
-                    }
-                    Some(TermType::Unknown) => return Err(EncodeError::Unsupported),
                 }
+                Some(TermType::Map) if canonical => {
+                    self.canonical_map(env, t, w)?;
+                    None
+                }
+                Some(TermType::Map) => {
+                    let first = self.walk.items.len();
+                    for (k, v) in MapIterator::new(t).ok_or(EncodeError::Unsupported)? {
+                        self.walk.items.push(k.as_c_arg());
+                        self.walk.items.push(v.as_c_arg());
+                    }
+                    let pairs = (self.walk.items.len() - first) / 2;
+                    self.spend(pairs)?;
+                    // Pushed as v, k from the last pair, so k pops first.
+                    self.walk
+                        .stack
+                        .extend(self.walk.items[first..].iter().rev());
+                    self.walk.items.truncate(first);
+                    Some((w.map(pairs), pairs * 2))
+                }
+                Some(TermType::Pid | TermType::Port | TermType::Ref | TermType::Fun) => {
+                    self.etf(t, w, canonical)?
+                }
+                Some(TermType::Unknown) => return Err(EncodeError::Unsupported),
             };
             if canonical {
                 continue;
