@@ -434,9 +434,6 @@ mod tests {
         matches!(n, N::S(Value::Nil | Value::Int(_) | Value::Atom(_)))
     }
 
-    /// [`encode`], and with `whole` a tuple or list whose parts are all
-    /// immediate is written in one go and told with [`Dedup::whole`], as
-    /// the NIF's encoder does.
     /// What the test encoder does when dedup merged `p` into `class`:
     /// the identities noted since `mark` are forgotten and `p` is `class`.
     fn note_merged(
@@ -455,6 +452,9 @@ mod tests {
         seen.insert(p, class);
     }
 
+    /// [`encode`], and with `whole` a tuple or list whose parts are all
+    /// immediate is written in one go and told with [`Dedup::whole`], as
+    /// the NIF's encoder does.
     fn encode_with(root: &Rc<N>, dedup: bool, whole: bool) -> Vec<u8> {
         let mut w = Writer::new();
         let mut d: Dedup<*const N> = Dedup::default();

@@ -378,6 +378,11 @@ fn dumped_table(d: &TempDir) {
 fn dump_and_wait(o: &Open) {
     let before = o.persisted.stats().dumps;
     o.persisted.request_dump(None).unwrap();
+    wait_for_dump(o, before);
+}
+
+/// Waits (up to 10 s) until the table has finished more than `before` dumps.
+fn wait_for_dump(o: &Open, before: u64) {
     for _ in 0..2000 {
         if o.persisted.stats().dumps > before {
             return;
@@ -911,8 +916,7 @@ fn a_large_table_is_dumped_after_writes_in_proportion_to_its_size() {
         }
     };
     settle(&o);
-    o.persisted.request_dump(None).unwrap();
-    std::thread::sleep(Duration::from_millis(20));
+    dump_and_wait(&o);
     settle(&o);
     let dumps = o.persisted.stats().dumps;
     // 9,000 writes: below half of 20,000.
@@ -926,12 +930,7 @@ fn a_large_table_is_dumped_after_writes_in_proportion_to_its_size() {
     for i in 90..110 {
         put_batch(&o, i * 100..i * 100 + 100, 1000 + i);
     }
-    for _ in 0..2000 {
-        if o.persisted.stats().dumps > dumps {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_dump(&o, dumps);
     assert_eq!(o.persisted.stats().dumps, dumps + 1);
     close(o);
 }
