@@ -164,7 +164,21 @@ fn deflate(c: &mut Criterion) {
         })
         .take(1024)
         .collect();
-    for (name, body) in [("100-tuple record", &big), ("1 KB JSON-like", &json)] {
+    // Incompressible: stored raw after deflate's quick look (xorshift).
+    let mut x = 0x9E37_79B9u32;
+    let random: Vec<u8> = (0..1027)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect();
+    for (name, body) in [
+        ("100-tuple record", &big),
+        ("1 KB JSON-like", &json),
+        ("1 KB random", &random),
+    ] {
         g.throughput(Throughput::Bytes(body.len() as u64));
         g.bench_function(format!("deflate level 1: {name}"), |b| {
             let mut out = Vec::new();

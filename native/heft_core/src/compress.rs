@@ -829,6 +829,39 @@ mod tests {
     }
 
     #[test]
+    fn arbitrary_bytes_as_an_lz4_block_are_refused_or_decoded_to_the_stated_length() {
+        // lz4_flex's pointer-based decoder (Cargo.toml) must stay inside
+        // its input and output whatever the bytes: random blocks, and real
+        // blocks with bytes changed, of every claimed length around theirs.
+        let dicts = Dictionaries::new(3);
+        let real = {
+            let raw: Vec<u8> = (0..3000u32).map(|i| (i * 7 % 13) as u8).collect();
+            let mut out = Vec::new();
+            assert_eq!(
+                compress(&raw, Compression::Lz4, &dicts, &mut out).codec,
+                Codec::Lz4
+            );
+            out
+        };
+        let mut back = Vec::new();
+        for seed in 1..4000u32 {
+            let len = (seed as usize * 31) % 300;
+            let mut stored = crate::testutil::noise(seed, len);
+            if seed % 2 == 0 {
+                stored = real.clone();
+                let at = seed as usize % stored.len();
+                stored[at] ^= (seed >> 1) as u8 | 1;
+            }
+            for raw_len in [0, 1, 15, 16, 17, 64, 255, 1000, 2999, 3000, 3001, 70_000] {
+                let h = header(Packed::plain(Codec::Lz4), stored.len(), raw_len);
+                if let Ok(body) = unpack(&h, &stored, &dicts, &mut back) {
+                    assert_eq!(body.len(), raw_len);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn compressible_bodies_shrink_and_come_back() {
         let raw: Vec<u8> = b"abcdefgh".iter().cycle().take(4000).copied().collect();
         let mut out = Vec::new();

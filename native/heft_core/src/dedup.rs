@@ -65,7 +65,11 @@ struct Frame<T> {
 
 /// A complete compound that later equal ones refer to.
 struct Entry {
-    hash: u64,
+    /// Its signature's hash, once needed: always for an entry in the hash
+    /// map part, for one of the first [`LINEAR`] only once a compound of
+    /// its length is looked up (most never are: a record's outermost
+    /// compounds, a lone large binary, are hashed for nothing otherwise).
+    hash: Option<u64>,
     class: u32,
     /// Its signature: `store[off..off + len]`, or the writer's bytes for a
     /// binary or etf piece (its own encoding).
@@ -150,6 +154,59 @@ fn hash(bytes: &[u8]) -> u64 {
     h ^= h >> 33;
     h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
     h ^ (h >> 33)
+}
+
+/// An entry's signature: in `store`, or in the writer's `buf`.
+fn bytes_of<'a>(e: &Entry, store: &'a [u8], buf: &'a [u8]) -> &'a [u8] {
+    match e.in_buf {
+        true => &buf[e.off..e.off + e.len],
+        false => &store[e.off..e.off + e.len],
+    }
+}
+
+/// The class of an entry whose signature is `s`. `h` is `s`'s hash,
+/// computed here once needed (and left for the caller); so are the hashes
+/// of the first [`LINEAR`] entries, each once, when one of `s`'s length is
+/// compared.
+fn find(
+    entries: &mut [Entry],
+    head: &HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
+    store: &[u8],
+    h: &mut Option<u64>,
+    s: &[u8],
+    buf: &[u8],
+) -> Option<u32> {
+    let linear = entries.len().min(LINEAR);
+    for e in &mut entries[..linear] {
+        if e.len != s.len() {
+            continue;
+        }
+        let hs = *h.get_or_insert_with(|| hash(s));
+        let he = match e.hash {
+            Some(he) => he,
+            None => {
+                let he = hash(bytes_of(e, store, buf));
+                e.hash = Some(he);
+                he
+            }
+        };
+        if he == hs && bytes_of(e, store, buf) == s {
+            return Some(e.class);
+        }
+    }
+    if entries.len() <= LINEAR {
+        return None;
+    }
+    let hs = *h.get_or_insert_with(|| hash(s));
+    let mut at = head.get(&hs).copied().unwrap_or(NONE);
+    for _ in 0..MAX_PROBES {
+        let e = entries.get(at as usize)?;
+        if e.hash == Some(hs) && e.len == s.len() && bytes_of(e, store, buf) == s {
+            return Some(e.class);
+        }
+        at = e.next;
+    }
+    None
 }
 
 impl<T> Dedup<T> {
@@ -259,8 +316,20 @@ impl<T> Dedup<T> {
                     true => &w.buf[f.start..],
                     false => &self.sig[f.sig..],
                 };
-                let h = hash(s);
-                (h, self.find(h, s, &w.buf))
+                let mut h = None;
+                let found = find(
+                    &mut self.entries,
+                    &self.head,
+                    &self.store,
+                    &mut h,
+                    s,
+                    &w.buf,
+                );
+                // An entry past the first LINEAR goes into the hash map.
+                if found.is_none() && h.is_none() && self.entries.len() >= LINEAR {
+                    h = Some(hash(s));
+                }
+                (h, found)
             };
             let class = match found {
                 Some(class) => {
@@ -320,39 +389,12 @@ impl<T> Dedup<T> {
         }
     }
 
-    fn bytes_of<'a>(&'a self, e: &Entry, buf: &'a [u8]) -> &'a [u8] {
-        match e.in_buf {
-            true => &buf[e.off..e.off + e.len],
-            false => &self.store[e.off..e.off + e.len],
-        }
-    }
-
-    /// The class of an entry whose signature is `s`.
-    fn find(&self, h: u64, s: &[u8], buf: &[u8]) -> Option<u32> {
-        let same = |e: &Entry| e.hash == h && e.len == s.len() && self.bytes_of(e, buf) == s;
-        let linear = self.entries.len().min(LINEAR);
-        if let Some(e) = self.entries[..linear].iter().find(|e| same(e)) {
-            return Some(e.class);
-        }
-        if self.entries.len() <= LINEAR {
-            return None;
-        }
-        let mut at = self.head.get(&h).copied().unwrap_or(NONE);
-        for _ in 0..MAX_PROBES {
-            let e = self.entries.get(at as usize)?;
-            if same(e) {
-                return Some(e.class);
-            }
-            at = e.next;
-        }
-        None
-    }
-
-    fn push_entry(&mut self, hash: u64, class: u32, in_buf: bool, off: usize, len: usize) {
+    /// `hash` is `Some` for an entry past the first [`LINEAR`].
+    fn push_entry(&mut self, hash: Option<u64>, class: u32, in_buf: bool, off: usize, len: usize) {
         let idx = self.entries.len();
-        let next = match idx >= LINEAR {
-            true => self.head.insert(hash, idx as u32).unwrap_or(NONE),
-            false => NONE,
+        let next = match (idx >= LINEAR, hash) {
+            (true, Some(h)) => self.head.insert(h, idx as u32).unwrap_or(NONE),
+            _ => NONE,
         };
         self.entries.push(Entry {
             hash,
@@ -371,10 +413,10 @@ impl<T> Dedup<T> {
             let Some(e) = self.entries.pop() else {
                 break;
             };
-            if idx >= LINEAR {
+            if let (true, Some(h)) = (idx >= LINEAR, e.hash) {
                 match e.next {
-                    NONE => self.head.remove(&e.hash),
-                    n => self.head.insert(e.hash, n),
+                    NONE => self.head.remove(&h),
+                    n => self.head.insert(h, n),
                 };
             }
         }

@@ -21,8 +21,8 @@ const MAX_MATCH: usize = 258;
 const WINDOW: usize = 32 * 1024;
 /// Bytes sampled by `looks_random`, and how many distinct values in them
 /// make input look random.
-const SAMPLE: usize = 256;
-const RANDOM_DISTINCT: usize = 144;
+const SAMPLE: usize = 128;
+const RANDOM_DISTINCT: usize = 92;
 /// Matches longer than this do not index the positions they cover.
 const MAX_INSERT: usize = 16;
 /// Input after which an encoding that saves too little is abandoned.
@@ -203,17 +203,25 @@ fn emit_match(bits: &mut Bits, len: usize, dist: usize) {
 }
 
 /// True if `sample` holds at least [`RANDOM_DISTINCT`] distinct byte
-/// values: 256 random bytes hold about 162 (a standard deviation of about
-/// 4), text and encoded terms far fewer. Such input (random, encrypted or
-/// already compressed data) would not shrink with fixed codes anyway.
-/// A byte per value, not a bit: setting a bit is a load and a store that
-/// the next byte's must wait for (~5 cycles a byte), a plain store is not.
+/// values: 128 random bytes hold about 101 (fewer than 92 in about one
+/// input in 150), text and encoded terms far fewer. Such input (random,
+/// encrypted or already compressed data) would not shrink with fixed codes
+/// anyway. A byte per value, not a bit: setting a bit is a load and a
+/// store that the next byte's must wait for (~5 cycles a byte), a plain
+/// store is not; the flags are then counted eight at a time. This test is
+/// most of what a random 1 KB body costs deflate, so it is kept short.
 fn looks_random(sample: &[u8]) -> bool {
     let mut seen = [0u8; 256];
     for &b in sample {
         seen[usize::from(b)] = 1;
     }
-    seen.iter().map(|&s| usize::from(s)).sum::<usize>() >= RANDOM_DISTINCT
+    // Each byte of a word is 0 or 1: the multiply sums them into the top byte.
+    let distinct: u64 = seen
+        .chunks_exact(8)
+        .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
+        .map(|w| w.wrapping_mul(0x0101_0101_0101_0101) >> 56)
+        .sum();
+    distinct as usize >= RANDOM_DISTINCT
 }
 
 /// Reads 8 bytes at `i` (little-endian), if there are 8.
@@ -258,6 +266,11 @@ fn hash3(b: &[u8], i: usize) -> usize {
 /// returning false, `out` then back at its length before) once it would exceed
 /// `budget` bytes.
 pub fn compress(input: &[u8], out: &mut Vec<u8>, budget: usize) -> bool {
+    // Input that must shrink and looks random from its first bytes is not
+    // tried at all (see `looks_random`).
+    if budget < input.len() && input.len() >= PROBE && looks_random(&input[..SAMPLE]) {
+        return false;
+    }
     MATCHER.with(|m| {
         let mut m = m.borrow_mut();
         let Ok(len) = u32::try_from(input.len()) else {
@@ -292,12 +305,7 @@ fn encode(
     out: &mut [u8],
     limit: usize,
 ) -> Option<usize> {
-    // Input that must shrink and looks random from its first bytes is not
-    // tried at all (see `looks_random`).
     let must_shrink = limit < input.len();
-    if must_shrink && input.len() >= PROBE && looks_random(&input[..SAMPLE]) {
-        return None;
-    }
     let mut bits = Bits {
         out,
         pos: 0,
@@ -879,16 +887,17 @@ mod tests {
         assert!(out.is_empty(), "{}", out.len());
         assert!(looks_random(&noise[..SAMPLE]));
         // Input that does not look random but does not shrink is given up
-        // after the probe, not at the budget: bytes 0..128 in a scrambled
-        // order, each followed by a byte of noise (few repeats).
+        // after the probe, not at the budget: bytes 0..64 in a scrambled
+        // order, each followed by a 6-bit byte of noise (few repeats; 8
+        // bits a byte with fixed codes, at most 64 distinct values).
         let spread: Vec<u8> = crate::testutil::noise(5, 4000)
             .iter()
             .enumerate()
             .map(|(i, b)| {
                 if i % 2 == 0 {
-                    b & 0x7f
+                    b & 0x3f
                 } else {
-                    (i / 2 * 37 % 128) as u8
+                    (i / 2 * 37 % 64) as u8
                 }
             })
             .collect();
