@@ -92,7 +92,7 @@ fn low_mask(bits: u32) -> u64 {
 /// `hash bits | class << (off_bits - align) | offset >> align`.
 ///
 /// An arena location is a size class (up to 16 bits, 9 used) and a byte
-/// offset (48 bits), offsets being multiples of 4 (every block size is), so
+/// offset (48 bits), offsets being multiples of 2 (every block size is), so
 /// a location takes `off_bits - align + class_bits` bits and the hash the
 /// rest. The fields start narrow (an arena of 16 MiB); a location that does
 /// not fit widens them, at a layout of all entries again. They never narrow
@@ -112,7 +112,7 @@ struct Packing {
 
 impl Packing {
     const FIRST: Packing = Packing {
-        align: 2,
+        align: 1,
         off_bits: 24,
         class_bits: 9,
     };
