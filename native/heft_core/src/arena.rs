@@ -54,7 +54,7 @@ const PUNCHED: u64 = 1 << 63;
 const CLASS_SHIFT: u32 = 48;
 const OFFSET_MASK: u64 = (1 << CLASS_SHIFT) - 1;
 /// When a class has no free block, blocks up to this many classes larger
-/// are reused whole before the arena grows: up to 8 bytes larger for a
+/// are reused whole before the arena grows: about 8 bytes larger for a
 /// block of at most 256 bytes, 25% for larger ones.
 fn fit_classes(class: usize) -> usize {
     match class {

@@ -22,7 +22,7 @@
 //! differs only below the kept bits); only then does the callback read a
 //! key. With `H` bits kept and `n` home slots a tie between neighbours has a
 //! chance of about `n / 2^H`: with the arena of a million small records,
-//! ~28 bits kept for ~2^20.5 homes, under 1%.
+//! ~27 bits kept for ~2^20.5 homes, about 1%.
 //!
 //! The slot array is an anonymous mapping of its own, named
 //! `heft-index:<label>` (`[anon:heft-index:<label>]` in /proc/PID/maps, on
