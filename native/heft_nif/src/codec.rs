@@ -68,7 +68,7 @@ enum Immediate {
 
 /// The bits of a term's word.
 #[inline]
-fn bits(word: Word) -> usize {
+pub(crate) fn bits(word: Word) -> usize {
     // SAFETY: ErlNifTerm is a `repr(transparent)` wrapper of a usize, and
     // every bit pattern is a valid usize.
     unsafe { std::mem::transmute::<Word, usize>(word) }
