@@ -4,8 +4,7 @@ defmodule Heft.AtomIdsTest do
   encoder keeps a per-thread cache of atom ids by table
   (native/heft_nif/src/resource.rs, `SEEN`). Tables that give the same
   atoms different ids, written in turn from one process (one scheduler
-  thread), each read back their own atoms; so do tables made after others
-  were deleted.
+  thread), each read back their own atoms.
   """
   use ExUnit.Case, async: true
 
