@@ -64,7 +64,7 @@ pub enum DecodeError {
     BadVarint,
     /// A `REF` to a term that has not been decoded yet.
     BadRef(u64),
-    /// A `KEY` where no key was given (inside a key, or twice).
+    /// A `KEY` where no key was given (inside a key, or with no key at hand).
     UnexpectedKey,
     /// A count larger than the bytes left could hold.
     BadLength(u64),
@@ -508,10 +508,12 @@ fn decode_all<B: Builder, const IDS: bool>(
 /// `REF` is an error ([`DecodeError::BadRef`]) and nothing is numbered.
 fn decode_inner<B: Builder, const IDS: bool>(
     r: &mut Reader<'_>,
-    mut key: Option<&[u8]>,
+    key: Option<&[u8]>,
     b: &mut B,
     s: &mut Scratch<B::Term>,
 ) -> Result<B::Term, DecodeError> {
+    // The key, once a `KEY` has been decoded (a body may hold several).
+    let mut key_term: Option<B::Term> = None;
     // Whether the first tag promised that no `REF` follows.
     let unshared = r.pos == 0 && is_flagged_unshared(r.buf);
     // Frames below this one belong to an encoding this one is nested in.
@@ -530,16 +532,20 @@ fn decode_inner<B: Builder, const IDS: bool>(
             t if t >= tag::SMALL_ATOM => (Some(b.atom(u32::from(t & 0x3f))?), None),
             t if is_small_tuple(t) => (None, Some((Kind::Tuple, usize::from(t & 0x0f)))),
             tag::NIL => (Some(b.nil()?), None),
-            tag::KEY => {
-                // The key is an encoding of its own, with its own ids.
-                let k = key.take().ok_or(DecodeError::UnexpectedKey)?;
-                let v = if IDS {
-                    decode(k, None, b)?
-                } else {
-                    decode_all::<B, false>(k, None, b, s)?
-                };
-                (Some(v), None)
-            }
+            tag::KEY => match &key_term {
+                Some(v) => (Some(v.clone()), None),
+                None => {
+                    // The key is an encoding of its own, with its own ids.
+                    let k = key.ok_or(DecodeError::UnexpectedKey)?;
+                    let v = if IDS {
+                        decode(k, None, b)?
+                    } else {
+                        decode_all::<B, false>(k, None, b, s)?
+                    };
+                    key_term = Some(v.clone());
+                    (Some(v), None)
+                }
+            },
             tag::INT => (Some(b.int(unzigzag(r.varint()?))?), None),
             tag::FLOAT => {
                 let raw = r.bytes(8)?;
@@ -756,7 +762,8 @@ pub fn canonical(
         pairs: Vec<(Vec<u8>, Vec<u8>)>,
         key: Option<Vec<u8>>,
     }
-    let mut key = key;
+    // The key made canonical, once a `KEY` has been met (there may be several).
+    let mut canonical_key: Option<Vec<u8>> = None;
     let mut r = Reader::new(bytes);
     let mut out = Vec::with_capacity(bytes.len());
     let mut stack: Vec<Open> = Vec::new();
@@ -765,8 +772,11 @@ pub fn canonical(
         // Children of a compound opened here, and whether it is a map.
         let (t, open) = match part(&mut r)? {
             (tag::KEY, _) => {
-                let k = key.take().ok_or(DecodeError::UnexpectedKey)?;
-                out.extend_from_slice(&canonical(k, None, normalize_zero)?);
+                if canonical_key.is_none() {
+                    let k = key.ok_or(DecodeError::UnexpectedKey)?;
+                    canonical_key = Some(canonical(k, None, normalize_zero)?);
+                }
+                out.extend_from_slice(canonical_key.as_deref().unwrap_or_default());
                 (tag::KEY, None)
             }
             (tag::REF, _) => {
@@ -1377,21 +1387,52 @@ mod tests {
             decode_rec(&trailing, Some(&key), false),
             Err(DecodeError::TrailingBytes(1))
         );
-        // A second KEY, or a KEY with no key given.
+        // A KEY with no key given.
         let two = body(&[], true);
         assert_eq!(
             decode_rec(&two, None, false),
             Err(DecodeError::UnexpectedKey)
         );
+    }
+
+    #[test]
+    fn every_key_tag_of_a_body_stands_for_the_key() {
+        // {KEY, [KEY, x], %{KEY => KEY}}: each KEY is the key, on both
+        // decoding paths and in the canonical form.
+        let key_value = Value::Tuple(vec![Value::Int(300), Value::Binary(b"k".to_vec())]);
+        let key = key_value.to_bytes();
         let mut w = Writer::new();
-        w.tuple(2);
+        w.tuple(3);
+        w.key();
+        w.list(2);
+        w.key();
+        w.atom(7);
+        w.nil();
+        w.map(1);
         w.key();
         w.key();
+        let unflagged = w.buf.clone();
         w.flag_if_unshared();
-        assert_eq!(
-            decode_rec(&w.buf, Some(&key), false),
-            Err(DecodeError::UnexpectedKey)
-        );
+        let want = Value::Tuple(vec![
+            key_value.clone(),
+            Value::List(
+                vec![key_value.clone(), Value::Atom(7)],
+                Box::new(Value::Nil),
+            ),
+            Value::Map(vec![(key_value.clone(), key_value.clone())]),
+        ]);
+        for bytes in [&w.buf, &unflagged] {
+            assert_eq!(decode_rec(bytes, Some(&key), false), Ok(want.clone()));
+            assert_eq!(
+                decode(bytes, Some(&key), &mut ValueBuilder),
+                Ok(want.clone())
+            );
+            assert_eq!(
+                canonical(bytes, Some(&key), false).unwrap(),
+                canonical(&want.to_bytes(), None, false).unwrap()
+            );
+            assert_eq!(skip(bytes), Ok(bytes.len()));
+        }
     }
 
     #[test]

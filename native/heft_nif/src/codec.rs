@@ -33,7 +33,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use heft_core::codec::{decode_record, Builder, DecodeError, Scratch, Writer};
+use heft_core::codec::{decode_record, tag, Builder, DecodeError, Reader, Scratch, Writer};
 use heft_core::dedup::{Dedup, Opened};
 use rustler::sys::{self, ErlNifTerm};
 use rustler::{Atom, Binary, Encoder, Env, MapIterator, Term, TermType};
@@ -552,6 +552,13 @@ pub struct TermEncoder<'c> {
     pub saw_zero: bool,
     /// Canonical maps being encoded, one inside another.
     map_depth: u32,
+    /// In a set's body: the key's word when the key is a small integer or
+    /// an atom, written as `KEY` wherever it occurs (docs/term-format.md,
+    /// "Records").
+    key_word: Option<Word>,
+    /// In a set's body, when the key is a binary: where its bytes start in
+    /// `walk.key`; an equal binary is written as `KEY`.
+    key_binary: Option<usize>,
     /// [`TERM_LAYOUT`], read once.
     tags: bool,
 }
@@ -580,6 +587,8 @@ impl<'c> TermEncoder<'c> {
             exact_zero: false,
             saw_zero: false,
             map_depth: 0,
+            key_word: None,
+            key_binary: None,
             tags: TERM_LAYOUT.load(Ordering::Relaxed),
         }
     }
@@ -732,6 +741,16 @@ impl<'c> TermEncoder<'c> {
         // The key is stored once, outside the body, unless canonical form
         // changed it (-0.0): then the body keeps the exact term.
         let exact = !contains_neg_zero(key_term);
+        // In a set's body, a small integer, atom or binary equal to the key
+        // is the key again: a `KEY` tag too. (A bag's body stays as it was:
+        // its objects are told apart by their bytes, old ones included.)
+        let again = exact && !canonical_body;
+        let kw = key_term.as_c_arg();
+        self.key_word = (again
+            && self.tags
+            && matches!(immediate(kw), Some(Immediate::Small(_) | Immediate::Atom)))
+        .then_some(kw);
+        self.key_binary = again.then(|| binary_start(&self.walk.key)).flatten();
         self.walk.seen.clear();
         self.walk.dedup.clear();
         self.walk.last_flat.clear();
@@ -760,6 +779,8 @@ impl<'c> TermEncoder<'c> {
         }
         self.walk.body = w.buf;
         self.exact_zero = false;
+        self.key_word = None;
+        self.key_binary = None;
         body
     }
 
@@ -866,6 +887,11 @@ impl<'c> TermEncoder<'c> {
                     None
                 }
                 Some(TermType::Binary) => match Binary::from_term(t) {
+                    Ok(b) if self.is_key_binary(b.as_slice()) => {
+                        self.spend(b.len() / 64)?;
+                        w.key();
+                        None
+                    }
                     Ok(b) => {
                         self.spend(b.len() / 64)?;
                         Some((w.binary(b.as_slice()), 0))
@@ -1146,6 +1172,10 @@ impl<'c> TermEncoder<'c> {
         if !self.tags {
             return Ok(false);
         }
+        if self.key_word == Some(word) {
+            w.key();
+            return Ok(true);
+        }
         match immediate(word) {
             Some(Immediate::Small(i)) => w.int(i),
             Some(Immediate::Atom) => {
@@ -1156,6 +1186,12 @@ impl<'c> TermEncoder<'c> {
             None => return Ok(false),
         }
         Ok(true)
+    }
+
+    /// Whether `bytes` are those of the key, a binary (in a set's body).
+    fn is_key_binary(&self, bytes: &[u8]) -> bool {
+        self.key_binary
+            .is_some_and(|start| self.walk.key.get(start..) == Some(bytes))
     }
 
     fn atom_id(&mut self, env: Env, atom: Atom) -> Result<u32, EncodeError> {
@@ -1248,6 +1284,14 @@ impl<'c> TermEncoder<'c> {
 
 /// True if the term holds a float -0.0 anywhere (such a key is stored
 /// exactly in the body, since its canonical form says 0.0).
+/// Where the bytes of the encoded key `key` start, if it is a `binary`.
+fn binary_start(key: &[u8]) -> Option<usize> {
+    let mut r = Reader::new(key);
+    (r.u8().ok()? == tag::BINARY).then_some(())?;
+    let n = r.count(1).ok()?;
+    (r.remaining() == n).then(|| r.position())
+}
+
 fn contains_neg_zero(t: Term) -> bool {
     contains_zero(t, true)
 }
