@@ -103,10 +103,10 @@ defmodule Heft do
   >   bit: `0.0` and `-0.0` are never merged) and no Erlang code tells it
   >   apart, except `:erts_debug.size/1`, which counts shared parts once.
   >   ETS answers the sharing the object had (none here). A small integer
-  >   (below 2^59 in magnitude), atom
-  >   or binary equal to the key is stored as a mention of the key (so
-  >   `{id, %{id: id}}` holds the id once) and a binary one comes back as
-  >   the key's binary. Bags store each object as written out in full.
+  >   (below 2^59 in magnitude), atom or binary equal to the key is stored
+  >   as a mention of the key (so `{id, %{id: id}}` holds the id once), and
+  >   such a binary comes back as the key's binary. Bags store each object
+  >   as written out in full.
   > - The owner-transfer message is tagged `:"HEFT-TRANSFER"`.
   > - An unnamed table is a `Heft.Table` struct, not a reference.
   > - `next/2` accepts a key that is no longer in the table and continues

@@ -1282,8 +1282,6 @@ impl<'c> TermEncoder<'c> {
     }
 }
 
-/// True if the term holds a float -0.0 anywhere (such a key is stored
-/// exactly in the body, since its canonical form says 0.0).
 /// Where the bytes of the encoded key `key` start, if it is a `binary`.
 fn binary_start(key: &[u8]) -> Option<usize> {
     let mut r = Reader::new(key);
@@ -1292,6 +1290,8 @@ fn binary_start(key: &[u8]) -> Option<usize> {
     (r.remaining() == n).then(|| r.position())
 }
 
+/// True if the term holds a float -0.0 anywhere (such a key is stored
+/// exactly in the body, since its canonical form says 0.0).
 fn contains_neg_zero(t: Term) -> bool {
     contains_zero(t, true)
 }
