@@ -455,6 +455,15 @@ fn write_objects<'a>(
     only_new: bool,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, true);
+    if objs.is_tuple() {
+        // One object: no list of one and no vector of one prepared record.
+        check_record(objs, t.keypos)?;
+        let mut enc = TermEncoder::new(&t.atoms, sched.budget());
+        return match retry_or(env, prepare_tuple(env, &t, objs, &mut enc))? {
+            Ok(p) => store(env, sched, &t, std::slice::from_ref(&p), only_new),
+            Err(retry) => Ok(retry),
+        };
+    }
     let list = objects(objs)?;
     if sched == Sched::Normal && list.len() > BATCH_ON_NORMAL {
         // Check the objects here (a bad one raises on the caller's
@@ -469,13 +478,26 @@ fn write_objects<'a>(
         Ok(p) => p,
         Err(retry) => return Ok(retry),
     };
-    if too_many_objects(&t, sched, prepared.iter().map(|p| (p.hash(), p.key())))? {
+    store(env, sched, &t, &prepared, only_new)
+}
+
+/// Inserts prepared records (`insert_new`: only if none of their keys is
+/// there); the DirtyCpu retry marker where a bag's keys hold too many
+/// objects for a normal scheduler.
+fn store<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    t: &TableRes,
+    prepared: &[Prepared],
+    only_new: bool,
+) -> NifResult<Term<'a>> {
+    if too_many_objects(t, sched, prepared.iter().map(|p| (p.hash(), p.key())))? {
         return Ok(retry_cpu(env));
     }
     let done = if only_new {
-        t.core.insert_new(&prepared)
+        t.core.insert_new(prepared)
     } else {
-        t.core.insert(&prepared).map(|()| true)
+        t.core.insert(prepared).map(|()| true)
     };
     crate::learn::after_write(&t.core);
     done.map(|b| b.encode(env)).map_err(errors::core)
