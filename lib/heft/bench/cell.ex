@@ -12,7 +12,7 @@ defmodule Heft.Bench.Cell do
   # memory, a store limit, or the run's time budget; then N single inserts are
   # timed, the store settled (Store callback settle/2: a dictionary table
   # trained and re-compressed, not timed), memory read (the store's own bytes and this process's RSS growth),
-  # 20,000 lookups (or as many as 2 s allow, at least 1,000) of
+  # 200,000 lookups (or as many as 2 s allow, at least 1,000) of
   # random keys timed, a persistent store closed and reopened (load time),
   # and N inserts in batches of 1,000 timed into a fresh table.
   @moduledoc false
@@ -21,7 +21,7 @@ defmodule Heft.Bench.Cell do
 
   @chunk 1_000
   @pilot 1_000
-  @lookups 20_000
+  @lookups 200_000
   @lookup_ms 2_000
   @mem_share 0.6
   @progress_every_ms 1_000

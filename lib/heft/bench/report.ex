@@ -548,7 +548,7 @@ defmodule Heft.Bench.Report do
     ## How the figures are taken
 
     - Each run of a cell is a fresh OS process; counts up to 100,000 are the median of the runs, with min–max in brackets for times; larger counts run once.
-    - insert: N records, one per call; batch insert: N records in calls of 1,000 (Mnesia: one transaction each), into a fresh table; lookup: 20,000 random existing keys (or as many as 2 s allow, at least 1,000), generated before timing.
+    - insert: N records, one per call; batch insert: N records in calls of 1,000 (Mnesia: one transaction each), into a fresh table; lookup: 200,000 random existing keys (or as many as 2 s allow, at least 1,000), generated before timing.
     - bytes/rec (store): the store's own accounting after inserting N records, plus the growth of the VM's binary memory (the refc binaries ETS and Mnesia point to but do not count), divided by N:
     #{accounting}
     - bytes/rec (RSS): growth of the OS process's VmRSS over the insert phase, divided by N; RSS/store is their ratio (allocator overhead, or memory the store's accounting misses).
