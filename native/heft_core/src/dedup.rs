@@ -65,10 +65,10 @@ struct Frame<T> {
 
 /// A complete compound that later equal ones refer to.
 struct Entry {
-    /// Its signature's hash, once needed: always for an entry in the hash
-    /// map part, for one of the first [`LINEAR`] only once a compound of
-    /// its length is looked up (most never are: a record's outermost
-    /// compounds, a lone large binary, are hashed for nothing otherwise).
+    /// Its signature's hash, for an entry in the hash map part (past the
+    /// first [`LINEAR`]); the first ones are compared byte by byte and
+    /// never hashed (most are never compared at all: a record's outermost
+    /// compounds, a lone large binary).
     hash: Option<u64>,
     class: u32,
     /// Its signature: `store[off..off + len]`, or the writer's bytes for a
@@ -164,12 +164,11 @@ fn bytes_of<'a>(e: &Entry, store: &'a [u8], buf: &'a [u8]) -> &'a [u8] {
     }
 }
 
-/// The class of an entry whose signature is `s`. `h` is `s`'s hash,
-/// computed here once needed (and left for the caller); so are the hashes
-/// of the first [`LINEAR`] entries, each once, when one of `s`'s length is
-/// compared.
+/// The class of an entry whose signature is `s`: among the first
+/// [`LINEAR`] by their bytes, then through the hash map. `h` is `s`'s
+/// hash, computed here only for the hash map (and left for the caller).
 fn find(
-    entries: &mut [Entry],
+    entries: &[Entry],
     head: &HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
     store: &[u8],
     h: &mut Option<u64>,
@@ -177,22 +176,9 @@ fn find(
     buf: &[u8],
 ) -> Option<u32> {
     let linear = entries.len().min(LINEAR);
-    for e in &mut entries[..linear] {
-        if e.len != s.len() {
-            continue;
-        }
-        let hs = *h.get_or_insert_with(|| hash(s));
-        let he = match e.hash {
-            Some(he) => he,
-            None => {
-                let he = hash(bytes_of(e, store, buf));
-                e.hash = Some(he);
-                he
-            }
-        };
-        if he == hs && bytes_of(e, store, buf) == s {
-            return Some(e.class);
-        }
+    let same = |e: &&Entry| e.len == s.len() && bytes_of(e, store, buf) == s;
+    if let Some(e) = entries[..linear].iter().find(same) {
+        return Some(e.class);
     }
     if entries.len() <= LINEAR {
         return None;
@@ -317,14 +303,7 @@ impl<T> Dedup<T> {
                     false => &self.sig[f.sig..],
                 };
                 let mut h = None;
-                let found = find(
-                    &mut self.entries,
-                    &self.head,
-                    &self.store,
-                    &mut h,
-                    s,
-                    &w.buf,
-                );
+                let found = find(&self.entries, &self.head, &self.store, &mut h, s, &w.buf);
                 // An entry past the first LINEAR goes into the hash map.
                 if found.is_none() && h.is_none() && self.entries.len() >= LINEAR {
                     h = Some(hash(s));
