@@ -224,6 +224,30 @@ fn json_1k_bodies() -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Bodies of `mix bench`'s random 1 KB record `{i, <<1024 random bytes>>}`
+/// (xorshift64*, so the bench needs no random-number crate): what every
+/// codec must store raw.
+fn random_1k_bodies() -> Vec<Vec<u8>> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..1000)
+        .map(|_| {
+            let bytes: Vec<u8> = (0..128)
+                .flat_map(|_| {
+                    x ^= x >> 12;
+                    x ^= x << 25;
+                    x ^= x >> 27;
+                    x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes()
+                })
+                .collect();
+            let mut w = Writer::new();
+            w.tuple(2);
+            w.key();
+            w.binary(&bytes);
+            w.buf
+        })
+        .collect()
+}
+
 #[path = "support/thread_cpu.rs"]
 mod thread_cpu;
 use thread_cpu::thread_cpu_ns;
@@ -319,6 +343,7 @@ fn codecs(c: &mut Criterion<ThreadCpu>) {
     let mut g = c.benchmark_group("codecs");
     let small: Vec<Vec<u8>> = (0..5000).map(|i| small_body(100_000 + i)).collect();
     let json = json_1k_bodies();
+    let random = random_1k_bodies();
     let zstd = |dict| Compression::Zstd { level: 3, dict };
     let modes = [
         ("deflate", Compression::Zlib(1)),
@@ -326,7 +351,11 @@ fn codecs(c: &mut Criterion<ThreadCpu>) {
         ("zstd", zstd(false)),
         ("zstd+dict", zstd(true)),
     ];
-    for (kind, bodies) in [("small map", &small), ("JSON 1 KB", &json)] {
+    for (kind, bodies) in [
+        ("small map", &small),
+        ("JSON 1 KB", &json),
+        ("random 1 KB", &random),
+    ] {
         let dicts = Dictionaries::new(3);
         match dict::train(bodies, 16 * 1024) {
             Ok(d) => dicts.set_current(dicts.add(&d).unwrap().id()),

@@ -18,7 +18,7 @@
 
 use std::cell::RefCell;
 
-use crate::deflate::InflateError;
+use crate::deflate::{looks_incompressible, InflateError};
 use crate::dict::Dictionaries;
 use crate::record::Header;
 use crate::zblock;
@@ -171,7 +171,7 @@ fn deflate_body(raw: &[u8], level: u32, out: &mut Vec<u8>) -> Codec {
         return Codec::Raw;
     }
     let deflated = |body: &[u8], out: &mut Vec<u8>| deflate(body, level, out).then_some(out.len());
-    if !prefix_shrinks(raw, out, deflated, worth_it) {
+    if looks_incompressible(raw) || !prefix_shrinks(raw, out, deflated, worth_it) {
         return Codec::Raw;
     }
     if deflate(raw, level, out) && worth_it(raw.len(), out.len()) {
@@ -221,7 +221,7 @@ fn lz4_block(raw: &[u8], out: &mut Vec<u8>) -> Option<usize> {
 
 /// An lz4 block of `raw`, if it pays.
 fn lz4(raw: &[u8], out: &mut Vec<u8>) -> Packed {
-    if !prefix_shrinks(raw, out, lz4_block, probe_pays) {
+    if looks_incompressible(raw) || !prefix_shrinks(raw, out, lz4_block, probe_pays) {
         return Packed::RAW;
     }
     match lz4_block(raw, out) {
@@ -243,6 +243,10 @@ fn dict_block(raw: &[u8], d: &crate::dict::Dict, out: &mut Vec<u8>) -> Packed {
         dict: d.id(),
     };
     let header = |p, n| crate::record::header_len(p, 0, n, raw.len());
+    // Noise can only match noise the dictionary holds.
+    if !d.holds_noise() && looks_incompressible(raw) {
+        return Packed::RAW;
+    }
     match zblock::compress(raw, d.cdict(), out) {
         Some(n) if n + header(p, n) < raw.len() + header(Packed::RAW, raw.len()) => p,
         _ => Packed::RAW,
@@ -252,7 +256,7 @@ fn dict_block(raw: &[u8], d: &crate::dict::Dict, out: &mut Vec<u8>) -> Packed {
 /// A zstd frame of `raw` (no dictionary), if it pays.
 fn zstd(raw: &[u8], level: i32, out: &mut Vec<u8>) -> Packed {
     let framed = |body: &[u8], out: &mut Vec<u8>| zstd_frame(body, level, out);
-    if !prefix_shrinks(raw, out, framed, probe_pays) {
+    if looks_incompressible(raw) || !prefix_shrinks(raw, out, framed, probe_pays) {
         return Packed::RAW;
     }
     let extra = crate::codec::varint_len(raw.len() as u64);
@@ -525,6 +529,54 @@ mod tests {
             assert_eq!(roundtrip(b"tiny", mode, &dicts), Packed::RAW, "{mode:?}");
             roundtrip(&[], mode, &dicts);
         }
+    }
+
+    #[test]
+    fn noise_is_judged_by_samples_and_a_dictionary_holding_noise_still_tries() {
+        let noise = crate::testutil::noise(97, 1024);
+        assert!(crate::deflate::looks_incompressible(&noise));
+        // Shorter than the probe: tried, and stored raw when it does not pay.
+        assert!(!crate::deflate::looks_incompressible(&noise[..511]));
+        // Noise at both ends with zeros between (the middle sample): tried,
+        // and compressed by every codec.
+        let mut ends = crate::testutil::noise(96, 3000);
+        ends[300..2700].fill(0);
+        assert!(!crate::deflate::looks_incompressible(&ends));
+        let none = Dictionaries::new(3);
+        for mode in [Compression::Zlib(1)].into_iter().chain(FAST) {
+            assert_ne!(roundtrip(&ends, mode, &none).codec, Codec::Raw, "{mode:?}");
+        }
+        // Past 4 KiB the samples are denser: noise with zeros in one
+        // eighth of it is tried.
+        let mut long = crate::testutil::noise(95, 64 * 1024);
+        long[20_000..28_000].fill(0);
+        assert!(!crate::deflate::looks_incompressible(&long));
+        assert!(crate::deflate::looks_incompressible(
+            &crate::testutil::noise(94, 64 * 1024)
+        ));
+        // A dictionary of text: the noise is stored raw untried. One whose
+        // content is that noise: tried, and the noise shrinks to almost
+        // nothing against it.
+        let dict = |content: &[u8]| {
+            let d = Dictionaries::new(3);
+            let id = d.add(content).unwrap().id();
+            d.set_current(id);
+            d
+        };
+        let mode = Compression::Zstd {
+            level: 3,
+            dict: true,
+        };
+        let text = dict(&b"name=user-42;age=17;".repeat(50));
+        assert!(!text.current().unwrap().holds_noise());
+        assert_eq!(roundtrip(&noise, mode, &text), Packed::RAW);
+        let noisy = dict(&noise);
+        assert!(noisy.current().unwrap().holds_noise());
+        let p = roundtrip(&noise, mode, &noisy);
+        assert_eq!(p.codec, Codec::ZstdBlock);
+        let mut out = Vec::new();
+        compress(&noise, mode, &noisy, &mut out);
+        assert!(out.len() < 32, "{} bytes", out.len());
     }
 
     #[test]

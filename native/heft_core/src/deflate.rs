@@ -21,8 +21,8 @@ const MAX_MATCH: usize = 258;
 const WINDOW: usize = 32 * 1024;
 /// Bytes sampled by `looks_random`, and how many distinct values in them
 /// make input look random.
-const SAMPLE: usize = 128;
-const RANDOM_DISTINCT: usize = 92;
+const SAMPLE: usize = 64;
+const RANDOM_DISTINCT: usize = 50;
 /// Matches longer than this do not index the positions they cover.
 const MAX_INSERT: usize = 16;
 /// Input after which an encoding that saves too little is abandoned.
@@ -203,25 +203,45 @@ fn emit_match(bits: &mut Bits, len: usize, dist: usize) {
 }
 
 /// True if `sample` holds at least [`RANDOM_DISTINCT`] distinct byte
-/// values: 128 random bytes hold about 101 (fewer than 92 in about one
-/// input in 150), text and encoded terms far fewer. Such input (random,
-/// encrypted or already compressed data) would not shrink with fixed codes
-/// anyway. A byte per value, not a bit: setting a bit is a load and a
-/// store that the next byte's must wait for (~5 cycles a byte), a plain
-/// store is not; the flags are then counted eight at a time. This test is
-/// most of what a random 1 KB body costs deflate, so it is kept short.
+/// values: 64 random bytes hold about 57 (fewer than 50 in about one
+/// sample in 600), text and encoded terms far fewer (base64 about 40, hex
+/// 16). A byte per value, counted as it is first seen: a store and a load
+/// of one byte each, no read-modify-write of a shared word.
 fn looks_random(sample: &[u8]) -> bool {
-    let mut seen = [0u8; 256];
+    let mut seen = [1u8; 256];
+    let mut distinct = 0;
     for &b in sample {
-        seen[usize::from(b)] = 1;
+        distinct += usize::from(seen[usize::from(b)]);
+        seen[usize::from(b)] = 0;
     }
-    // Each byte of a word is 0 or 1: the multiply sums them into the top byte.
-    let distinct: u64 = seen
-        .chunks_exact(8)
-        .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
-        .map(|w| w.wrapping_mul(0x0101_0101_0101_0101) >> 56)
-        .sum();
-    distinct as usize >= RANDOM_DISTINCT
+    distinct >= RANDOM_DISTINCT
+}
+
+/// True if `input`, at least [`PROBE`] bytes, looks random in evenly
+/// spaced samples of [`SAMPLE`] bytes from its first byte to its last:
+/// three up to 4 KiB, one more for each further 4 KiB, at most 16 (see
+/// [`looks_random`]). Random, encrypted or compressed data, which no codec
+/// here shrinks by the 1/16 or 1/8 they ask for, is then stored raw
+/// without being tried, by every codec (docs/term-format.md, "Records in
+/// the arena"). A body that looks random in only some samples is tried.
+pub(crate) fn looks_incompressible(input: &[u8]) -> bool {
+    if input.len() < PROBE {
+        return false;
+    }
+    let n = (input.len() / 4096 + 2).clamp(3, 16);
+    let last = input.len() - SAMPLE;
+    (0..n).all(|i| {
+        let at = last * i / (n - 1);
+        looks_random(&input[at..at + SAMPLE])
+    })
+}
+
+/// True if some [`SAMPLE`] bytes of `bytes`, at every half sample, look
+/// random (see [`looks_random`]).
+pub(crate) fn holds_noise(bytes: &[u8]) -> bool {
+    bytes.len() >= SAMPLE
+        && (0..=(bytes.len() - SAMPLE) / (SAMPLE / 2))
+            .any(|i| looks_random(&bytes[i * SAMPLE / 2..i * SAMPLE / 2 + SAMPLE]))
 }
 
 /// Reads 8 bytes at `i` (little-endian), if there are 8.
@@ -266,9 +286,8 @@ fn hash3(b: &[u8], i: usize) -> usize {
 /// returning false, `out` then back at its length before) once it would exceed
 /// `budget` bytes.
 pub fn compress(input: &[u8], out: &mut Vec<u8>, budget: usize) -> bool {
-    // Input that must shrink and looks random from its first bytes is not
-    // tried at all (see `looks_random`).
-    if budget < input.len() && input.len() >= PROBE && looks_random(&input[..SAMPLE]) {
+    // Input that must shrink and looks random is not tried at all.
+    if budget < input.len() && looks_incompressible(input) {
         return false;
     }
     MATCHER.with(|m| {

@@ -21,6 +21,9 @@ pub struct Dict {
     bytes: Box<[u8]>,
     cdict: CDigest,
     ddict: DDigest,
+    /// Whether its content holds bytes that look random, which a
+    /// random-looking body could match (compress.rs).
+    noise: bool,
 }
 
 impl Dict {
@@ -37,6 +40,13 @@ impl Dict {
     /// Bytes of memory it takes: its bytes and both digests.
     pub fn memory(&self) -> usize {
         self.bytes.len() + self.cdict.sizeof() + self.ddict.sizeof()
+    }
+
+    /// True if some of its content looks random (deflate.rs,
+    /// `holds_noise`): then a body that looks random is still tried with
+    /// it, else stored raw untried.
+    pub fn holds_noise(&self) -> bool {
+        self.noise
     }
 
     pub(crate) fn cdict(&self) -> &CDigest {
@@ -202,6 +212,7 @@ impl Dictionaries {
             bytes: bytes.into(),
             cdict,
             ddict,
+            noise: crate::deflate::holds_noise(&bytes[crate::zblock::content_start(bytes)..]),
         });
         list.push(d.clone());
         Ok(d)

@@ -27,6 +27,18 @@ fn failed(code: usize) -> bool {
     unsafe { sys::ZSTD_isError(code) != 0 }
 }
 
+/// Where a dictionary's content starts: after its header (magic, id and
+/// entropy tables) in zstd's format, at 0 in bytes of raw content.
+pub fn content_start(bytes: &[u8]) -> usize {
+    // SAFETY: `bytes` is valid for its length; zstd only reads it.
+    let n = unsafe { sys::ZDICT_getDictHeaderSize(bytes.as_ptr().cast(), bytes.len()) };
+    if failed(n) {
+        0
+    } else {
+        n.min(bytes.len())
+    }
+}
+
 /// A dictionary digested for compressing at one level.
 pub struct CDigest(NonNull<sys::ZSTD_CDict>);
 
