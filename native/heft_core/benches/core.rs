@@ -357,7 +357,7 @@ fn codecs(c: &mut Criterion<ThreadCpu>) {
         ("random 1 KB", &random),
     ] {
         let dicts = Dictionaries::new(3);
-        match dict::train(bodies, 16 * 1024) {
+        match dict::train(bodies, 16 * 1024, 3) {
             Ok(d) => dicts.set_current(dicts.add(&d).unwrap().id()),
             Err(e) => eprintln!("{kind}: no dictionary ({e})"),
         }

@@ -614,7 +614,7 @@ mod tests {
         // No dictionary yet: plain zstd or raw.
         assert!(!roundtrip(&rec(5000), mode, &dicts).codec.uses_dict());
         let d1 = dicts
-            .add(&crate::dict::train(&samples, 4096).unwrap())
+            .add(&crate::dict::train(&samples, 4096, 3).unwrap())
             .unwrap();
         dicts.set_current(d1.id());
         let mut out = Vec::new();
@@ -634,7 +634,7 @@ mod tests {
         );
         let old = out.clone();
         let d2 = dicts
-            .add(&crate::dict::train(&samples[1000..], 2048).unwrap())
+            .add(&crate::dict::train(&samples[1000..], 2048, 3).unwrap())
             .unwrap();
         dicts.set_current(d2.id());
         assert_eq!(roundtrip(&rec(5002), mode, &dicts).dict, 2);
@@ -680,7 +680,7 @@ mod tests {
     fn trained(samples: &[Vec<u8>], n: usize) -> Dictionaries {
         let dicts = Dictionaries::new(3);
         for k in 0..n {
-            let d = crate::dict::train(&samples[k * 100..], 4096).unwrap();
+            let d = crate::dict::train(&samples[k * 100..], 4096, 3).unwrap();
             dicts.set_current(dicts.add(&d).unwrap().id());
         }
         dicts
@@ -767,7 +767,7 @@ mod tests {
         let p = compress(&raw, DICT3, &dicts, &mut old);
         assert_eq!(p.dict, 1);
         let frame = dict_frame(&raw, dicts.get(1).unwrap().bytes());
-        let d2 = crate::dict::train(&samples[500..], 2048).unwrap();
+        let d2 = crate::dict::train(&samples[500..], 2048, 3).unwrap();
         dicts.set_current(dicts.add(&d2).unwrap().id());
         assert_eq!(roundtrip(&raw, DICT3, &dicts).dict, 2);
         let mut back = Vec::new();

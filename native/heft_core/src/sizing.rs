@@ -125,7 +125,7 @@ fn dictionary_folds<K, B: AsRef<[u8]>>(
             (0..samples.len()).partition(|i| i % FOLDS == f);
         let bodies: Vec<&[u8]> = training.iter().map(|&i| samples[i].1.as_ref()).collect();
         let bytes = bodies.iter().map(|b| b.len()).sum();
-        let trained = dict::train(&bodies, learn::dict_size(bytes, dict_max)).ok()?;
+        let trained = dict::train(&bodies, learn::dict_size(bytes, dict_max), level).ok()?;
         let dicts = Dictionaries::new(level);
         let d = dicts.add(&trained).ok()?;
         dicts.set_current(d.id());
@@ -257,11 +257,11 @@ mod tests {
             kind: Kind::Set,
         })
         .unwrap();
-        if let Compression::Zstd { dict: true, .. } = mode {
+        if let Compression::Zstd { dict: true, level } = mode {
             let bodies: Vec<&[u8]> = train.iter().map(|(_, b)| b.as_slice()).collect();
             let d = t
                 .dictionaries()
-                .add(&dict::train(&bodies, 16 * 1024).unwrap())
+                .add(&dict::train(&bodies, 16 * 1024, level).unwrap())
                 .unwrap();
             t.dictionaries().set_current(d.id());
         }

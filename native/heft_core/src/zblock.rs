@@ -39,6 +39,51 @@ pub fn content_start(bytes: &[u8]) -> usize {
     }
 }
 
+/// Trains a dictionary of at most `capacity` bytes on `samples` (laid end
+/// to end, their lengths in `sizes`) the way `ZDICT_trainFromBuffer` does
+/// (fastCover, d = 8, 4 steps over the segment size k), but made for
+/// compressing at `level`, not zstd's default 3: the k it keeps and the
+/// entropy tables it writes are those that compress its held-out quarter
+/// of the samples best at that level (docs/term-format.md,
+/// "Dictionaries"). Its bytes, or zstd's reason.
+pub fn train(
+    samples: &[u8],
+    sizes: &[usize],
+    capacity: usize,
+    level: i32,
+) -> Result<Vec<u8>, &'static str> {
+    let count = u32::try_from(sizes.len()).map_err(|_| "too many samples")?;
+    if sizes.iter().sum::<usize>() != samples.len() {
+        return Err("sample sizes do not add up");
+    }
+    // SAFETY: a plain C struct of numbers, for which all zeros is zstd's
+    // "default" for every field.
+    let mut params: sys::ZDICT_fastCover_params_t = unsafe { std::mem::zeroed() };
+    params.d = 8;
+    params.steps = 4;
+    params.nbThreads = 1;
+    params.zParams.compressionLevel = level;
+    let mut dict = vec![0u8; capacity];
+    // SAFETY: `dict` has room for `capacity` bytes, `samples` holds the
+    // `count` samples whose lengths `sizes` gives (checked above), and
+    // `params` is a valid parameter block zstd may write its choice into.
+    let n = unsafe {
+        sys::ZDICT_optimizeTrainFromBuffer_fastCover(
+            dict.as_mut_ptr().cast(),
+            capacity,
+            samples.as_ptr().cast(),
+            sizes.as_ptr(),
+            count,
+            &mut params,
+        )
+    };
+    if failed(n) {
+        return Err(zstd::zstd_safe::get_error_name(n));
+    }
+    dict.truncate(n);
+    Ok(dict)
+}
+
 /// A dictionary digested for compressing at one level.
 pub struct CDigest(NonNull<sys::ZSTD_CDict>);
 

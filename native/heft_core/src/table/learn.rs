@@ -535,12 +535,15 @@ pub fn choose(
 ) -> (Compression, Option<Vec<u8>>, Vec<Trial>) {
     let split = (samples.len() * 3 / 4).max(1).min(samples.len() - 1);
     let (train, eval) = samples.split_at(split);
-    let trained = dict::train(train, dict_size).ok();
-    let level = candidates.iter().find_map(|c| match c {
-        Compression::Zstd { level, .. } => Some(*level),
-        _ => None,
-    });
-    let dicts = Dictionaries::new(level.unwrap_or(ZSTD_DEFAULT_LEVEL));
+    let level = candidates
+        .iter()
+        .find_map(|c| match c {
+            Compression::Zstd { level, .. } => Some(*level),
+            _ => None,
+        })
+        .unwrap_or(ZSTD_DEFAULT_LEVEL);
+    let trained = dict::train(train, dict_size, level).ok();
+    let dicts = Dictionaries::new(level);
     if let Some(b) = &trained {
         if let Ok(d) = dicts.add(b) {
             dicts.set_current(d.id());
@@ -791,7 +794,11 @@ mod tests {
         fill(&t, 0..200, json);
         let mut buf = RecordBuf::new();
         t.chunk(None, 10, usize::MAX, &mut buf).unwrap();
-        use_dict(&t, &dict::train(&t.sample(200).unwrap().0, 2048).unwrap()).unwrap();
+        use_dict(
+            &t,
+            &dict::train(&t.sample(200).unwrap().0, 2048, 9).unwrap(),
+        )
+        .unwrap();
         let mut scratch = Vec::new();
         let new: Vec<(usize, Prepared)> = (0..buf.len())
             .map(|i| {
