@@ -164,16 +164,8 @@ fn deflate(c: &mut Criterion) {
         })
         .take(1024)
         .collect();
-    // Incompressible: stored raw after deflate's quick look (xorshift).
-    let mut x = 0x9E37_79B9u32;
-    let random: Vec<u8> = (0..1027)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect();
+    // Incompressible: stored raw after deflate's quick look.
+    let random = noise(0x9E37_79B9, 1027);
     for (name, body) in [
         ("100-tuple record", &big),
         ("1 KB JSON-like", &json),
@@ -224,25 +216,29 @@ fn json_1k_bodies() -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Bodies of `mix bench`'s random 1 KB record `{i, <<1024 random bytes>>}`
-/// (xorshift64*, so the bench needs no random-number crate): what every
-/// codec must store raw.
-fn random_1k_bodies() -> Vec<Vec<u8>> {
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    (0..1000)
+/// `len` bytes of xorshift noise from `seed` (so the bench needs no
+/// random-number crate).
+fn noise(seed: u32, len: usize) -> Vec<u8> {
+    let mut x = seed.max(1);
+    (0..len)
         .map(|_| {
-            let bytes: Vec<u8> = (0..128)
-                .flat_map(|_| {
-                    x ^= x >> 12;
-                    x ^= x << 25;
-                    x ^= x >> 27;
-                    x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes()
-                })
-                .collect();
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+/// Bodies of `mix bench`'s random 1 KB record `{i, <<1024 random bytes>>}`:
+/// what every codec must store raw.
+fn random_1k_bodies() -> Vec<Vec<u8>> {
+    (1..=1000)
+        .map(|i| {
             let mut w = Writer::new();
             w.tuple(2);
             w.key();
-            w.binary(&bytes);
+            w.binary(&noise(i, 1024));
             w.buf
         })
         .collect()
