@@ -216,19 +216,12 @@ fn json_1k_bodies() -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// `len` bytes of xorshift noise from `seed` (so the bench needs no
-/// random-number crate).
-fn noise(seed: u32, len: usize) -> Vec<u8> {
-    let mut x = seed.max(1);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect()
-}
+// The unit tests' helpers: `noise`, so the bench needs no random-number
+// crate and draws the same noise the tests do.
+#[path = "../src/testutil.rs"]
+#[allow(dead_code)]
+mod testutil;
+use testutil::noise;
 
 /// Bodies of `mix bench`'s random 1 KB record `{i, <<1024 random bytes>>}`:
 /// what every codec must store raw.
