@@ -1510,8 +1510,8 @@ defmodule Heft do
       prefix ties (a memfd mapping of the same name; pages in use only, at
       least a quarter full, about 70% after random inserts: some 22 bytes a
       key) plus its directory of 24 bytes a page (heap capacity).
-    * `:meta_bytes` - the atom dictionary (estimated from capacities) and
-      the arena's free lists (Rust heap memory).
+    * `:meta_bytes` - the atom dictionary (estimated from capacities), the
+      arena's free lists (Rust heap memory) and `:dictionary_bytes`.
     * `:arena_mapped_bytes` - length of the arena mapping
       (anonymous memory, `/memfd:heft:<name>` or the arena file;
       address space, pages are only allocated when touched: on huge pages,
@@ -1521,7 +1521,11 @@ defmodule Heft do
       freed large blocks that were given back to the kernel are left out.
     * `:arena_live_bytes` - blocks holding objects, size-class slack (at
       most 12.5%) included.
-    * `:arena_free_bytes` - freed blocks waiting for reuse.
+    * `:arena_free_bytes` - freed blocks waiting for reuse: by a record
+      of their size class or a little smaller, or, cut, by a smaller one
+      (docs/term-format.md, "Records in the arena"). Free neighbours are
+      not merged, and free blocks in the middle of the arena are not given
+      back to the kernel (only whole pages of freed large blocks are).
     * `:arena_resident_bytes`, `:arena_dirty_bytes`, `:arena_swap_bytes` -
       the kernel's view of the arena mapping, from /proc/self/smaps: pages
       in RAM, pages modified and not written back (for a memory arena, all

@@ -86,6 +86,28 @@ defmodule HeftTest do
       assert Heft.info(t, :size) == 0
     end
 
+    test "values that shrink fill the space the larger ones left" do
+      t = Heft.new(:t, compression: :none)
+      Heft.insert(t, for(i <- 1..2_000, do: {i, :binary.copy("y", 500)}))
+      used = Heft.info(t, :arena_used_bytes)
+      # Freed, the 512-byte blocks are cut to hold records a fifth their
+      # size: twice as many as there were, with room to spare.
+      for i <- 1..1_000, do: Heft.delete(t, i)
+      Heft.insert(t, for(i <- -1..-2_000//-1, do: {i, :binary.copy("n", 100)}))
+      assert Heft.info(t, :arena_used_bytes) == used
+      # Overwritten by smaller values, 100 keys at a time (a batch's new
+      # records are placed before its old ones are freed): the arena grows
+      # by the first batch at most.
+      for c <- Enum.chunk_every(1_001..2_000, 100),
+          do: Heft.insert(t, for(i <- c, do: {i, :binary.copy("s", 100)}))
+
+      assert Heft.info(t, :arena_used_bytes) < used + 100 * 128
+      assert Heft.lookup(t, 1_007) == [{1_007, :binary.copy("s", 100)}]
+      assert Heft.lookup(t, -1_999) == [{-1_999, :binary.copy("n", 100)}]
+      info = Heft.info(t)
+      assert info[:arena_live_bytes] + info[:arena_free_bytes] + 8 == info[:arena_used_bytes]
+    end
+
     test "overwriting the same keys many times does not grow the table" do
       t = Heft.new(:t, [])
       # Values change every round; their sizes come from the same

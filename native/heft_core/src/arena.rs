@@ -18,7 +18,13 @@
 //! 4-byte steps up to 256, then eight classes per doubling (at most 12.5%
 //! slack). A freed block goes on its class's free list and is handed out
 //! again before the arena grows, so a table that keeps overwriting the
-//! same keys stays the same size.
+//! same keys stays the same size. Where no block of the class (or a little
+//! larger) is free, the smallest larger free block is split: the new block
+//! is its front and the rest goes back on the free lists as blocks of the
+//! largest classes that fit it. So records that shrink (re-compressed with
+//! a new dictionary, overwritten by smaller values) fill the space the
+//! larger ones left instead of growing the arena. Free neighbours are not
+//! merged.
 //! Freed blocks of a memory arena that span whole pages give those pages
 //! back to the kernel (`MADV_DONTNEED`, or punched out of the memfd; a huge
 //! page with a hole in it is split).
@@ -108,6 +114,17 @@ pub fn class_of(len: usize) -> usize {
     SMALL + (p - 8) * 8 + sub
 }
 
+/// The largest class whose blocks are at most `len` bytes (`len` even and
+/// at least 2).
+fn floor_class(len: usize) -> usize {
+    let c = class_of(len);
+    if class_size(c) == len {
+        c
+    } else {
+        c - 1
+    }
+}
+
 /// The number of bytes a block of class `class` occupies.
 pub fn class_size(class: usize) -> usize {
     if class < FINE {
@@ -152,7 +169,11 @@ pub struct Arena {
     pages: Pages,
     /// Bytes of the region handed out so far (the bump pointer).
     top: u64,
+    /// Free blocks by size class: handles, flagged [`PUNCHED`] where the
+    /// block's whole pages were given back.
     free: Vec<Vec<u64>>,
+    /// One bit per size class whose free list is not empty.
+    nonempty: [u64; CLASSES.div_ceil(64)],
     /// Bytes in blocks currently holding records.
     live: u64,
     /// Bytes in blocks on free lists.
@@ -214,6 +235,7 @@ impl Arena {
             pages,
             top: FIRST_OFFSET,
             free: Vec::new(),
+            nonempty: [0; CLASSES.div_ceil(64)],
             live: 0,
             free_bytes: 0,
             punched: 0,
@@ -222,24 +244,45 @@ impl Arena {
     }
 
     /// Allocates a block for `len` bytes; returns its handle (offset and
-    /// size class, see [`offset`]), never 0. Fails with the I/O error of
-    /// growing the backing (for a file arena, `ENOSPC` when the disk is
-    /// full), leaving the arena as it was.
+    /// size class, see [`offset`]), never 0. A free block of the class, or
+    /// of one a little larger ([`fit_classes`]), is reused whole; else the
+    /// smallest larger free block is split, its front taken and the rest
+    /// put back as free blocks; only when no free block is large enough
+    /// does the arena grow. Fails with the I/O error of growing the backing
+    /// (for a file arena, `ENOSPC` when the disk is full), leaving the
+    /// arena as it was.
     pub fn alloc(&mut self, len: usize) -> io::Result<u64> {
         let class = class_of(len);
-        let reuse = (class..=class + fit_classes(class))
-            .find(|&c| self.free.get(c).is_some_and(|l| !l.is_empty()));
         debug_assert!(class < CLASSES);
-        if let Some(c) = reuse {
-            let entry = self.free[c].pop().unwrap_or_default();
-            let loc = entry & !PUNCHED;
-            let size = class_size(c) as u64;
-            if entry & PUNCHED != 0 {
-                self.punched -= punchable(offset(loc), size).map_or(0, |(_, l)| l);
+        if let Some(c) = self.smallest_free(class) {
+            let (loc, punched) = self.take(c);
+            if c <= class + fit_classes(class) {
+                return Ok(loc);
             }
-            self.free_bytes -= size;
-            self.live += size;
-            return Ok(loc);
+            // The front of the block becomes the new one; the rest is cut
+            // into blocks of the largest classes that fit, back on their
+            // free lists (sizes are even and every even size up to 64 is a
+            // class, so nothing is left over). Pages punched out of the rest
+            // stay so and are still counted as given back.
+            let size = class_size(class) as u64;
+            self.live -= class_size(c) as u64 - size;
+            let mut at = offset(loc) + size;
+            let mut rest = class_size(c) as u64 - size;
+            while rest > 0 {
+                let piece = floor_class(rest as usize);
+                let piece_size = class_size(piece) as u64;
+                let mut entry = at | ((piece as u64) << CLASS_SHIFT);
+                if punched {
+                    if let Some((_, plen)) = punchable(at, piece_size) {
+                        self.punched += plen;
+                        entry |= PUNCHED;
+                    }
+                }
+                self.push_free(piece, entry);
+                at += piece_size;
+                rest -= piece_size;
+            }
+            return Ok(offset(loc) | ((class as u64) << CLASS_SHIFT));
         }
         let size = class_size(class) as u64;
         let off = self.top;
@@ -253,6 +296,50 @@ impl Arena {
         self.top = end;
         self.live += size;
         Ok(off | ((class as u64) << CLASS_SHIFT))
+    }
+
+    /// The smallest class at or above `class` with a free block.
+    fn smallest_free(&self, class: usize) -> Option<usize> {
+        let mut word = class / 64;
+        let mut bits = *self.nonempty.get(word)? & (!0u64 << (class % 64));
+        loop {
+            if bits != 0 {
+                return Some(word * 64 + bits.trailing_zeros() as usize);
+            }
+            word += 1;
+            bits = *self.nonempty.get(word)?;
+        }
+    }
+
+    /// Takes a free block of class `c` (which has one) whole: its handle,
+    /// and whether its pages had been punched out (they count as used
+    /// again).
+    fn take(&mut self, c: usize) -> (u64, bool) {
+        let list = &mut self.free[c];
+        let entry = list.pop().unwrap_or_default();
+        if list.is_empty() {
+            self.nonempty[c / 64] &= !(1 << (c % 64));
+        }
+        let loc = entry & !PUNCHED;
+        let size = class_size(c) as u64;
+        let punched = entry & PUNCHED != 0;
+        if punched {
+            self.punched -= punchable(offset(loc), size).map_or(0, |(_, l)| l);
+        }
+        self.free_bytes -= size;
+        self.live += size;
+        (loc, punched)
+    }
+
+    /// Puts a free-list entry (a handle, maybe flagged [`PUNCHED`]) of
+    /// class `class` on its list.
+    fn push_free(&mut self, class: usize, entry: u64) {
+        if self.free.len() <= class {
+            self.free.resize_with(class + 1, Vec::new);
+        }
+        self.free[class].push(entry);
+        self.nonempty[class / 64] |= 1 << (class % 64);
+        self.free_bytes += class_size(class) as u64;
     }
 
     /// Returns a block to its free list.
@@ -271,12 +358,8 @@ impl Arena {
                 }
             }
         }
-        if self.free.len() <= class {
-            self.free.resize_with(class + 1, Vec::new);
-        }
-        self.free[class].push(entry);
         self.live -= size;
-        self.free_bytes += size;
+        self.push_free(class, entry);
     }
 
     /// The `len` bytes at block `loc`, or `None` past the end of the arena.
@@ -388,6 +471,7 @@ impl Arena {
         }
         self.top = FIRST_OFFSET;
         self.free.iter_mut().for_each(Vec::clear);
+        self.nonempty.fill(0);
         self.live = 0;
         self.free_bytes = 0;
         self.punched = 0;
@@ -641,9 +725,94 @@ mod tests {
         assert_eq!(a.used_bytes(), used);
         a.free(small);
         assert_eq!(a.live_bytes(), 0);
-        // Far smaller requests do not take a big block.
+        // A far smaller request takes the big block's front, not all of it.
         let tiny = a.alloc(8).unwrap();
-        assert_ne!(offset(tiny), offset(big));
+        assert_eq!(offset(tiny), offset(big));
+        assert_eq!(block_size(tiny), 8);
+        assert_eq!(a.live_bytes(), 8);
+        assert_eq!(a.free_bytes(), block_size(big) as u64 - 8);
+    }
+
+    #[test]
+    fn records_that_shrink_fill_the_space_larger_ones_left() {
+        // 1,000 blocks of 400 bytes (416 with slack) freed, then records of
+        // 140 bytes: each 416 is cut into 140 + 256 + 20, the 256 into 140
+        // + 116, so two go in each; the pieces of 116 and 20 hold records
+        // of up to those sizes. None of it grows the arena.
+        let mut a = Arena::new(&Backing::Memory, "split").unwrap();
+        let big: Vec<u64> = (0..1000).map(|_| a.alloc(400).unwrap()).collect();
+        assert_eq!(block_size(big[0]), 416);
+        let used = a.used_bytes();
+        big.iter().for_each(|&b| a.free(b));
+        (0..2000).for_each(|_| assert_eq!(block_size(a.alloc(140).unwrap()), 140));
+        assert_eq!(a.free_bytes(), 1000 * (116 + 20));
+        (0..1000).for_each(|_| assert_eq!(block_size(a.alloc(110).unwrap()), 116));
+        (0..1000).for_each(|_| assert_eq!(block_size(a.alloc(19).unwrap()), 20));
+        assert_eq!(a.used_bytes(), used);
+        assert_eq!(a.free_bytes(), 0);
+        assert_eq!(a.live_bytes(), 1000 * 416);
+        // Then the arena grows again.
+        a.alloc(140).unwrap();
+        assert_eq!(a.used_bytes(), used + 140);
+    }
+
+    #[test]
+    fn split_blocks_never_overlap_and_the_counts_stay_exact() {
+        for pages in [MemoryPages::Huge, MemoryPages::Memfd] {
+            let mut a = Arena::with_pages(&Backing::Memory, "splits", pages).unwrap();
+            let mut held: Vec<(u64, u8)> = Vec::new();
+            let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+            let mut next = || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng
+            };
+            for i in 0..20_000u32 {
+                let r = next();
+                if r % 3 == 0 && !held.is_empty() {
+                    let (loc, _) = held.swap_remove((r >> 8) as usize % held.len());
+                    a.free(loc);
+                } else {
+                    // Mostly small records, now and then one past PUNCH_MIN
+                    // whose freed pages are given back and later split.
+                    let len = match r >> 60 {
+                        0 => 64 * 1024 + (r >> 20) as usize % (200 * 1024),
+                        _ => 1 + (r >> 20) as usize % 3000,
+                    };
+                    let loc = a.alloc(len).unwrap();
+                    assert!(block_size(loc) >= len);
+                    let fill = i as u8;
+                    a.get_mut(loc, block_size(loc)).unwrap().fill(fill);
+                    held.push((loc, fill));
+                }
+            }
+            let mut spans: Vec<(u64, u64)> = held
+                .iter()
+                .map(|&(l, _)| (offset(l), offset(l) + block_size(l) as u64))
+                .collect();
+            spans.sort_unstable();
+            assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0), "{pages:?}");
+            for &(loc, fill) in &held {
+                let bytes = a.get(loc, block_size(loc)).unwrap();
+                assert!(bytes.iter().all(|&b| b == fill), "{pages:?}");
+            }
+            let live: u64 = held.iter().map(|&(l, _)| block_size(l) as u64).sum();
+            assert_eq!(a.live_bytes(), live);
+            assert_eq!(a.live_bytes() + a.free_bytes() + FIRST_OFFSET, a.top);
+            let punched: u64 = a
+                .free
+                .iter()
+                .flatten()
+                .filter(|&&e| e & PUNCHED != 0)
+                .map(|&e| {
+                    let loc = e & !PUNCHED;
+                    punchable(offset(loc), block_size(loc) as u64).map_or(0, |(_, l)| l)
+                })
+                .sum();
+            assert_eq!(a.punched, punched, "{pages:?}");
+            assert!(a.punched > 0, "{pages:?}: no block was given back");
+        }
     }
 
     #[test]
