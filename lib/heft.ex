@@ -199,9 +199,14 @@ defmodule Heft do
     * `{:zstd, dictionary: :auto}` - zstd with a dictionary trained from the
       table's own records, which finds what records have in common (map
       keys, field names, JSON structure) that no record shows on its own.
-      The table trains once on its own when it first holds 4,096 records;
-      `train_dictionary/2` retrains on demand. A dictionary is only put in
-      use if it beats zstd alone on records it was not trained on. Each
+      The table trains on its own when it first holds 4,096 records, and
+      again each time it has grown four times over since (16,384, 65,536,
+      ... records), its records having perhaps drifted from those it
+      learnt from; `train_dictionary/2` retrains on demand. A dictionary is
+      only put in use if it beats zstd alone on records it was not trained
+      on; one trained on its own as the table grew, only if it also stores
+      them in 1/32 fewer bytes than the current one and saves more over the
+      table than it takes (every dictionary stays for good). Each
       record is one bare zstd block begun from the dictionary (its
       entropy tables too), which is what lets records of a few dozen bytes
       shrink. The level is 9 unless given: on the bench's records it
@@ -335,8 +340,8 @@ defmodule Heft do
       to decode; `:zstd` - zstd level 3; `{:zstd, level: 1..22,
       dictionary: :none | :auto}` - with `dictionary: :auto` the table
       trains a dictionary from its own records once it holds 4,096 of
-      them (and `train_dictionary/2` trains one on demand), level 9 unless
-      given; `:auto` - the
+      them, again at four times as many (and `train_dictionary/2` trains
+      one on demand), level 9 unless given; `:auto` - the
       table measures every codec on its own records and picks one.
       zstd and lz4 keep a compressed body only if it saves at least 1/16
       of it (a dictionary block: a byte, zstd refusing less than ~1/64). `:compressed` (ETS's option) means `compression: :zlib`.
@@ -1723,13 +1728,14 @@ defmodule Heft do
   Trains a zstd dictionary on the table's records, makes it the one new
   writes use, and re-compresses older records with it in the background.
   For a table with `compression: {:zstd, dictionary: :auto}` (which does
-  this once on its own, see "Compression") or `compression: :auto` (which
+  this on its own as it grows, see "Compression") or `compression: :auto` (which
   then also chooses its codec again from the new samples).
 
   Options:
 
     * `samples: n` - records to train on (default 4,096; at least 64 are
-      needed), the first `n` in walk order.
+      needed), spread over the whole table: every (size / n)th record in
+      walk order.
     * `dictionary_bytes: d` - the dictionary's size (at most 1 MiB; zstd
       may make it smaller). By default about a tenth of the samples'
       bytes, between 1 KiB and 16 KiB.

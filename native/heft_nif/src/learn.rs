@@ -57,7 +57,11 @@ mod atoms {
 /// Starts the automatic job if a write just made it due.
 pub fn after_write(core: &std::sync::Arc<Table>) {
     if core.take_learning_due() {
-        let _ = learn::start(core.clone(), Job::default(), None);
+        let job = Job {
+            automatic: true,
+            ..Job::default()
+        };
+        let _ = learn::start(core.clone(), job, None);
     }
 }
 
@@ -107,6 +111,7 @@ fn train_dictionary<'a>(
         samples,
         dict_bytes: max_bytes,
         recompress,
+        automatic: false,
     };
     match learn::start(t.core.clone(), job, Some(done)) {
         Ok(()) => Ok(atoms::ok().encode(env)),

@@ -27,7 +27,7 @@
 //! is not logged, and a bag's objects still compare equal (objects.rs
 //! compares uncompressed bodies).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,6 +43,12 @@ use crate::record::Header;
 /// records a job samples by default. Chosen by measurement
 /// (docs/term-format.md, "Dictionaries").
 pub const AUTO_RECORDS: usize = 4096;
+
+/// A table that learnt a dictionary on its own trains a new one each time
+/// it has grown this many times over since: its records may have drifted
+/// from those the dictionary was trained on ([`beats_current`] decides
+/// whether the new one is used).
+pub const RETRAIN_GROWTH: usize = 4;
 
 /// The largest dictionary trained by default; smaller when the samples
 /// are small ([`dict_size`]).
@@ -177,6 +183,10 @@ pub struct Job {
     pub dict_bytes: usize,
     /// Re-compress older records afterwards.
     pub recompress: bool,
+    /// An automatic job: a new dictionary replaces the table's current one
+    /// only if it [`beats_current`] (a job asked for always puts its
+    /// dictionary in use).
+    pub automatic: bool,
 }
 
 impl Default for Job {
@@ -185,6 +195,7 @@ impl Default for Job {
             samples: AUTO_RECORDS,
             dict_bytes: 0,
             recompress: true,
+            automatic: false,
         }
     }
 }
@@ -194,8 +205,12 @@ pub(super) struct Learner {
     mode: AtomicU64,
     auto: AtomicBool,
     /// Automatic learning: 0 not yet, 1 due (the table holds enough
-    /// records), 2 started.
+    /// records, or has grown [`RETRAIN_GROWTH`] times over), 2 started.
     trigger: AtomicU8,
+    /// Records at which the next automatic retraining is due: set when
+    /// automatic learning becomes due, and for a table reopened with its
+    /// dictionaries by its first write.
+    retrain_at: AtomicUsize,
     /// Bumped by each job; a walk stops once it is not its own.
     generation: AtomicU64,
     progress: Mutex<Progress>,
@@ -229,6 +244,7 @@ impl Learner {
             mode: AtomicU64::new(encode(c)),
             auto: AtomicBool::new(false),
             trigger: AtomicU8::new(0),
+            retrain_at: AtomicUsize::new(0),
             generation: AtomicU64::new(0),
             progress: Mutex::new(Progress {
                 phase: Phase::Idle,
@@ -259,12 +275,30 @@ impl Learner {
     }
 
     /// After a write that left `len` records: makes automatic learning
-    /// due once there are enough.
+    /// due once there are enough, and again each time the table has grown
+    /// [`RETRAIN_GROWTH`] times over since, while it compresses with a
+    /// dictionary.
     pub(super) fn count(&self, len: usize) {
-        if len >= AUTO_RECORDS && self.trigger.load(Ordering::Relaxed) == 0 && self.learns() {
-            let _ = self
-                .trigger
-                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed);
+        let next = len.max(AUTO_RECORDS).saturating_mul(RETRAIN_GROWTH);
+        match self.trigger.load(Ordering::Relaxed) {
+            0 if len >= AUTO_RECORDS && self.learns() => {
+                self.retrain_at.store(next, Ordering::Relaxed);
+                let _ = self
+                    .trigger
+                    .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed);
+            }
+            2 => {
+                let at = self.retrain_at.load(Ordering::Relaxed);
+                if at == 0 {
+                    self.retrain_at.store(next, Ordering::Relaxed);
+                } else if len >= at && matches!(self.mode(), Compression::Zstd { dict: true, .. }) {
+                    self.retrain_at.store(next, Ordering::Relaxed);
+                    let _ =
+                        self.trigger
+                            .compare_exchange(2, 1, Ordering::AcqRel, Ordering::Relaxed);
+                }
+            }
+            _ => {}
         }
     }
 }
@@ -291,8 +325,10 @@ impl Table {
         self.learner.auto.load(Ordering::Acquire)
     }
 
-    /// True once, when the table first holds [`AUTO_RECORDS`] records and
-    /// learns on its own: the caller then [`start`]s the automatic job.
+    /// True once when the table first holds [`AUTO_RECORDS`] records and
+    /// learns on its own, and once each time it has grown
+    /// [`RETRAIN_GROWTH`] times over since (see [`Learner::count`]): the
+    /// caller then [`start`]s the automatic job.
     pub fn take_learning_due(&self) -> bool {
         self.learner.trigger.load(Ordering::Relaxed) == 1
             && self
@@ -313,16 +349,23 @@ impl Table {
     }
 
     /// Copies up to `n` records' uncompressed bodies, chunk by chunk,
-    /// from the start of the walk; also their keys' mean length.
+    /// spread over the whole walk (every `len / n`-th record); also their
+    /// keys' mean length.
     fn sample(&self, n: usize) -> Result<(Vec<Vec<u8>>, usize), Error> {
         let mut out = Vec::with_capacity(n);
         let mut key_bytes = 0;
+        let stride = (self.len()? / n.max(1)).max(1);
         let (mut buf, mut scratch, mut after) = (RecordBuf::new(), Vec::new(), None);
+        let mut seen = 0usize;
         while out.len() < n {
             buf.clear();
-            let want = (n - out.len()).min(CHUNK);
+            let want = ((n - out.len()) * stride).min(CHUNK);
             let next = self.chunk(after.as_ref(), want, CHUNK_RAW, &mut buf)?;
             for it in buf.items() {
+                seen += 1;
+                if (seen - 1) % stride != 0 {
+                    continue;
+                }
                 if let Ok(body) = buf.body(it, &self.dicts, &mut scratch) {
                     out.push(body.to_vec());
                     key_bytes += buf.key(it).len();
@@ -413,6 +456,8 @@ fn run(table: &Table, job: Job, generation: u64, done: Option<Done>) {
     unsafe {
         let _ = libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10);
     }
+    // A job that kept the current dictionary still walks the table: it
+    // stopped the walk of the job before it, which may not have finished.
     let learnt = learn(table, job);
     {
         let mut p = table.learner.progress.lock();
@@ -437,7 +482,9 @@ fn run(table: &Table, job: Job, generation: u64, done: Option<Done>) {
     }
 }
 
-/// Samples, trains and puts what it learnt in use; the dictionary's id.
+/// Samples, trains and puts what it learnt in use: the id of the
+/// dictionary new writes use (0 for none). An automatic job keeps the
+/// current dictionary unless the new one [`beats_current`].
 fn learn(table: &Table, job: Job) -> Result<u32, LearnError> {
     let gone = |_| LearnError::Deleted;
     let (samples, key_len) = table.sample(job.samples.max(MIN_SAMPLES)).map_err(gone)?;
@@ -454,10 +501,25 @@ fn learn(table: &Table, job: Job) -> Result<u32, LearnError> {
     let auto = table.is_auto();
     let level = table.dicts.level();
     let (choice, bytes, trials) = choose(&samples, key_len, size, &candidates(auto, level));
-    let train_us = started.elapsed().as_micros() as u64;
     if !auto && trials.iter().all(|t| !uses_dict(t.compression)) {
         let why = "zstd found nothing to learn in the samples";
         return Err(LearnError::Training(why.into()));
+    }
+    let current = table.dicts.current();
+    let keep = match (&bytes, &current) {
+        (Some(b), Some(cur)) if job.automatic => {
+            !beats_current(&samples, key_len, level, b, cur, table.len().unwrap_or(0))
+        }
+        _ => false,
+    };
+    // Training and, for a retraining, the comparison with the current one.
+    let train_us = started.elapsed().as_micros() as u64;
+    if keep {
+        let id = current.map_or(0, |d| d.id());
+        let mut p = table.learner.progress.lock();
+        p.trials = trials;
+        note(&mut p, samples.len(), sample_bytes, id, table, train_us);
+        return Ok(id);
     }
     let id = match bytes {
         Some(b) => use_dict(table, &b)?,
@@ -470,6 +532,40 @@ fn learn(table: &Table, job: Job) -> Result<u32, LearnError> {
     p.trials = trials;
     note(&mut p, samples.len(), sample_bytes, id, table, train_us);
     Ok(id)
+}
+
+/// The rule for an automatic retraining: the new dictionary (`new`) is
+/// used only if, on the held-out quarter of the samples that [`choose`]
+/// judged it on, it stores at least 1/32 fewer bytes than the current one
+/// (`current`), and the bytes it would save over the table's `len`
+/// records at that rate are more than the memory it takes (its bytes and
+/// zstd's two digests of them): each dictionary stays in the table for
+/// good.
+fn beats_current(
+    samples: &[Vec<u8>],
+    key_len: usize,
+    level: i32,
+    new: &[u8],
+    current: &dict::Dict,
+    len: usize,
+) -> bool {
+    let split = (samples.len() * 3 / 4).max(1).min(samples.len() - 1);
+    let eval = &samples[split..];
+    let stored = |bytes: &[u8]| {
+        let dicts = Dictionaries::new(level);
+        let d = dicts.add(bytes).ok()?;
+        dicts.set_current(d.id());
+        let zstd = Compression::Zstd { level, dict: true };
+        Some((trial(zstd, eval, key_len, &dicts).bytes, d.memory() as u64))
+    };
+    let (Some((new_bytes, new_memory)), Some((cur_bytes, _))) =
+        (stored(new), stored(current.bytes()))
+    else {
+        return false;
+    };
+    let saved = cur_bytes.saturating_sub(new_bytes);
+    let over_table = saved as u128 * len as u128 / eval.len().max(1) as u128;
+    saved * 32 >= cur_bytes && over_table > u128::from(new_memory)
 }
 
 fn uses_dict(c: Compression) -> bool {
@@ -927,6 +1023,75 @@ mod tests {
         assert_eq!(t.tally().unwrap().by_codec[Codec::Lz4 as usize], 99);
         t.clear().unwrap();
         assert_eq!(t.tally().unwrap(), Tally::default());
+    }
+
+    /// Order records: nothing of them is in a dictionary of [`json`]'s.
+    fn order(i: i64) -> Vec<u8> {
+        let s = format!(
+            "<order id=\"{i}\"><customer>customer number {}</customer><item sku=\"SKU-{}\" \
+             qty=\"{}\"/><status>shipped by ground freight</status><warehouse>north-east \
+             regional depot</warehouse></order>",
+            i % 5000,
+            i % 313,
+            i % 9
+        );
+        Value::Tuple(vec![Value::Int(i), Value::Binary(s.into_bytes())]).to_bytes()
+    }
+
+    #[test]
+    fn a_table_grown_four_times_over_retrains_and_uses_the_new_dictionary_only_if_it_pays() {
+        let auto = Job {
+            automatic: true,
+            ..Job::default()
+        };
+        let n = AUTO_RECORDS as i64;
+        for drift in [false, true] {
+            let t = table(Kind::Set, zstd_dict());
+            fill(&t, 0..n, json);
+            assert!(t.take_learning_due());
+            assert_eq!(run_job(&t, auto), Ok(1));
+            // Not due again before the table holds four times as many.
+            let more = if drift { order } else { json };
+            fill(&t, n..4 * n - 1, more);
+            assert!(!t.take_learning_due());
+            fill(&t, 4 * n - 1..4 * n, more);
+            assert!(t.take_learning_due());
+            let stored = t.stats().unwrap().payload_stored_bytes;
+            if drift {
+                // Three quarters of the records are of a new kind: a
+                // dictionary trained on samples from the whole table
+                // stores them in far fewer bytes, and every record moves
+                // to it.
+                assert_eq!(run_job(&t, auto), Ok(2));
+                assert_eq!(t.dictionaries().len(), 2);
+                assert_eq!(t.tally().unwrap().by_dict, vec![0, 4 * n as u64]);
+                assert!(t.stats().unwrap().payload_stored_bytes < stored * 3 / 4);
+            } else {
+                // The same kind of records: the current dictionary stays,
+                // no other is added, and the records stay as they were.
+                assert_eq!(run_job(&t, auto), Ok(1));
+                assert_eq!(t.dictionaries().len(), 1);
+                assert_eq!(t.tally().unwrap().by_dict, vec![4 * n as u64]);
+                assert_eq!(t.stats().unwrap().payload_stored_bytes, stored);
+            }
+            // The next retraining is due at four times as many again.
+            fill(&t, 4 * n..5 * n, json);
+            assert!(!t.take_learning_due());
+        }
+    }
+
+    #[test]
+    fn samples_are_spread_over_the_whole_table() {
+        let t = table(Kind::OrderedSet, zstd_dict());
+        fill(&t, 0..8000, |i| if i < 4000 { json(i) } else { order(i) });
+        let (samples, _) = t.sample(1000).unwrap();
+        assert_eq!(samples.len(), 1000);
+        // In key order, every 8th record: half of them orders.
+        let orders = samples
+            .iter()
+            .filter(|b| b.windows(6).any(|w| w == b"<order"))
+            .count();
+        assert_eq!(orders, 500);
     }
 
     #[test]
