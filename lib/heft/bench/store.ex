@@ -330,7 +330,7 @@ defmodule Heft.Bench.Store.Heft do
     how =
       cond do
         heft().info(t, :dictionaries) != [] ->
-          {:ok, "trained by the table at 4,096 records"}
+          {:ok, "trained by the table at 4,096 records" <> retrained(t)}
 
         due ->
           {:none, "the table's training"}
@@ -361,6 +361,16 @@ defmodule Heft.Bench.Store.Heft do
       {:ok, how} ->
         "dictionary #{how}; #{pct(by.zstd_dict, total)} of the records with it, " <>
           "#{pct(by.raw, total)} raw (settled in #{waited} ms, not timed)"
+    end
+  end
+
+  # The dictionaries the table trained on its own as it grew (the Heft
+  # moduledoc, "Compression": one more due at each fourfold growth, used
+  # only where it pays).
+  defp retrained(t) do
+    case length(heft().info(t, :dictionaries)) do
+      1 -> ""
+      n -> ", #{n - 1} more as it grew"
     end
   end
 

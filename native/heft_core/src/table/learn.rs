@@ -501,17 +501,20 @@ fn learn(table: &Table, job: Job) -> Result<u32, LearnError> {
     let auto = table.is_auto();
     let level = table.dicts.level();
     let (choice, bytes, trials) = choose(&samples, key_len, size, &candidates(auto, level));
-    if !auto && trials.iter().all(|t| !uses_dict(t.compression)) {
+    // An automatic retraining keeps the current dictionary unless the new
+    // one pays, or (not `:auto`) when it made none worth using.
+    let current = table.dicts.current().filter(|_| job.automatic);
+    let keep = match (&bytes, &current) {
+        (Some(b), Some(cur)) => {
+            !beats_current(&samples, key_len, level, b, cur, table.len().unwrap_or(0))
+        }
+        (None, Some(_)) => !auto,
+        (_, None) => false,
+    };
+    if !keep && !auto && trials.iter().all(|t| !uses_dict(t.compression)) {
         let why = "zstd found nothing to learn in the samples";
         return Err(LearnError::Training(why.into()));
     }
-    let current = table.dicts.current();
-    let keep = match (&bytes, &current) {
-        (Some(b), Some(cur)) if job.automatic => {
-            !beats_current(&samples, key_len, level, b, cur, table.len().unwrap_or(0))
-        }
-        _ => false,
-    };
     // Training and, for a retraining, the comparison with the current one.
     let train_us = started.elapsed().as_micros() as u64;
     if keep {
@@ -1078,6 +1081,30 @@ mod tests {
             fill(&t, 4 * n..5 * n, json);
             assert!(!t.take_learning_due());
         }
+    }
+
+    #[test]
+    fn a_retraining_that_finds_nothing_to_learn_keeps_the_dictionary_and_is_no_failure() {
+        let auto = Job {
+            automatic: true,
+            ..Job::default()
+        };
+        let n = AUTO_RECORDS as i64;
+        let t = table(Kind::Set, zstd_dict());
+        fill(&t, 0..n, json);
+        assert!(t.take_learning_due());
+        assert_eq!(run_job(&t, auto), Ok(1));
+        // Then three times as many records of noise: no dictionary helps.
+        fill(&t, n..4 * n, |i| {
+            Value::Tuple(vec![Value::Int(i), Value::Binary(noise(i as u32 + 1, 600))]).to_bytes()
+        });
+        assert!(t.take_learning_due());
+        assert_eq!(run_job(&t, auto), Ok(1));
+        assert_eq!(t.learning().phase, Phase::Done);
+        assert_eq!(t.learning().error, None);
+        assert_eq!(t.dictionaries().len(), 1);
+        assert_eq!(t.compression(), zstd_dict());
+        assert_eq!(t.tally().unwrap().by_dict, vec![n as u64]);
     }
 
     #[test]
