@@ -1041,18 +1041,29 @@ mod tests {
         Value::Tuple(vec![Value::Int(i), Value::Binary(s.into_bytes())]).to_bytes()
     }
 
+    /// The automatic job.
+    const AUTO: Job = Job {
+        samples: AUTO_RECORDS,
+        dict_bytes: 0,
+        recompress: true,
+        automatic: true,
+    };
+
+    /// A dictionary table of [`AUTO_RECORDS`] [`json`] records once its
+    /// automatic job has run: its first dictionary is in use.
+    fn learnt_once() -> Arc<Table> {
+        let t = table(Kind::Set, zstd_dict());
+        fill(&t, 0..AUTO_RECORDS as i64, json);
+        assert!(t.take_learning_due());
+        assert_eq!(run_job(&t, AUTO), Ok(1));
+        t
+    }
+
     #[test]
     fn a_table_grown_four_times_over_retrains_and_uses_the_new_dictionary_only_if_it_pays() {
-        let auto = Job {
-            automatic: true,
-            ..Job::default()
-        };
-        let n = AUTO_RECORDS as i64;
+        let (auto, n) = (AUTO, AUTO_RECORDS as i64);
         for drift in [false, true] {
-            let t = table(Kind::Set, zstd_dict());
-            fill(&t, 0..n, json);
-            assert!(t.take_learning_due());
-            assert_eq!(run_job(&t, auto), Ok(1));
+            let t = learnt_once();
             // Not due again before the table holds four times as many.
             let more = if drift { order } else { json };
             fill(&t, n..4 * n - 1, more);
@@ -1085,15 +1096,8 @@ mod tests {
 
     #[test]
     fn a_retraining_that_finds_nothing_to_learn_keeps_the_dictionary_and_is_no_failure() {
-        let auto = Job {
-            automatic: true,
-            ..Job::default()
-        };
-        let n = AUTO_RECORDS as i64;
-        let t = table(Kind::Set, zstd_dict());
-        fill(&t, 0..n, json);
-        assert!(t.take_learning_due());
-        assert_eq!(run_job(&t, auto), Ok(1));
+        let (auto, n) = (AUTO, AUTO_RECORDS as i64);
+        let t = learnt_once();
         // Then three times as many records of noise: no dictionary helps.
         fill(&t, n..4 * n, |i| {
             Value::Tuple(vec![Value::Int(i), Value::Binary(noise(i as u32 + 1, 600))]).to_bytes()
