@@ -105,6 +105,47 @@ defmodule Heft.PersistDictionariesTest do
     :ok = Heft.close(t)
   end
 
+  test "a table whose records drift as it grows retrains on its own, and keeps both dictionaries",
+       %{tmp_dir: tmp} do
+    dir = Path.join(tmp, "t")
+    t = Heft.new(:persist_dict, [:public, persist: dir, compression: {:zstd, dictionary: :auto}])
+    Heft.insert(t, for(i <- 1..5000, do: record(i)))
+    await_dictionary(t)
+    await_recompression(t)
+    # Records of another shape, three times as many: at four times the
+    # size at which the first training was due (5,000), a second one is,
+    # and its dictionary pays (the Heft moduledoc, "Compression").
+    order = fn i ->
+      {i,
+       "<order id=\"#{i}\"><customer>customer #{rem(i, 5000)}</customer>" <>
+         "<item sku=\"SKU-#{rem(i, 313)}\" qty=\"#{rem(i, 9)}\"/>" <>
+         "<status>shipped by ground freight</status></order>"}
+    end
+
+    for c <- Enum.chunk_every(5001..20_000, 1000), do: Heft.insert(t, Enum.map(c, order))
+    await_dictionaries(t, 2)
+    await_recompression(t)
+
+    assert [%{id: 1, current: false}, %{id: 2, current: true, records: 20_000}] =
+             Heft.info(t, :dictionaries)
+
+    objects = Enum.sort(Heft.tab2list(t))
+    :ok = Heft.close(t)
+    {:ok, t} = Heft.open(dir)
+    assert [%{id: 1}, %{id: 2, current: true}] = Heft.info(t, :dictionaries)
+    assert Enum.sort(Heft.tab2list(t)) == objects
+    assert Heft.lookup(t, 7) == [record(7)]
+    assert Heft.lookup(t, 19_999) == [order.(19_999)]
+    :ok = Heft.close(t)
+  end
+
+  defp await_dictionaries(t, n) do
+    if length(Heft.info(t, :dictionaries)) < n do
+      Process.sleep(5)
+      await_dictionaries(t, n)
+    end
+  end
+
   test "compression: :auto is kept by a reopen", %{tmp_dir: tmp} do
     dir = Path.join(tmp, "t")
     t = Heft.new(:persist_auto, persist: dir, compression: :auto)
