@@ -219,8 +219,8 @@ defmodule Heft do
       dictionary and zlib on its own records: of the codecs storing them
       in at most 17/16 of the fewest bytes, the one decoding them fastest
       wins. While its choice is zstd with a dictionary it measures them
-      again at each fourfold growth, keeping its dictionary unless a new
-      one pays as above. `info(tab, :compression)` shows `{:auto, choice}`,
+      again at each fourfold growth: another codec may win, and a new
+      dictionary replaces its own only if it pays as above. `info(tab, :compression)` shows `{:auto, choice}`,
       and `info(tab, :training)` what each codec did.
 
   Records name the dictionary they were compressed with: a new dictionary
