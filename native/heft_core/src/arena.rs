@@ -761,15 +761,9 @@ mod tests {
         for pages in [MemoryPages::Huge, MemoryPages::Memfd] {
             let mut a = Arena::with_pages(&Backing::Memory, "splits", pages).unwrap();
             let mut held: Vec<(u64, u8)> = Vec::new();
-            let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-            let mut next = || {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                rng
-            };
+            let mut rng = crate::testutil::Rng(0x9e37_79b9_7f4a_7c15);
             for i in 0..20_000u32 {
-                let r = next();
+                let r = rng.next();
                 if r % 3 == 0 && !held.is_empty() {
                     let (loc, _) = held.swap_remove((r >> 8) as usize % held.len());
                     a.free(loc);
