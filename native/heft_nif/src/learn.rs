@@ -57,11 +57,7 @@ mod atoms {
 /// Starts the automatic job if a write just made it due.
 pub fn after_write(core: &std::sync::Arc<Table>) {
     if core.take_learning_due() {
-        let job = Job {
-            automatic: true,
-            ..Job::default()
-        };
-        let _ = learn::start(core.clone(), job, None);
+        let _ = learn::start(core.clone(), Job::automatic(), None);
     }
 }
 

@@ -189,6 +189,16 @@ pub struct Job {
     pub automatic: bool,
 }
 
+impl Job {
+    /// The job a table starts on its own ([`Table::take_learning_due`]).
+    pub fn automatic() -> Job {
+        Job {
+            automatic: true,
+            ..Job::default()
+        }
+    }
+}
+
 impl Default for Job {
     fn default() -> Self {
         Job {
@@ -279,10 +289,10 @@ impl Learner {
     /// [`RETRAIN_GROWTH`] times over since, while it compresses with a
     /// dictionary.
     pub(super) fn count(&self, len: usize) {
-        let next = len.max(AUTO_RECORDS).saturating_mul(RETRAIN_GROWTH);
+        let next = || len.max(AUTO_RECORDS).saturating_mul(RETRAIN_GROWTH);
         match self.trigger.load(Ordering::Relaxed) {
             0 if len >= AUTO_RECORDS && self.learns() => {
-                self.retrain_at.store(next, Ordering::Relaxed);
+                self.retrain_at.store(next(), Ordering::Relaxed);
                 let _ = self
                     .trigger
                     .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed);
@@ -290,9 +300,9 @@ impl Learner {
             2 => {
                 let at = self.retrain_at.load(Ordering::Relaxed);
                 if at == 0 {
-                    self.retrain_at.store(next, Ordering::Relaxed);
+                    self.retrain_at.store(next(), Ordering::Relaxed);
                 } else if len >= at && matches!(self.mode(), Compression::Zstd { dict: true, .. }) {
-                    self.retrain_at.store(next, Ordering::Relaxed);
+                    self.retrain_at.store(next(), Ordering::Relaxed);
                     let _ =
                         self.trigger
                             .compare_exchange(2, 1, Ordering::AcqRel, Ordering::Relaxed);
@@ -504,12 +514,15 @@ fn learn(table: &Table, job: Job) -> Result<u32, LearnError> {
     // An automatic retraining keeps the current dictionary unless the new
     // one pays, or (not `:auto`) when it made none worth using.
     let current = table.dicts.current().filter(|_| job.automatic);
-    let keep = match (&bytes, &current) {
-        (Some(b), Some(cur)) => {
-            !beats_current(&samples, key_len, level, b, cur, table.len().unwrap_or(0))
+    // What the new dictionary stored in `choose`'s trial of it.
+    let new_stored = trials.iter().find(|t| uses_dict(t.compression));
+    let keep = match (&bytes, &current, new_stored) {
+        (Some(b), Some(cur), Some(new)) => {
+            let len = table.len().unwrap_or(0);
+            !beats_current(&samples, key_len, level, (b, new.bytes), cur, len)
         }
-        (None, Some(_)) => !auto,
-        (_, None) => false,
+        (None, Some(_), _) => !auto,
+        _ => false,
     };
     if !keep && !auto && trials.iter().all(|t| !uses_dict(t.compression)) {
         let why = "zstd found nothing to learn in the samples";
@@ -537,38 +550,41 @@ fn learn(table: &Table, job: Job) -> Result<u32, LearnError> {
     Ok(id)
 }
 
-/// The rule for an automatic retraining: the new dictionary (`new`) is
-/// used only if, on the held-out quarter of the samples that [`choose`]
-/// judged it on, it stores at least 1/32 fewer bytes than the current one
-/// (`current`), and the bytes it would save over the table's `len`
-/// records at that rate are more than the memory it takes (its bytes and
-/// zstd's two digests of them): each dictionary stays in the table for
-/// good.
+/// The rule for an automatic retraining: the new dictionary (`new`: its
+/// bytes, and the bytes [`choose`]'s trial stored with it) is used only
+/// if, on the held-out quarter of the samples that trial was on, it stores
+/// at least 1/32 fewer bytes than the current one (`current`), and the
+/// bytes it would save over the table's `len` records at that rate are
+/// more than the memory it takes (its bytes and zstd's two digests of
+/// them): each dictionary stays in the table for good.
 fn beats_current(
     samples: &[Vec<u8>],
     key_len: usize,
     level: i32,
-    new: &[u8],
+    (new, new_bytes): (&[u8], u64),
     current: &dict::Dict,
     len: usize,
 ) -> bool {
-    let split = (samples.len() * 3 / 4).max(1).min(samples.len() - 1);
-    let eval = &samples[split..];
-    let stored = |bytes: &[u8]| {
+    let eval = &samples[eval_split(samples)..];
+    let digested = |bytes: &[u8]| {
         let dicts = Dictionaries::new(level);
         let d = dicts.add(bytes).ok()?;
         dicts.set_current(d.id());
-        let zstd = Compression::Zstd { level, dict: true };
-        Some((trial(zstd, eval, key_len, &dicts).bytes, d.memory() as u64))
+        Some((dicts, d.memory() as u64))
     };
-    let (Some((new_bytes, new_memory)), Some((cur_bytes, _))) =
-        (stored(new), stored(current.bytes()))
-    else {
+    let (Some((_, new_memory)), Some((cur, _))) = (digested(new), digested(current.bytes())) else {
         return false;
     };
+    let zstd = Compression::Zstd { level, dict: true };
+    let cur_bytes = trial(zstd, eval, key_len, &cur).bytes;
     let saved = cur_bytes.saturating_sub(new_bytes);
     let over_table = saved as u128 * len as u128 / eval.len().max(1) as u128;
     saved * 32 >= cur_bytes && over_table > u128::from(new_memory)
+}
+
+/// Where [`choose`]'s held-out quarter of `samples` (at least two) begins.
+fn eval_split(samples: &[Vec<u8>]) -> usize {
+    (samples.len() * 3 / 4).max(1).min(samples.len() - 1)
 }
 
 fn uses_dict(c: Compression) -> bool {
@@ -632,8 +648,7 @@ pub fn choose(
     dict_size: usize,
     candidates: &[Compression],
 ) -> (Compression, Option<Vec<u8>>, Vec<Trial>) {
-    let split = (samples.len() * 3 / 4).max(1).min(samples.len() - 1);
-    let (train, eval) = samples.split_at(split);
+    let (train, eval) = samples.split_at(eval_split(samples));
     let level = candidates
         .iter()
         .find_map(|c| match c {
@@ -1041,27 +1056,19 @@ mod tests {
         Value::Tuple(vec![Value::Int(i), Value::Binary(s.into_bytes())]).to_bytes()
     }
 
-    /// The automatic job.
-    const AUTO: Job = Job {
-        samples: AUTO_RECORDS,
-        dict_bytes: 0,
-        recompress: true,
-        automatic: true,
-    };
-
     /// A dictionary table of [`AUTO_RECORDS`] [`json`] records once its
     /// automatic job has run: its first dictionary is in use.
     fn learnt_once() -> Arc<Table> {
         let t = table(Kind::Set, zstd_dict());
         fill(&t, 0..AUTO_RECORDS as i64, json);
         assert!(t.take_learning_due());
-        assert_eq!(run_job(&t, AUTO), Ok(1));
+        assert_eq!(run_job(&t, Job::automatic()), Ok(1));
         t
     }
 
     #[test]
     fn a_table_grown_four_times_over_retrains_and_uses_the_new_dictionary_only_if_it_pays() {
-        let (auto, n) = (AUTO, AUTO_RECORDS as i64);
+        let (auto, n) = (Job::automatic(), AUTO_RECORDS as i64);
         for drift in [false, true] {
             let t = learnt_once();
             // Not due again before the table holds four times as many.
@@ -1096,7 +1103,7 @@ mod tests {
 
     #[test]
     fn a_retraining_that_finds_nothing_to_learn_keeps_the_dictionary_and_is_no_failure() {
-        let (auto, n) = (AUTO, AUTO_RECORDS as i64);
+        let (auto, n) = (Job::automatic(), AUTO_RECORDS as i64);
         let t = learnt_once();
         // Then three times as many records of noise: no dictionary helps.
         fill(&t, n..4 * n, |i| {
