@@ -24,7 +24,8 @@
 //! largest classes that fit it. So records that shrink (re-compressed with
 //! a new dictionary, overwritten by smaller values) fill the space the
 //! larger ones left instead of growing the arena. Free neighbours are not
-//! merged.
+//! merged as they are freed; a compaction ([`compact`]) moves records down
+//! into the holes, merges what is left and lowers the top.
 //! Freed blocks of a memory arena that span whole pages give those pages
 //! back to the kernel (`MADV_DONTNEED`, or punched out of the memfd; a huge
 //! page with a hole in it is split).
@@ -43,7 +44,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use memmap2::{Advice, MmapMut, MmapOptions, RemapOptions};
 
 pub mod anon;
+mod compact;
 use anon::Region;
+pub use compact::{runs, Run, Ticket};
 
 /// The smallest mapping an arena starts with.
 const INITIAL_BYTES: u64 = 64 * 1024;
@@ -180,6 +183,10 @@ pub struct Arena {
     free_bytes: u64,
     /// Bytes of freed blocks whose pages were given back to the kernel.
     punched: u64,
+    /// A compaction in progress ([`compact`]).
+    compaction: Option<compact::Compaction>,
+    /// Bytes of free blocks a compaction took off the free lists.
+    doomed_bytes: u64,
 }
 
 impl Arena {
@@ -239,6 +246,8 @@ impl Arena {
             live: 0,
             free_bytes: 0,
             punched: 0,
+            compaction: None,
+            doomed_bytes: 0,
         };
         Ok(arena)
     }
@@ -252,11 +261,17 @@ impl Arena {
     /// (for a file arena, `ENOSPC` when the disk is full), leaving the
     /// arena as it was.
     pub fn alloc(&mut self, len: usize) -> io::Result<u64> {
+        self.alloc_within(len, fit_classes(class_of(len)))
+    }
+
+    /// [`Arena::alloc`], reusing whole only blocks at most `fit` classes
+    /// larger than `len` needs.
+    fn alloc_within(&mut self, len: usize, fit: usize) -> io::Result<u64> {
         let class = class_of(len);
         debug_assert!(class < CLASSES);
         if let Some(c) = self.smallest_free(class) {
             let (loc, punched) = self.take(c);
-            if c <= class + fit_classes(class) {
+            if c <= class + fit {
                 return Ok(loc);
             }
             // The front of the block becomes the new one; the rest is cut
@@ -359,7 +374,9 @@ impl Arena {
             }
         }
         self.live -= size;
-        self.push_free(class, entry);
+        if let Some(entry) = self.doom(entry) {
+            self.push_free(class, entry);
+        }
     }
 
     /// The `len` bytes at block `loc`, or `None` past the end of the arena.
@@ -475,6 +492,8 @@ impl Arena {
         self.live = 0;
         self.free_bytes = 0;
         self.punched = 0;
+        self.compaction = None;
+        self.doomed_bytes = 0;
         Ok(())
     }
 
@@ -499,7 +518,7 @@ impl Arena {
 
     /// Bytes in freed blocks waiting to be reused.
     pub fn free_bytes(&self) -> u64 {
-        self.free_bytes
+        self.free_bytes + self.doomed_bytes
     }
 
     /// Heap bytes of the free lists themselves (Rust memory, not arena).

@@ -15,6 +15,7 @@
 //! on the record's offset and bytes, and retry when another writer got there
 //! first.
 
+mod compact;
 mod entries;
 pub mod learn;
 mod objects;

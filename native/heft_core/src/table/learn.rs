@@ -64,7 +64,7 @@ pub const CHUNK: usize = 256;
 pub const SWAP_BATCH: usize = 32;
 
 /// Uncompressed bytes a chunk copies out at most.
-const CHUNK_RAW: usize = 256 * 1024;
+pub(super) const CHUNK_RAW: usize = 256 * 1024;
 
 /// The dictionary size for samples totalling `sample_bytes`: about a
 /// tenth of them, between 1 KiB and `max`.
@@ -136,6 +136,9 @@ pub struct Progress {
     pub total: u64,
     /// Records it stored again.
     pub recompressed: u64,
+    /// Bytes the compaction after the walk gave back (see
+    /// [`Table::compact`]).
+    pub compacted: u64,
     /// The last training: samples, their uncompressed bytes, the
     /// dictionary's bytes and the microseconds training took.
     pub samples: u64,
@@ -261,6 +264,7 @@ impl Learner {
                 done: 0,
                 total: 0,
                 recompressed: 0,
+                compacted: 0,
                 samples: 0,
                 sample_bytes: 0,
                 dict_bytes: 0,
@@ -475,6 +479,7 @@ fn run(table: &Table, job: Job, generation: u64, done: Option<Done>) {
             Ok(_) if job.recompress => {
                 p.phase = Phase::Running;
                 (p.done, p.total, p.recompressed) = (0, table.len().unwrap_or(0) as u64, 0);
+                p.compacted = 0;
             }
             Ok(_) => p.phase = Phase::Done,
             Err(e) => {
@@ -487,8 +492,17 @@ fn run(table: &Table, job: Job, generation: u64, done: Option<Done>) {
     if let Some(done) = done {
         done(learnt);
     }
-    if ok && job.recompress {
-        recompress(table, generation);
+    if ok && job.recompress && recompress(table, generation) {
+        // Records that shrank left holes all over the arena: the top
+        // comes down once they are filled.
+        let mine = || table.learner.generation.load(Ordering::Acquire) == generation;
+        let compacted = table.compact(super::compact::MIN_GAIN, mine);
+        let mut p = table.learner.progress.lock();
+        if mine() {
+            p.phase = Phase::Done;
+            p.done = p.total;
+            p.compacted = compacted.unwrap_or(0);
+        }
     }
 }
 
@@ -713,19 +727,20 @@ fn as_new(h: &Header, mode: Compression, current: u32) -> bool {
     }
 }
 
-/// The re-compression walk of job `generation`.
-fn recompress(table: &Table, generation: u64) {
+/// The re-compression walk of job `generation`; true if it got to the end
+/// (the job's [`Progress`] then says `Running` still, for the compaction).
+fn recompress(table: &Table, generation: u64) -> bool {
     let mine = || table.learner.generation.load(Ordering::Acquire) == generation;
     let (mut buf, mut scratch, mut after) = (RecordBuf::new(), Vec::new(), None);
     let (mut done, mut swapped) = (0u64, 0u64);
     loop {
         if !mine() {
-            return;
+            return false;
         }
         let started = Instant::now();
         buf.clear();
         let Ok(next) = table.chunk(after.as_ref(), CHUNK, CHUNK_RAW, &mut buf) else {
-            return;
+            return false;
         };
         let mode = table.compression();
         let current = table.dicts.current().map_or(0, |d| d.id());
@@ -751,7 +766,7 @@ fn recompress(table: &Table, generation: u64) {
         for part in new.chunks(SWAP_BATCH) {
             match table.swap_in(&buf, part) {
                 Ok(n) => swapped += n,
-                Err(_) => return,
+                Err(_) => return false,
             }
         }
         done += buf.len() as u64;
@@ -759,17 +774,13 @@ fn recompress(table: &Table, generation: u64) {
         {
             let mut p = table.learner.progress.lock();
             if !mine() {
-                return;
+                return false;
             }
             (p.done, p.total, p.recompressed) = (done.min(total), total, swapped);
-            if next.is_none() {
-                p.phase = Phase::Done;
-                p.done = total;
-            }
         }
         match next {
             Some(c) => after = Some(c),
-            None => return,
+            None => return true,
         }
         // Paced: at most half of one core.
         std::thread::sleep(started.elapsed().max(Duration::from_micros(50)));
