@@ -55,9 +55,12 @@ defmodule Heft.MixProject do
       # Erlang modules: heft (the API for Erlang), heft_mnesia (the Mnesia
       # storage backend) and its admin process.
       erlc_paths: ["src"],
-      # Mnesia is the user's to start: heft_mnesia and its tests call it
-      # without making it a dependency of :heft.
-      xref: [exclude: [:mnesia, :mnesia_lib, :mnesia_schema, :mnesia_backend_type]],
+      # Mnesia is the user's to start: heft_mnesia, the bench and the tests
+      # call it without making it a dependency of :heft (test_helper.exs
+      # puts it on the code path where Mix >= 1.15 prunes it).
+      elixirc_options: [
+        no_warn_undefined: [:mnesia, :mnesia_lib, :mnesia_schema, :mnesia_backend_type]
+      ],
       test_paths: ["test"],
       aliases: aliases(),
       docs: [main: "Heft"]

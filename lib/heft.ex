@@ -70,10 +70,21 @@ defmodule Heft do
       inserting an object already there changes nothing.
     * `:duplicate_bag` - any number of objects a key, copies included.
 
-  In a bag, a key's objects come back in insertion order, except that the
-  objects of one `insert/2` list go in last to first, as in ETS on OTP 25
-  (a `:duplicate_bag` keeps list order). `info(tab, :size)` counts objects.
-  Any term can be a key or a value.
+  In a bag, a key's objects come back in insertion order, except that on
+  OTP 26 and older the objects of one `insert/2` list go in last to first,
+  as in ETS there (a `:duplicate_bag` keeps list order on every release).
+  `info(tab, :size)` counts objects. Any term can be a key or a value.
+
+  Where ETS changed between OTP releases, Heft does what the ETS of the VM
+  it runs on does, learnt from that ETS when Heft loads: whether `0.0` and
+  `-0.0` are one key (up to OTP 26), the order of a bag's list (above),
+  whether a map in the key of a match pattern matches larger maps (from
+  OTP 27; before, such a key is looked up and matches only an equal map),
+  what `foldl/3` and `foldr/3` do at an object whose key is
+  `:"$end_of_table"` (up to OTP 26 the walk stops there; from OTP 27 a set
+  or bag walks on and an ordered_set raises `ArgumentError` after folding
+  that key's objects) and whether `{:heir, pid}` without data is an option
+  (OTP 29).
 
   Walks: in a set or bag, `last/1` is `first/1` and `prev/2` is `next/2`,
   and `foldr/3` visits keys in `foldl/3`'s order, a bag key's objects last
@@ -124,8 +135,6 @@ defmodule Heft do
   > - `tabfile_info/1` reads Heft's table files (see `tab2file/3`), and
   >   answers `file2tab/2`'s error reasons. `i/0` lists Heft tables, with
   >   their memory in bytes; `i/0` and `i/1` print terms with `inspect/1`.
-  > - `foldl/3` calls its function for every object, including one whose
-  >   key is `:"$end_of_table"` (ETS's `foldl` skips that one).
   > - Counters (`update_counter/3,4`) work up to ±2^127; ETS has no limit
   >   (`ArgumentError` naming the limit beyond, for an operand or a stored
   >   element).
@@ -335,7 +344,9 @@ defmodule Heft do
     * `:public`, `:protected` (default), `:private` - who may read and write.
     * `{:keypos, n}` - the element that holds the key (default 1).
     * `{:heir, pid, data}` or `{:heir, :none}` (default) - who takes the
-      table when the owner exits.
+      table when the owner exits. On a VM whose ETS has it (OTP 29),
+      `{:heir, pid}` too: the heir takes the table without a transfer
+      message.
     * `compression:` how record bodies are compressed (see
       "Compression"): `:zlib` (default) - per-record raw deflate, kept only
       where it saves at least 1/8 of the record; `:none`; `:lz4` - fastest
@@ -469,6 +480,14 @@ defmodule Heft do
 
   defp option({:heir, pid, data}, o) when is_pid(pid) and node(pid) == node(),
     do: %{o | heir: {pid, data}}
+
+  # An heir without data, where the VM's ETS has one (OTP 29): it takes
+  # the table without a transfer message.
+  defp option({:heir, pid} = opt, o) when is_pid(pid) and node(pid) == node() do
+    if Heft.VM.fact(:heir_without_data),
+      do: %{o | heir: pid},
+      else: raise(ArgumentError, "unknown option: #{inspect(opt)}")
+  end
 
   defp option(:compressed, o), do: %{o | compression: :zlib}
 
@@ -808,7 +827,10 @@ defmodule Heft do
   @spec foldl((object, acc -> acc), acc, tab) :: acc when acc: term
   def foldl(fun, acc, tab) do
     ref = ref(tab)
-    fold_chunks(ref, :start, acc, Heft.Args.folder(fun, "Heft.foldl/3"))
+    folder = Heft.Args.folder(fun, "Heft.foldl/3")
+    fold_chunks(ref, :start, acc, at_end_of_table(ref, folder))
+  catch
+    {:heft_fold_stop, acc} -> acc
   end
 
   @doc """
@@ -819,7 +841,49 @@ defmodule Heft do
   @spec foldr((object, acc -> acc), acc, tab) :: acc when acc: term
   def foldr(fun, acc, tab) do
     ref = ref(tab)
-    fold_back(ref, :start, acc, Heft.Args.folder(fun, "Heft.foldr/3"))
+    folder = Heft.Args.folder(fun, "Heft.foldr/3")
+    fold_back(ref, :start, acc, at_end_of_table(ref, folder))
+  catch
+    {:heft_fold_stop, acc} -> acc
+  end
+
+  # What a fold does at an object whose key is :"$end_of_table" is the
+  # running VM's ETS's (Heft.VM): go on, stop the walk there (OTP 26 and
+  # older), or fold that key's objects and raise (OTP 27's ordered_set,
+  # whose walk cannot go past that key).
+  defp at_end_of_table(ref, folder) do
+    rules = Heft.VM.fact(:fold_end_of_table)
+
+    with false <- rules.hash == :visit and rules.ordered == :visit,
+         {:ok, %{type: type, keypos: keypos}} <- native_info(ref) do
+      at_end_of_table(
+        if(type == :ordered_set, do: rules.ordered, else: rules.hash),
+        keypos,
+        folder
+      )
+    else
+      # No rule to follow, or no table (the walk raises).
+      _ -> folder
+    end
+  end
+
+  defp at_end_of_table(:visit, _keypos, folder), do: folder
+
+  defp at_end_of_table(rule, keypos, folder) do
+    fn records, acc ->
+      case Enum.split_while(records, &(elem(&1, keypos - 1) != :"$end_of_table")) do
+        {_, []} ->
+          folder.(records, acc)
+
+        {before, _rest} when rule == :stop ->
+          throw({:heft_fold_stop, folder.(before, acc)})
+
+        {before, rest} ->
+          {same, _} = Enum.split_while(rest, &(elem(&1, keypos - 1) == :"$end_of_table"))
+          _ = folder.(before ++ same, acc)
+          raise ArgumentError, "the walk cannot go past the key :\"$end_of_table\" (as in ETS)"
+      end
+    end
   end
 
   @doc "All objects, as a list (in key order for an ordered_set)."
@@ -1632,10 +1696,8 @@ defmodule Heft do
   @persist_items Heft.Persist.items()
 
   def info(tab, item) when item in @persist_items do
-    case safe_ref(tab) do
-      {:ok, ref} -> Heft.Persist.info(ref, item)
-      :error -> :undefined
-    end
+    {:ok, ref} = safe_ref(tab)
+    Heft.Persist.info(ref, item)
   rescue
     ArgumentError -> :undefined
   end
@@ -1864,9 +1926,12 @@ defmodule Heft do
       raise ArgumentError, "Heft.setopts/2 expects options, got: #{inspect(opts)}"
     end
 
+    without_data = Heft.VM.fact(:heir_without_data)
+
     Enum.map(list, fn
       {:heir, :none} -> :none
       {:heir, pid, data} when is_pid(pid) and node(pid) == node() -> {pid, data}
+      {:heir, pid} when is_pid(pid) and node(pid) == node() and without_data -> pid
       opt -> raise ArgumentError, "Heft.setopts/2: unknown option #{inspect(opt)}"
     end)
   end

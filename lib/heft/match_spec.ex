@@ -117,7 +117,9 @@ defmodule Heft.MatchSpec do
   #
   # - no `:_` or `:"$N"` in it (map values included): a *bound* key,
   #   looked up by key equality, not matched, so that a map in it finds
-  #   only a key equal to it, not the larger maps its pattern matches;
+  #   only a key equal to it, not the larger maps its pattern matches
+  #   (OTP 26 and older; from OTP 27 a key holding a map is never bound,
+  #   Heft.VM's map_key_is_pattern);
   # - in an ordered_set, a *partly bound* key, with a variable inside and
   #   no map (`{:user, :_}`, `[?3 | :"$1"]`): its keys are one run of the
   #   term order (order::compare_bound);
@@ -144,6 +146,8 @@ defmodule Heft.MatchSpec do
   # How ETS classes a clause: :none (it can match no object),
   # {:bound, key}, {:partial, key} or :unlimited.
   defp kind({head, _guards, _body}, keypos, ordered) do
+    map_pattern? = Heft.VM.fact(:map_key_is_pattern)
+
     cond do
       head == :_ or variable?(head) ->
         :unlimited
@@ -154,7 +158,7 @@ defmodule Heft.MatchSpec do
         cond do
           # A bound holding the planner's own wildcard atom: no range.
           mentions_wild?(key) -> :unlimited
-          not has_variable?(key) -> {:bound, key}
+          not has_variable?(key) and not (map_pattern? and has_map?(key)) -> {:bound, key}
           ordered and not variable?(key) and key != :_ and not has_map?(key) -> {:partial, key}
           true -> :unlimited
         end

@@ -12,13 +12,19 @@ defmodule Heft.Native do
   # `Heft.Native.call/1` below.
   @moduledoc false
   @on_load :load_nif
+  # load_nif/0 asks Heft.VM, so it must be there when this module loads
+  # (at compile time too, for the modules that import this one).
+  require Heft.VM
 
   def load_nif do
     path = :filename.join(:code.priv_dir(:heft), ~c"native/libheft_nif")
-    # Computed at run time, on the VM that loads the NIF: OTP 26 and older
-    # treat 0.0 and -0.0 as the same key, OTP 27 does not.
-    negative_zero = :erlang.list_to_float(~c"-0.0")
-    :erlang.load_nif(path, %{"neg_zero_is_zero" => 0.0 === negative_zero})
+    # Learnt at run time, from the ETS of the VM that loads the NIF.
+    vm = Heft.VM.facts()
+
+    :erlang.load_nif(path, %{
+      "neg_zero_is_zero" => vm.neg_zero_is_zero,
+      "bag_batch_reversed" => vm.bag_batch_reversed
+    })
   end
 
   @ops [

@@ -238,8 +238,10 @@ defmodule Heft.TabFile do
           {:error, {:corrupt, offset}}
 
         true ->
-          with {:ok, <<payload::binary-size(len), pcrc::little-32>>} <-
-                 read_exactly(io, len + 4, offset) do
+          with {:ok, frame} <- read_exactly(io, len + 4, offset) do
+            payload = binary_part(frame, 0, len)
+            <<pcrc::little-32>> = binary_part(frame, len, 4)
+
             if :erlang.crc32(payload) == pcrc,
               do: {:ok, tag, count, payload, offset + @frame_header + len + 4},
               else: {:error, {:corrupt, offset}}

@@ -64,9 +64,9 @@ defmodule Heft.CodecsTest do
   defp exact(term), do: :erlang.term_to_binary(term, [:deterministic])
 
   for compression <- @compressions, type <- @types do
-    test "#{inspect(compression)} round-trips the term corpus in a #{type} table" do
-      compression = unquote(Macro.escape(compression))
-      type = unquote(type)
+    @tag compression: compression, table_type: type
+    test "#{inspect(compression)} round-trips the term corpus in a #{type} table",
+         %{compression: compression, table_type: type} do
       t = Heft.new(:codecs, [type, compression: compression])
       e = :ets.new(:codecs, [type])
       dictionary? = codec(compression) == :zstd_dict

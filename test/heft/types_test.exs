@@ -390,8 +390,8 @@ defmodule Heft.TypesTest do
     defp some_values, do: [1, 1.0, 0.0, nz(), :x, "s", %{a: 1}, %{a: 1.0}, [nz()], [0.0]]
 
     for type <- [:set, :ordered_set, :bag, :duplicate_bag] do
-      test "#{type}: 2,000 random calls answer as :ets does" do
-        type = unquote(type)
+      @tag table_type: type
+      test "#{type}: 2,000 random calls answer as :ets does", %{table_type: type} do
         :rand.seed(:exsss, {7, 8, byte_size(Atom.to_string(type))})
         calls = for _ <- 1..2_000, do: random_call(type)
 

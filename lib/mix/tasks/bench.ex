@@ -28,6 +28,11 @@ defmodule Mix.Tasks.Bench do
   @impl true
   def run(args) do
     Mix.Task.run("compile")
+    # Mix 1.15 and later keep only the applications a project lists on the
+    # code path; the bench's Mnesia and DETS stores need Mnesia's.
+    if function_exported?(Mix, :ensure_application!, 1),
+      do: apply(Mix, :ensure_application!, [:mnesia])
+
     args |> Heft.Bench.parse_args() |> Heft.Bench.run()
     :ok
   end

@@ -925,11 +925,10 @@ impl Table {
     }
 
     /// Places and indexes `recs` in order, all or none, logging what it
-    /// stores first; a bag keeps only new objects, and takes a batch in
-    /// reverse order, as ETS does.
+    /// stores first; a bag keeps only new objects.
     fn store(&self, st: &mut State, ord: Order, recs: &[Prepared]) -> Result<(), Error> {
         let recs: Vec<&Prepared> = match self.kind {
-            Kind::Bag => st.new_objects(ord, recs.iter().rev()),
+            Kind::Bag => st.new_objects(ord, recs.iter()),
             _ => recs.iter().collect(),
         };
         if recs.is_empty() {
@@ -1027,9 +1026,11 @@ impl Table {
 
     /// Inserts all records, in order. In a set or ordered_set a record
     /// replaces the one of an equal key (a later record of a batch wins);
-    /// a duplicate_bag keeps every record; a bag takes the batch in reverse
-    /// order (as ETS does) and skips records whose object matches one of
-    /// its key already there. All or nothing: on error none is inserted.
+    /// a duplicate_bag keeps every record; a bag takes the batch in order
+    /// and skips records whose object matches one of its key already there
+    /// or earlier in the batch (ETS before OTP 27 takes a bag's batch last
+    /// object first: the caller reverses it there). All or nothing: on
+    /// error none is inserted.
     pub fn insert(&self, recs: &[Prepared]) -> Result<(), Error> {
         let mut st = self.write()?;
         let names = self.names();
@@ -2219,17 +2220,17 @@ mod tests {
             let k = key(1);
             let obj = |v: i64| body(v, 100);
             t.insert(&[t.prepare(&k, &obj(1))]).unwrap();
-            // One batch: taken in reverse order, duplicates dropped.
+            // One batch: taken in order, duplicates dropped.
             let batch: Vec<Prepared> = [2, 3, 1, 2, 4]
                 .iter()
                 .map(|&v| t.prepare(&k, &obj(v)))
                 .collect();
             t.insert(&batch).unwrap();
-            assert_eq!(all_bodies(&t, &k), vec![obj(1), obj(4), obj(2), obj(3)]);
+            assert_eq!(all_bodies(&t, &k), vec![obj(1), obj(2), obj(3), obj(4)]);
             assert_eq!(t.len().unwrap(), 4);
             // Re-inserting an object keeps its place.
             t.insert(&[t.prepare(&k, &obj(2))]).unwrap();
-            assert_eq!(all_bodies(&t, &k), vec![obj(1), obj(4), obj(2), obj(3)]);
+            assert_eq!(all_bodies(&t, &k), vec![obj(1), obj(2), obj(3), obj(4)]);
             // insert_new is false once the key has any object.
             assert!(!t.insert_new(&[t.prepare(&k, &obj(9))]).unwrap());
             // Objects of other keys stay apart.
@@ -2251,7 +2252,7 @@ mod tests {
     }
 
     #[test]
-    fn a_bag_batch_of_many_objects_keeps_each_new_one_once_in_reverse_order() {
+    fn a_bag_batch_of_many_objects_keeps_each_new_one_once_in_order() {
         for compression in [Compression::None, Compression::Zlib(6)] {
             let t = table_of(Kind::Bag, compression);
             // 50,000 distinct keys, and 5,000 objects twice in the batch.
@@ -2272,11 +2273,7 @@ mod tests {
             t.insert(&objs(0..10_000)).unwrap();
             t.insert(&objs(0..20_000)).unwrap();
             assert_eq!(t.len().unwrap(), 70_000);
-            let expected: Vec<Vec<u8>> = (0..1000)
-                .rev()
-                .chain((1000..2000).rev())
-                .map(|j| body(j * 10 + 3, 100))
-                .collect();
+            let expected: Vec<Vec<u8>> = (0..2000).map(|j| body(j * 10 + 3, 100)).collect();
             assert_eq!(all_bodies(&t, &key(-4)), expected);
             // Nothing of a batch already stored is added again.
             t.insert(&objs(5_000..20_000)).unwrap();

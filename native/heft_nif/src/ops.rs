@@ -6,9 +6,9 @@
 //! need disk I/O); Heft.Native's callers then call the named variant.
 
 use std::cell::RefCell;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use heft_core::table::{Bound, Direction, Item, KeyRange, RecordBuf, Slotted};
+use heft_core::table::{Bound, Direction, Item, KeyRange, Kind, RecordBuf, Slotted};
 use heft_core::{Backing, Cursor, Prepared};
 use rustler::types::tuple::get_tuple;
 use rustler::{Atom, Binary, Encoder, Env, NewBinary, NifResult, ResourceArc, Term};
@@ -474,12 +474,19 @@ fn write_objects<'a>(
         return Ok(retry_cpu(env));
     }
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
-    let prepared = match prepare_all(env, &t, &list, &mut enc)? {
+    let mut prepared = match prepare_all(env, &t, &list, &mut enc)? {
         Ok(p) => p,
         Err(retry) => return Ok(retry),
     };
+    if t.core.kind() == Kind::Bag && BAG_BATCH_REVERSED.load(Ordering::Relaxed) {
+        prepared.reverse();
+    }
     store(env, sched, &t, &prepared, only_new)
 }
+
+/// Whether the VM's ETS takes a bag's list last object first (OTP 26 and
+/// older), set at load.
+pub static BAG_BATCH_REVERSED: AtomicBool = AtomicBool::new(false);
 
 /// Inserts prepared records (`insert_new`: only if none of their keys is
 /// there); the DirtyCpu retry marker where a bag's keys hold too many
