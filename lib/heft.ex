@@ -994,8 +994,14 @@ defmodule Heft do
   @doc """
   Continues a `select/3` (or `match/3`, `match_object/3`,
   `select_reverse/3`): the next `{results, continuation}`, or
-  `:"$end_of_table"`. Objects inserted or deleted between calls may or may
-  not be seen; every object present throughout is seen once. Raises
+  `:"$end_of_table"`. Chunks are cut as ETS cuts them: an ordered_set's
+  hold `limit` results (fewer at the end) and the next call reads the
+  table as it is then, from the key after the last one returned; in other
+  tables a chunk ends after a whole key, and the results of that key beyond
+  `limit` are kept for the next call, so a bag key's objects come back in
+  ETS's order (objects 1..5 of one key, two at a time: `[4, 5]`, `[2, 3]`,
+  `[1]`). Objects inserted or deleted between calls may or may not be
+  seen; every object present throughout is seen once. Raises
   `ArgumentError` if the table no longer exists.
   """
   @spec select(continuation) :: {[term], continuation} | :"$end_of_table"
@@ -1031,7 +1037,10 @@ defmodule Heft do
   Deletes every object for which the match specification returns `true`
   and returns how many it deleted. Each object is deleted only if it is
   still exactly the object the spec saw (an object another process changed
-  meanwhile is kept), so concurrent writers are never undone.
+  meanwhile is kept), so concurrent writers are never undone. Exactly
+  means bit for bit, as ETS deletes the very object its matcher saw: in a
+  bag, `{:k, 0.0}` and `{:k, -0.0}` are told apart even on OTP 26 and
+  older, where `delete_object/2` takes them for one.
 
   Specs that look only at an object's shape go faster, without decoding
   objects: one whose first clause matches everything and returns `true`
@@ -1052,7 +1061,9 @@ defmodule Heft do
   Replaces every object the match specification matches with the spec's
   result and returns how many it replaced. Each replacement is atomic: it
   happens only if the object is still the one the spec saw; an object
-  changed meanwhile is read again and the spec run on its new value.
+  changed meanwhile is read again and the spec run on its new value. A
+  result that differs from its object only in the sign of a zero is
+  written, as in ETS.
 
   As in ETS, the spec must provably keep each object's key: every clause's
   body is `[:"$_"]`, or a single tuple construction (`{{...}}`) or

@@ -48,6 +48,7 @@ defmodule Heft.Native do
     range_chunk: 4,
     range_chunk_back: 4,
     slot: 2,
+    key_cursor: 2,
     # Match specifications (native/heft_nif/src/select.rs)
     delete_objects: 2,
     replace_objects: 2,

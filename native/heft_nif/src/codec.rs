@@ -1302,6 +1302,13 @@ pub fn key_may_be_inexact(t: Term) -> bool {
     contains_zero(t, false)
 }
 
+/// True if the term holds a float 0.0 or -0.0 on a VM where they are one
+/// (`=:=`): two terms `=:=` to each other may then still differ in the
+/// sign of a zero.
+pub fn holds_mergeable_zero(t: Term) -> bool {
+    contains_zero(t, false)
+}
+
 /// True if the term holds a float zero (only -0.0 when `negative_only`),
 /// on VMs where -0.0 and 0.0 are one key.
 fn contains_zero(t: Term, negative_only: bool) -> bool {

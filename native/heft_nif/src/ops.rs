@@ -123,6 +123,7 @@ variants!(walk_chunk[Direction::Backward] => chunk_back, chunk_back_cpu, chunk_b
 variants!(range_walk_chunk[Direction::Forward] => range_chunk, range_chunk_cpu, range_chunk_io (tab, range, cursor, max));
 variants!(range_walk_chunk[Direction::Backward] => range_chunk_back, range_chunk_back_cpu, range_chunk_back_io (tab, range, cursor, max));
 variants!(slot_impl => slot, slot_cpu, slot_io (tab, i));
+variants!(key_cursor_impl => key_cursor, key_cursor_cpu, key_cursor_io (tab, key));
 
 /// The table a handle names: a name atom or a resource.
 /// A table whose owner has died is handled first (resource.rs, "Owner
@@ -375,6 +376,19 @@ pub(crate) fn prepare_object<'a>(
     let bag = t.core.kind().is_bag();
     enc.record(env, elems, t.keypos, bag)?;
     prepare_encoded(t, enc, bag)
+}
+
+/// [`prepare_object`] for a bag object compared bit for bit, the sign of a
+/// zero included, where objects are otherwise compared with `=:=` (which
+/// merges `0.0` and `-0.0` on OTP 26 and older).
+pub(crate) fn prepare_object_exactly<'a>(
+    env: Env<'a>,
+    t: &TableRes,
+    elems: &[Term<'a>],
+    enc: &mut TermEncoder,
+) -> Result<Prepared, EncodeError> {
+    enc.record(env, elems, t.keypos, t.core.kind().is_bag())?;
+    prepare_encoded(t, enc, false)
 }
 
 /// [`prepare_object`] of a tuple already checked by `record_elems`, read in
@@ -644,7 +658,7 @@ fn delete_object_impl<'a>(
     }
     or_absent!(
         env,
-        crate::select::delete_exact(env, &t, &mut enc, obj)?,
+        crate::select::delete_exact(env, &t, &mut enc, obj, crate::select::Same::Equal)?,
         true
     );
     Ok(true.encode(env))
@@ -911,6 +925,21 @@ fn step_key<'a>(
         }
         stored_key(env, &t, buf, scratch)
     })
+}
+
+/// The cursor of a walk that stopped at `key` (in the form the chunk NIFs
+/// return and take): select/3 resumes after the last key it used.
+fn key_cursor_impl<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    tab: Term<'a>,
+    key: Term<'a>,
+) -> NifResult<Term<'a>> {
+    let t = open!(env, tab, sched, false);
+    let mut enc = TermEncoder::new(&t.atoms, sched.budget());
+    let k = encoded!(env, enc.key(env, key));
+    let hash = t.core.hash(&k);
+    Ok(encode_cursor(env, Some(Cursor { hash, key: k })))
 }
 
 /// The key a walk returns, of the record in `buf`: decoded from the index's
