@@ -1985,6 +1985,14 @@ defmodule Heft do
       followed).
     * `:eperm` - the directory belongs to another user.
     * `{:unsupported_version, file, version}` - written by a newer Heft.
+    * `:zero_key_conflict` - the table was written on OTP 27 or later, where
+      `0.0` and `-0.0` are different keys, and holds keys (or, in a bag,
+      objects) that differ only in the sign of a zero, which are one on
+      this OTP 26 or older VM: opening it would lose an object, so it is
+      closed as it was. Open it on OTP 27 or later and delete one of each
+      such pair first. (A table written under the other rule without such
+      pairs opens: its keys that hold a float zero move to where this VM
+      looks for them, once, and the table then records this VM's rule.)
     * `:name_taken` - a named table with this name exists.
     * `:eacces`, `:eio`, `:enospc`... - a POSIX error.
     * `{:badarg, message}` - the options stored in `dir` are not valid

@@ -133,6 +133,9 @@ defmodule Heft.Native do
   # Persistence (native/heft_nif/src/persist.rs).
   def persist_meta_io(_dir), do: :erlang.nif_error(:heft_nif_not_loaded)
 
+  def zero_keys_cpu(_tab, _cursor, _apply), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def set_zero_rule(_merged), do: :erlang.nif_error(:heft_nif_not_loaded)
+
   def persist_open_io(_name, _args, _dir, _popts, _meta),
     do: :erlang.nif_error(:heft_nif_not_loaded)
 

@@ -56,6 +56,23 @@ defmodule Heft.VM do
   @spec fact(atom) :: term
   def fact(name), do: Map.fetch!(facts(), name)
 
+  @doc false
+  # For tests only: runs `fun` as on a VM where 0.0 and -0.0 are one key
+  # (`merged`) or not, for Heft's own rule (the NIF's and these facts;
+  # :ets keeps the VM's). Not safe while other processes use Heft tables.
+  def with_zero_rule(merged, fun) do
+    facts = facts()
+    was = Heft.Native.set_zero_rule(merged)
+    :persistent_term.put(@key, %{facts | neg_zero_is_zero: merged})
+
+    try do
+      fun.()
+    after
+      Heft.Native.set_zero_rule(was)
+      :persistent_term.put(@key, facts)
+    end
+  end
+
   defp probe do
     negative_zero = :erlang.list_to_float(~c"-0.0")
 

@@ -9,6 +9,7 @@ mod codec;
 mod errors;
 mod fix;
 mod learn;
+mod migrate;
 mod ops;
 mod persist;
 mod resource;

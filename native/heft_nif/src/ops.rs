@@ -322,7 +322,7 @@ fn decode_all<'a>(
     Ok(list)
 }
 
-fn decode_key<'a>(env: Env<'a>, t: &TableRes, key: &[u8]) -> NifResult<Term<'a>> {
+pub(crate) fn decode_key<'a>(env: Env<'a>, t: &TableRes, key: &[u8]) -> NifResult<Term<'a>> {
     codec::decode(env, &t.atoms, key, None, true)
         .map_err(|e| badarg(format!("internal error: a stored key does not decode: {e}")))
 }
@@ -393,7 +393,7 @@ pub(crate) fn prepare_object_exactly<'a>(
 
 /// [`prepare_object`] of a tuple already checked by `record_elems`, read in
 /// place.
-fn prepare_tuple<'a>(
+pub(crate) fn prepare_tuple<'a>(
     env: Env<'a>,
     t: &TableRes,
     obj: Term<'a>,
