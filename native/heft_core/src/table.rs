@@ -2252,6 +2252,24 @@ mod tests {
     }
 
     #[test]
+    fn a_bag_batch_keeps_its_order_in_an_empty_table_and_a_filled_one() {
+        for filled in [false, true] {
+            let t = table_of(Kind::Bag, Compression::None);
+            if filled {
+                t.insert(&[t.prepare(&key(9), &body(9, 0))]).unwrap();
+            }
+            let k = key(1);
+            let batch: Vec<Prepared> = [3, 1, 2, 1]
+                .iter()
+                .map(|&v| t.prepare(&k, &body(v, 10)))
+                .collect();
+            t.insert(&batch).unwrap();
+            let want: Vec<Vec<u8>> = [3, 1, 2].iter().map(|&v| body(v, 10)).collect();
+            assert_eq!(all_bodies(&t, &k), want, "filled: {filled}");
+        }
+    }
+
+    #[test]
     fn a_bag_batch_of_many_objects_keeps_each_new_one_once_in_order() {
         for compression in [Compression::None, Compression::Zlib(6)] {
             let t = table_of(Kind::Bag, compression);
