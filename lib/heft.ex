@@ -1334,13 +1334,13 @@ defmodule Heft do
     _, _ -> :ok
   end
 
-  # Inserts `objects` as if one at a time: a bag takes one insert/2 list
-  # last to first (see "Table semantics"), so it gets the list reversed.
+  # Inserts `objects` as if one at a time: where a bag takes one insert/2
+  # list last to first (OTP 26 and older, see "Table semantics"), it gets
+  # the list reversed.
   defp insert_in_order(tab, objects) do
-    case info(tab, :type) do
-      :bag -> insert(tab, Enum.reverse(objects))
-      _ -> insert(tab, objects)
-    end
+    if Heft.VM.fact(:bag_batch_reversed) and info(tab, :type) == :bag,
+      do: insert(tab, Enum.reverse(objects)),
+      else: insert(tab, objects)
   end
 
   @doc """

@@ -107,11 +107,50 @@ fn loses_object<'a>(
         if there.to_binary().as_slice() == bits.as_slice() {
             return Ok(false);
         }
-        if !t.core.kind().is_bag() || there == obj {
+        if !t.core.kind().is_bag() || same_merging_zeros(there, obj) {
             return Ok(true);
         }
     }
     Ok(false)
+}
+
+/// `=:=` as a bag of this VM's rule compares objects: where 0.0 and -0.0
+/// are one ([`codec::NEG_ZERO_IS_ZERO`]), floats compare by value all the
+/// way down (the VM's own `=:=` does too on OTP 26 and older; a test that
+/// plays that rule on a later VM needs it spelt out). Maps compare as the
+/// VM compares them.
+fn same_merging_zeros<'a>(a: Term<'a>, b: Term<'a>) -> bool {
+    use rustler::TermType;
+    if a == b {
+        return true;
+    }
+    if !codec::NEG_ZERO_IS_ZERO.load(std::sync::atomic::Ordering::Relaxed) {
+        return false;
+    }
+    // Pairs still to compare: no recursion, however deep the terms nest.
+    let mut pairs = vec![(a, b)];
+    while let Some((x, y)) = pairs.pop() {
+        if x == y {
+            continue;
+        }
+        match (x.get_type(), y.get_type()) {
+            (TermType::Float, TermType::Float) => {
+                if x.decode::<f64>().ok() != y.decode::<f64>().ok() {
+                    return false;
+                }
+            }
+            (TermType::Tuple, TermType::Tuple) => match (get_tuple(x), get_tuple(y)) {
+                (Ok(p), Ok(q)) if p.len() == q.len() => pairs.extend(p.into_iter().zip(q)),
+                _ => return false,
+            },
+            (TermType::List, TermType::List) => match (x.list_get_cell(), y.list_get_cell()) {
+                (Ok((h1, t1)), Ok((h2, t2))) => pairs.extend([(h1, h2), (t1, t2)]),
+                _ => return false,
+            },
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// For tests only: sets whether -0.0 and 0.0 are one key (the rule learnt
