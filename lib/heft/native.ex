@@ -14,7 +14,7 @@ defmodule Heft.Native do
   @on_load :load_nif
   # load_nif/0 asks Heft.VM, so it must be there when this module loads
   # (at compile time too, for the modules that import this one).
-  require Heft.VM
+  Code.ensure_compiled!(Heft.VM)
 
   def load_nif do
     path = :filename.join(:code.priv_dir(:heft), ~c"native/libheft_nif")

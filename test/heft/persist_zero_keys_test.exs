@@ -104,7 +104,7 @@ defmodule Heft.PersistZeroKeysTest do
   # Compares with :ets where the VM's rule is the one played, else with
   # what ETS of that rule answers: each object alone under its own key.
   defp same_as_ets_under(t, type, objects, keys, merged) do
-    if merged == :erlang.list_to_float(~c"-0.0") === 0.0 do
+    if merged == (:erlang.list_to_float(~c"-0.0") === 0.0) do
       same_as_ets(t, type, objects, keys)
     else
       for o <- objects do

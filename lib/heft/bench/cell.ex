@@ -162,7 +162,7 @@ defmodule Heft.Bench.Cell do
       bytes: store_bytes / n,
       rss_bytes: rss / n,
       load_ms: load && us(load) / 1000,
-      disk_bytes: disk && disk / n,
+      disk_bytes: disk / n,
       written_bytes: written / n,
       payload_ratio: payload_ratio(payload),
       overloads: count_overloads(0),
