@@ -71,8 +71,8 @@ defmodule Heft.MixProject do
     [extra_applications: [:logger]]
   end
 
-  defp elixirc_paths(:test), do: ["lib", "test/support"]
-  defp elixirc_paths(_), do: ["lib"]
+  defp elixirc_paths(:test), do: ["lib", "bench/lib", "test/support"]
+  defp elixirc_paths(_), do: ["lib", "bench/lib"]
 
   defp aliases do
     []
