@@ -28,6 +28,8 @@
 # files stay in the OS page cache between runs (not dropped: the machine is
 # shared), so the load figures are for warm files.
 
+Code.require_file("harness.exs", __DIR__)
+
 {:module, _, child_bin, _} =
   defmodule MnesiaBench.Child do
     # Runs inside each child VM (its object code is loaded there).
