@@ -602,7 +602,8 @@ defmodule Heft do
   """
   @spec insert(tab, object | [object], keyword) :: true | {:error, atom}
   def insert(tab, objects, opts) do
-    commit_after(tab, opts, "Heft.insert/3", fn -> insert(tab, objects) end)
+    sync = sync_option!(tab, opts, "Heft.insert/3")
+    with true <- insert(tab, objects), :ok <- synced(tab, sync), do: true
   end
 
   @doc """
@@ -618,35 +619,29 @@ defmodule Heft do
   @doc "`insert_new/2` with per-call options, as `insert/3`."
   @spec insert_new(tab, object | [object], keyword) :: boolean | {:error, atom}
   def insert_new(tab, objects, opts) do
-    commit_after(tab, opts, "Heft.insert_new/3", fn -> insert_new(tab, objects) end)
+    sync = sync_option!(tab, opts, "Heft.insert_new/3")
+
+    with inserted when is_boolean(inserted) <- insert_new(tab, objects),
+         :ok <- synced(tab, sync),
+         do: inserted
   end
 
-  # The options are checked, and a commit is possible (the table is
-  # persistent), before anything is written.
-  defp commit_after(tab, opts, fun, write) do
+  # The per-call :sync option of insert/3 and insert_new/3, checked (a
+  # commit needs a persistent table) before anything is written.
+  defp sync_option!(tab, opts, fun) do
     opts = Heft.Args.options!(opts, fun, sync: &(&1 in [:table, :commit]))
+    sync = Keyword.get(opts, :sync, :table)
 
-    case Keyword.get(opts, :sync, :table) do
-      :table ->
-        write.()
-
-      :commit ->
-        if Native.persist_info(ref(tab)) == nil do
-          raise ArgumentError, "#{fun}: sync: :commit needs a persistent table"
-        end
-
-        case write.() do
-          {:error, _} = error ->
-            error
-
-          result ->
-            case sync(tab) do
-              :ok -> result
-              error -> error
-            end
-        end
+    if sync == :commit and Native.persist_info(ref(tab)) == nil do
+      raise ArgumentError, "#{fun}: sync: :commit needs a persistent table"
     end
+
+    sync
   end
+
+  # After a write that was not refused: `sync: :commit` syncs the log.
+  defp synced(_tab, :table), do: :ok
+  defp synced(tab, :commit), do: sync(tab)
 
   @doc """
   Returns the objects with the key: `[object]` or `[]` in a set or
@@ -678,8 +673,11 @@ defmodule Heft do
     call(member(ref, key))
   end
 
-  @doc "Removes the objects with the key and returns them (as `lookup/2`)."
-  @spec take(tab, term) :: [object]
+  @doc """
+  Removes the objects with the key and returns them (as `lookup/2`). A
+  persistent table may return `{:error, reason}` as `insert/2` does.
+  """
+  @spec take(tab, term) :: [object] | {:error, atom}
   def take(tab, key) do
     ref = ref(tab)
     call(take(ref, key))
@@ -711,8 +709,11 @@ defmodule Heft do
     end
   end
 
-  @doc "Deletes the objects with the key, if any. Returns `true`."
-  @spec delete(tab, term) :: true
+  @doc """
+  Deletes the objects with the key, if any. Returns `true`, or (a
+  persistent table) `{:error, reason}` as `insert/2` does.
+  """
+  @spec delete(tab, term) :: true | {:error, atom}
   def delete(tab, key) do
     ref = ref(tab)
     call(delete_key(ref, key))
@@ -721,16 +722,20 @@ defmodule Heft do
   @doc """
   Deletes the object if it is in the table, exactly (`=:=`; in an
   ordered_set, `{1.0, :a}` does not delete `{1, :a}`); in a duplicate_bag,
-  every copy of it. Returns `true`.
+  every copy of it. Returns `true`, or (a persistent table) `{:error,
+  reason}` as `insert/2` does.
   """
-  @spec delete_object(tab, object) :: true
+  @spec delete_object(tab, object) :: true | {:error, atom}
   def delete_object(tab, object) do
     ref = ref(tab)
     call(delete_object(ref, object))
   end
 
-  @doc "Deletes every object; the table stays. Returns `true`."
-  @spec delete_all_objects(tab) :: true
+  @doc """
+  Deletes every object; the table stays. Returns `true`, or (a persistent
+  table) `{:error, reason}` as `insert/2` does.
+  """
+  @spec delete_all_objects(tab) :: true | {:error, atom}
   def delete_all_objects(tab) do
     ref = ref(tab)
 
@@ -746,9 +751,11 @@ defmodule Heft do
   `:ets.update_counter/3`: `incr` (element keypos+1), `{pos, incr}`,
   `{pos, incr, threshold, set_value}`, or a list of these (returns a list).
   Raises `ArgumentError` if the key is missing, an element is not an
-  integer, `pos` is the key's or out of range, or the table is a bag.
+  integer, `pos` is the key's or out of range, or the table is a bag. A
+  persistent table may return `{:error, reason}` as `insert/2` does.
   """
-  @spec update_counter(tab, term, integer | tuple | [tuple]) :: integer | [integer]
+  @spec update_counter(tab, term, integer | tuple | [tuple]) ::
+          integer | [integer] | {:error, atom}
   def update_counter(tab, key, op) do
     ref = ref(tab)
     call(update_counter(ref, key, op, :none))
@@ -758,7 +765,8 @@ defmodule Heft do
   Like `update_counter/3`, but inserts `default` (with its key element
   replaced by `key`) first if the key is missing.
   """
-  @spec update_counter(tab, term, integer | tuple | [tuple], tuple) :: integer | [integer]
+  @spec update_counter(tab, term, integer | tuple | [tuple], tuple) ::
+          integer | [integer] | {:error, atom}
   def update_counter(tab, key, op, default) do
     ref = ref(tab)
     default = {:default, default}
@@ -768,9 +776,11 @@ defmodule Heft do
   @doc """
   Atomically replaces elements of the object with the key: `{pos, value}`
   or a list of them. Returns `false` if the key is missing. Raises
-  `ArgumentError` in a bag.
+  `ArgumentError` in a bag. A persistent table may return `{:error,
+  reason}` as `insert/2` does.
   """
-  @spec update_element(tab, term, {pos_integer, term} | [{pos_integer, term}]) :: boolean
+  @spec update_element(tab, term, {pos_integer, term} | [{pos_integer, term}]) ::
+          boolean | {:error, atom}
   def update_element(tab, key, element_spec) do
     ref = ref(tab)
     call(update_element(ref, key, element_spec))
@@ -1377,7 +1387,7 @@ defmodule Heft do
     ref = ref(tab)
     _ = Native.select_access(ref, false)
     open_dets!(dets_tab, "to_dets/2")
-    dets!(fn -> :dets.delete_all_objects(dets_tab) end, dets_tab, "empty")
+    _ = dets!(fn -> :dets.delete_all_objects(dets_tab) end, dets_tab, "empty")
     to_dets(ref, dets_tab, :start)
   end
 
@@ -1386,7 +1396,7 @@ defmodule Heft do
   defp to_dets(ref, dets_tab, cursor) do
     size = @chunk
     {objects, next} = call(chunk(ref, cursor, size))
-    dets!(fn -> :dets.insert(dets_tab, objects) end, dets_tab, "write")
+    _ = dets!(fn -> :dets.insert(dets_tab, objects) end, dets_tab, "write")
     to_dets(ref, dets_tab, next)
   end
 

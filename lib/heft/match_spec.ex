@@ -20,7 +20,7 @@ defmodule Heft.MatchSpec do
   # The compiled spec, or `nil` for `[]` (which :ets.match_spec_compile/1
   # rejects but every ETS select function accepts, matching nothing).
   # Raises ArgumentError, as ETS raises badarg, for an invalid spec.
-  @spec compile!(term) :: reference | nil
+  @spec compile!(term) :: :ets.compiled_match_spec() | nil
   def compile!([]), do: nil
 
   def compile!(spec) do

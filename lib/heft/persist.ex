@@ -267,13 +267,18 @@ defmodule Heft.Persist do
   # After Heft.rename/2: stores the new name in META, so that Heft.open/2
   # reopens the table under it. Raises Heft.Error if it cannot.
   def renamed(ref, name) do
-    with %{persist: dir} <- Native.persist_info(ref),
-         {:ok, blob} <- Native.persist_meta_io(dir),
+    case Native.persist_info(ref) do
+      nil -> :ok
+      %{persist: dir} -> rename_meta(ref, dir, name)
+    end
+  end
+
+  defp rename_meta(ref, dir, name) do
+    with {:ok, blob} <- Native.persist_meta_io(dir),
          {:ok, meta} <- decode_meta(blob),
          :ok <- Native.persist_write_meta_io(ref, :erlang.term_to_binary(%{meta | name: name})) do
       :ok
     else
-      nil -> :ok
       {:error, reason} -> raise Heft.Error, reason: reason, action: "store the table's new name"
     end
   end
