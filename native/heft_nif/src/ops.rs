@@ -9,7 +9,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use heft_core::sieve::Sieve;
-use heft_core::table::{Bound, Direction, Item, KeyRange, Kept, Kind, RecordBuf, Slotted, Stored};
+use heft_core::table::{Bound, Direction, Item, Kept, KeyRange, Kind, RecordBuf, Slotted, Stored};
 use heft_core::{Backing, Cursor, Prepared};
 use rustler::types::tuple::get_tuple;
 use rustler::{Atom, Binary, Encoder, Env, NewBinary, NifResult, ResourceArc, Term};
