@@ -62,6 +62,9 @@ defmodule Heft.MixProject do
         no_warn_undefined: [:mnesia, :mnesia_lib, :mnesia_schema, :mnesia_backend_type]
       ],
       test_paths: ["test"],
+      # Scripts the tests run, not tests (Mix >= 1.16 warns of .exs files
+      # under test/ that are neither).
+      test_ignore_filters: [~r{^test/(fixtures|support)/}],
       aliases: aliases(),
       docs: [main: "Heft"]
     ] ++ preferred_cli_env()

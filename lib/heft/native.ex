@@ -49,6 +49,8 @@ defmodule Heft.Native do
     range_chunk_back: 4,
     slot: 2,
     key_cursor: 2,
+    # Select's sieved walk (native/heft_nif/src/sieve.rs)
+    sieve_chunk: 6,
     # Match specifications (native/heft_nif/src/select.rs)
     delete_objects: 2,
     replace_objects: 2,

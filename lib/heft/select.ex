@@ -4,7 +4,7 @@ defmodule Heft.Select do
   # decoded objects, so results are what ETS computes for the same objects.
   #
   # Where batches come from (a "source"):
-  #   {:scan, dir, range, cursor}
+  #   {:scan, dir, range, cursor, sieve}
   #                    - chunks of about @chunk objects from the chunk NIFs,
   #                      resumable from the cursor they return (:start
   #                      first), walking :forward or (select_reverse on an
@@ -39,6 +39,8 @@ defmodule Heft.Select do
   alias Heft.{Args, MatchSpec, Native}
 
   @chunk 256
+  # Records a sieved chunk walks: most are dropped undecoded.
+  @sieved_chunk 1024
   @replace_rounds 16
   @stats :heft_select_stats
 
@@ -107,8 +109,8 @@ defmodule Heft.Select do
   defp valid_source?(:done), do: true
   defp valid_source?({:keys, keys}), do: Args.proper_list?(keys)
 
-  defp valid_source?({:scan, dir, range, cursor}) when dir in [:forward, :backward] do
-    (range == nil or match?({_lo, _hi}, range)) and
+  defp valid_source?({:scan, dir, range, cursor, sieve}) when dir in [:forward, :backward] do
+    (range == nil or match?({_lo, _hi}, range)) and (sieve == nil or is_list(sieve)) and
       (cursor == :start or match?({hash, key} when is_integer(hash) and is_binary(key), cursor))
   end
 
@@ -194,7 +196,7 @@ defmodule Heft.Select do
   defp ordered_chunk(_walk, :done, acc), do: {Enum.reverse(acc), :done, []}
 
   defp ordered_chunk({ref, ms, keypos, limit} = walk, source, acc) do
-    {objects, rest} = batch(ref, one_key_at_a_time(source))
+    {objects, rest, _dropped} = batch(ref, one_key_at_a_time(source))
     tagged = MatchSpec.run(objects, ms)
     wanted = limit - length(acc)
 
@@ -207,7 +209,7 @@ defmodule Heft.Select do
       results = Enum.reverse(acc, Enum.map(now, &elem(&1, 0)))
       # A full chunk of a walk continues, even at the end of the table, as
       # ETS's does: the next call sees keys inserted after it meanwhile.
-      {results, resume_after(ref, keypos, source, rest, objects, last, true), []}
+      {results, resume_after(ref, keypos, source, {rest, 0}, objects, last, true), []}
     end
   end
 
@@ -215,13 +217,13 @@ defmodule Heft.Select do
   # them, in ETS's match list order.
   defp hash_chunk({ref, ms, keypos, limit} = walk, source, m, got, first?)
        when got < limit and source != :done do
-    {objects, rest} = batch(ref, one_key_at_a_time(source))
+    {objects, rest, dropped} = batch(ref, one_key_at_a_time(source))
     {m, got, stop} = take_keys(MatchSpec.run(objects, ms), keypos, m, got, limit)
 
     source =
       case stop do
         nil -> rest
-        object -> resume_after(ref, keypos, source, rest, objects, object, false)
+        object -> resume_after(ref, keypos, source, {rest, dropped}, objects, object, false)
       end
 
     hash_chunk(walk, source, m, got, first?)
@@ -252,17 +254,28 @@ defmodule Heft.Select do
   defp one_key_at_a_time({:keys, [key | keys]}), do: {:key, key, keys}
   defp one_key_at_a_time(source), do: source
 
-  # Where a walk that used `objects` of `source` (leaving `rest`) resumes
-  # when it stops after the key of `object`; at the end of the table
-  # :done, unless `past_end?`.
-  defp resume_after(_ref, _keypos, {:keys, _}, rest, _objects, _object, _past_end?), do: rest
+  # Where a walk that used `objects` of `source` (leaving `rest`, after
+  # `dropped` records its sieve dropped past the last object) resumes when
+  # it stops after the key of `object`; at the end of the table :done,
+  # unless `past_end?`.
+  defp resume_after(_ref, _keypos, {:keys, _}, {rest, _}, _objects, _object, _past_end?),
+    do: rest
 
-  defp resume_after(ref, keypos, {:scan, dir, range, _}, rest, objects, object, past_end?) do
+  defp resume_after(
+         ref,
+         keypos,
+         {:scan, dir, range, _, sieve},
+         {rest, dropped},
+         objects,
+         object,
+         past_end?
+       ) do
     key = elem(object, keypos - 1)
 
-    if rest == :done and not past_end? and elem(List.last(objects), keypos - 1) === key,
-      do: :done,
-      else: {:scan, dir, range, call(key_cursor(ref, key))}
+    if rest == :done and dropped == 0 and not past_end? and
+         elem(List.last(objects), keypos - 1) === key,
+       do: :done,
+       else: {:scan, dir, range, call(key_cursor(ref, key)), sieve}
   end
 
   # ETS takes a limit that is a positive small integer (below 2^59 on a
@@ -409,16 +422,16 @@ defmodule Heft.Select do
         case MatchSpec.plan(spec, keypos, ordered) do
           {:lookup, keys} when dir == :backward -> {:keys, Enum.reverse(keys)}
           {:lookup, keys} -> {:keys, keys}
-          {:range, lo, hi} -> {:scan, dir, {lo, hi}, :start}
-          :scan -> {:scan, dir, nil, :start}
+          {:range, lo, hi} -> {:scan, dir, {lo, hi}, :start, MatchSpec.sieve(spec, keypos)}
+          :scan -> {:scan, dir, nil, :start, MatchSpec.sieve(spec, keypos)}
         end
     end
   end
 
   # The next batch of objects and what is left, counted in `stats/0`.
   defp batch(ref, source) do
-    {objects, rest} = fetch(ref, source)
-    kind = if match?({:scan, _, _, _}, source), do: :chunks, else: :lookups
+    {objects, rest, dropped} = fetch(ref, source)
+    kind = if match?({:scan, _, _, _, _}, source), do: :chunks, else: :lookups
 
     case Process.get(@stats) do
       %{^kind => calls, objects: n} = stats ->
@@ -428,23 +441,34 @@ defmodule Heft.Select do
         :ok
     end
 
-    {objects, rest}
+    {objects, rest, dropped}
   end
 
-  defp fetch(ref, {:scan, dir, range, cursor}) do
+  # {objects, rest, dropped}: `dropped` counts the records after the last
+  # object that a sieve dropped.
+  defp fetch(ref, {:scan, dir, range, cursor, nil}) do
     case walk(ref, dir, range, cursor, @chunk) do
-      {objects, :"$end_of_table"} -> {objects, :done}
-      {objects, cursor} -> {objects, {:scan, dir, range, cursor}}
+      {objects, :"$end_of_table"} -> {objects, :done, 0}
+      {objects, cursor} -> {objects, {:scan, dir, range, cursor, nil}, 0}
+    end
+  end
+
+  # The sieve drops records no clause can match before they are decoded
+  # (heft_core's sieve.rs); a chunk walks more of them.
+  defp fetch(ref, {:scan, dir, range, cursor, sieve}) do
+    case call(sieve_chunk(ref, sieve, range, cursor, @sieved_chunk, dir)) do
+      {objects, :"$end_of_table", dropped} -> {objects, :done, dropped}
+      {objects, cursor, dropped} -> {objects, {:scan, dir, range, cursor, sieve}, dropped}
     end
   end
 
   defp fetch(ref, {:key, key, keys}),
-    do: {call(lookup(ref, key)), if(keys == [], do: :done, else: {:keys, keys})}
+    do: {call(lookup(ref, key)), if(keys == [], do: :done, else: {:keys, keys}), 0}
 
   defp fetch(ref, {:keys, keys}) do
     {now, later} = Enum.split(keys, @chunk)
     objects = Enum.flat_map(now, fn key -> call(lookup(ref, key)) end)
-    {objects, if(later == [], do: :done, else: {:keys, later})}
+    {objects, if(later == [], do: :done, else: {:keys, later}), 0}
   end
 
   defp walk(ref, :forward, nil, cursor, size), do: call(chunk(ref, cursor, size))
@@ -457,7 +481,7 @@ defmodule Heft.Select do
   defp fold(_ref, :done, acc, _fun), do: acc
 
   defp fold(ref, source, acc, fun) do
-    {objects, source} = batch(ref, source)
+    {objects, source, _dropped} = batch(ref, source)
     fold(ref, source, fun.(objects, acc), fun)
   end
 

@@ -39,6 +39,7 @@ pub mod ordered;
 pub mod persist;
 pub mod record;
 pub mod recovery;
+pub mod sieve;
 pub mod sizing;
 pub mod snapshot;
 pub mod table;

@@ -366,6 +366,39 @@ impl RecordBuf {
     }
 }
 
+/// A stored record as [`Table::chunk_kept`]'s filter sees it.
+pub struct Stored<'a> {
+    header: Header,
+    bytes: &'a [u8],
+}
+
+impl Stored<'_> {
+    /// The record's key, encoded.
+    pub fn key(&self) -> &[u8] {
+        &self.bytes[self.header.key_start()..self.header.body_start()]
+    }
+
+    /// The record's body, uncompressed (into `scratch` if it was stored
+    /// compressed).
+    pub fn body<'s>(
+        &'s self,
+        dicts: &Dictionaries,
+        scratch: &'s mut Vec<u8>,
+    ) -> Result<&'s [u8], compress::CorruptBody> {
+        let s = self.header.body_start();
+        let stored = &self.bytes[s..s + self.header.stored_len];
+        compress::unpack(&self.header, stored, dicts, scratch)
+    }
+}
+
+/// What [`Table::chunk_kept`]'s filter says of a record, and whether it
+/// read its body (which costs as much as decoding it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kept {
+    Yes { read_body: bool },
+    No { read_body: bool },
+}
+
 /// Where a walk stopped: the last (hash, key) it returned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cursor {
@@ -618,15 +651,6 @@ impl State {
     /// that key's last entry (ETS reports a bag key's last object's key).
     fn copy_key_record(&self, pos: Pos, out: &mut RecordBuf) {
         self.copy_out(self.entries.last_of_key(&self.arena, pos), out);
-    }
-
-    /// True if the entry at `pos` has the key of `out`'s last record (the
-    /// index keeps no full hashes: equal keys are what decides, and their
-    /// hashes are then equal too).
-    fn continues(&self, pos: Pos, out: &RecordBuf) -> bool {
-        out.items
-            .last()
-            .is_some_and(|last| self.key_at(self.entries.loc(pos)) == out.key(last))
     }
 }
 
@@ -1378,6 +1402,28 @@ impl Table {
         max_raw: usize,
         out: &mut RecordBuf,
     ) -> Result<Option<Cursor>, Error> {
+        let every = &mut |_: &Stored| Kept::Yes { read_body: false };
+        let (next, _) = self.chunk_kept(dir, range, after, max_records, max_raw, out, every)?;
+        Ok(next)
+    }
+
+    /// [`Table::chunk_range`] that copies only the records `keep` keeps:
+    /// the others are walked (and counted against `max_records`, and
+    /// against `max_raw` by their key and, where `keep` read it, their
+    /// body) but not copied. Returns where to resume and how many records
+    /// after the last one copied were dropped. `keep` runs under the
+    /// table's read lock.
+    #[allow(clippy::too_many_arguments)]
+    pub fn chunk_kept(
+        &self,
+        dir: Direction,
+        range: &KeyRange,
+        after: Option<&Cursor>,
+        max_records: usize,
+        max_raw: usize,
+        out: &mut RecordBuf,
+        keep: &mut dyn FnMut(&Stored) -> Kept,
+    ) -> Result<(Option<Cursor>, usize), Error> {
         let st = self.read()?;
         let names = self.names();
         let ord = order(&names);
@@ -1409,30 +1455,67 @@ impl Table {
             })
         };
         p = p.filter(|&pos| !beyond(pos));
+        // Records lie scattered in the arena: the walk asks for the one
+        // `AHEAD` records on while it reads this one (most of a scan's time
+        // was spent waiting for each record's first cache line).
+        const AHEAD: usize = 8;
+        let step = |pos: Pos| if back { e.prev(pos) } else { e.next(pos) };
+        let mut ahead = p;
+        for _ in 0..AHEAD {
+            ahead = ahead.and_then(step);
+            if let Some(x) = ahead {
+                a.prefetch(e.loc(x));
+            }
+        }
         let first = out.len();
-        let mut raw = 0usize;
+        let (mut raw, mut walked, mut dropped) = (0usize, 0usize, 0usize);
+        // The location of the last record walked, kept or not.
+        let mut last: Option<u64> = None;
         while let Some(pos) = p {
-            let full = out.len() - first >= max_records || raw >= max_raw;
-            if full && !(self.kind.is_bag() && st.continues(pos, out)) {
+            let full = walked >= max_records || raw >= max_raw;
+            let same_key = || last.is_some_and(|l| st.key_at(e.loc(pos)) == st.key_at(l));
+            if full && !(self.kind.is_bag() && same_key()) {
                 break;
             }
-            st.copy_out(pos, out);
-            if let Some(it) = out.items.last() {
-                raw += it.header.key_len + it.header.raw_len;
+            let loc = e.loc(pos);
+            let (h, bytes) = st.record_at(loc);
+            raw += h.key_len;
+            match keep(&Stored { header: h, bytes }) {
+                Kept::Yes { read_body } => {
+                    raw += if read_body { 2 * h.raw_len } else { h.raw_len };
+                    st.copy_out(pos, out);
+                    dropped = 0;
+                }
+                Kept::No { read_body } => {
+                    raw += if read_body { h.raw_len } else { 0 };
+                    dropped += 1;
+                }
             }
-            p = if back { e.prev(pos) } else { e.next(pos) };
+            walked += 1;
+            last = Some(loc);
+            ahead = ahead.and_then(step);
+            if let Some(x) = ahead {
+                a.prefetch(e.loc(x));
+            }
+            p = step(pos);
             p = p.filter(|&next| !beyond(next));
         }
         if back && self.kind.is_bag() {
             out.reverse_runs(first);
         }
         if p.is_none() {
-            return Ok(None);
+            return Ok((None, dropped));
         }
-        Ok(out.items.last().map(|last| Cursor {
-            hash: last.hash,
-            key: out.key(last).to_vec(),
-        }))
+        Ok((
+            last.map(|l| {
+                let key = st.key_at(l);
+                Cursor {
+                    hash: e.hash_of(key),
+                    key: key.to_vec(),
+                }
+            }),
+            dropped,
+        ))
     }
 
     /// Copies into `out` the record that gives the key at one end of the

@@ -14,6 +14,7 @@ mod ops;
 mod persist;
 mod resource;
 mod select;
+mod sieve;
 mod sizing;
 mod tab_file;
 
