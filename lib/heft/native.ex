@@ -49,7 +49,7 @@ defmodule Heft.Native do
     range_chunk_back: 4,
     slot: 2,
     key_cursor: 2,
-    # Select's sieved walk (native/heft_nif/src/sieve.rs)
+    # Select's sieved walk (ops.rs; its sieve's terms: native/heft_nif/src/sieve.rs)
     sieve_chunk: 6,
     # Match specifications (native/heft_nif/src/select.rs)
     delete_objects: 2,
@@ -135,6 +135,7 @@ defmodule Heft.Native do
   # Persistence (native/heft_nif/src/persist.rs).
   def persist_meta_io(_dir), do: :erlang.nif_error(:heft_nif_not_loaded)
 
+  # Keys stored under the other zero rule (native/heft_nif/src/migrate.rs).
   def zero_keys_cpu(_tab, _cursor, _apply), do: :erlang.nif_error(:heft_nif_not_loaded)
   def set_zero_rule(_merged), do: :erlang.nif_error(:heft_nif_not_loaded)
 

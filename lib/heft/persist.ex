@@ -1,7 +1,7 @@
 defmodule Heft.Persist do
   @moduledoc false
   # Persistent tables, the Elixir half (the Rust half is
-  # native/heft_nif/src/persist.rs over native/heft_core/src/persist.rs):
+  # native/heft_nif/src/persist.rs over native/heft_core/src/durability/persist.rs):
   # persistence options of Heft.new/2 and Heft.open/2, and the META blob.
   #
   # META holds the table's options so that Heft.open/2 can reopen a table
