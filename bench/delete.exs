@@ -1,4 +1,4 @@
-# Deletion-order and bag-batch benchmarks (issue 9, section 1), standalone:
+# Deletion-order and bag-batch benchmarks, standalone:
 #
 #     mix run bench/delete.exs                 # 1,000,000 records, 5 runs
 #     mix run bench/delete.exs --records 100000 --runs 7

@@ -1,7 +1,7 @@
 # Insert and lookup latency while a table trains a dictionary and
 # re-compresses 1M records in the background, against the same table left
-# alone (issue 12: "training never blocks a scheduler for more than ~1 ms
-# and never stops writers").
+# alone: training should never block a scheduler for more than about 1 ms
+# and never stop writers.
 #
 #   mix run bench/dictionary_training.exs [records] [rounds]
 #

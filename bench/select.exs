@@ -1,4 +1,4 @@
-# Match-specification benchmarks (issue 3), standalone:
+# Match-specification benchmarks, standalone:
 #
 #     mix run bench/select.exs                 # 1,000,000 records
 #     mix run bench/select.exs --records 100000
@@ -6,14 +6,18 @@
 #
 # Measures, on the same records in an ETS set and a Heft set:
 #   1. select by a bound key against lookup (Heft should be the same order);
-#   2. a full-table select_count against ETS's (goal: at most 3x ETS), for a
+#   2. a full-table select_count against ETS's, for a
 #      spec that must look at every object and for the trivial spec that
 #      Heft answers from the table's size;
 #   3. the memory a full select needs: the peak growth of the selecting
 #      process's memory and of the VM's total while it walks the table,
 #      against tab2list (which holds every object) for scale;
 #   4. key ranges of an ordered_set: a partly bound key and a guard range
-#      on the key, each selecting 1,000 records, against lookup.
+#      on the key, each selecting 1,000 records, against lookup;
+#   5. full-table select, select_count and select_delete over 100,000
+#      records with 0-1,499-byte values;
+#   6. a mixed load: 100 and 1,000 processes on one :public table, one
+#      call in five a full-table select, the others short calls.
 # Times are medians of a few runs (wall clock, this machine, whatever else
 # is running on it); memory is sampled every millisecond by another
 # process.

@@ -964,8 +964,13 @@ defmodule Heft do
   `:ets.select/2`.
 
   The spec is compiled once and run by the VM's own matcher
-  (`:ets.match_spec_run/2`) over objects decoded a few hundred at a time,
-  so results are ETS's and memory grows with the results, not the table.
+  (`:ets.match_spec_run/2`) over objects decoded a chunk at a time, so
+  results are ETS's and memory grows with the results, not the table.
+  Before an object is decoded, a scan tests what the spec's heads and
+  guards say on its stored bytes (the shape and literals of the head down
+  nested tuples, repeated variables, comparisons and type tests of a head
+  variable against a constant), the key first: an object that cannot
+  match is neither decoded nor, when its key decides, decompressed.
   When every clause's head binds the key (a literal such as `{42, :_}`, or
   a variable pinned by a guard such as `{:"=:=", :"$1", 42}`), the objects
   are looked up by key instead of scanned. In an `:ordered_set`, a key
@@ -1038,7 +1043,12 @@ defmodule Heft do
   @doc """
   The number of objects for which the match specification returns `true`.
   A spec whose first clause matches everything and returns `true`
-  (`[{:_, [], [true]}]`) is answered from the table's size.
+  (`[{:_, [], [true]}]`) is answered from the table's size. When every
+  clause returns `true` and its head and guards are made only of what a
+  scan tests on stored bytes (see `select/2`: tuples, scalar literals,
+  variables, `andalso`, comparisons with constants, type tests), objects
+  are counted without being decoded; the VM's matcher still decides those
+  the bytes cannot (float zeros, big integers, compounds).
   """
   @spec select_count(tab, match_spec) :: non_neg_integer
   def select_count(tab, spec), do: Heft.Select.select_count(ref(tab), spec)

@@ -724,7 +724,82 @@ defmodule Heft.MatchSpec do
   defp operand(x, _vars) when is_number(x) or is_binary(x), do: {:const, x}
   defp operand(_x, _vars), do: :unknown
 
-  ## select_replace
+  @doc false
+  # Whether `sieve/2` states `spec` whole: every clause's body is `true`,
+  # its head a tuple of variables, `:_`, scalar literals (atoms, numbers,
+  # binaries, `[]`) and such tuples, and each of its guards a conjunction
+  # of tests `sieve/2` makes (comparisons of a head variable with a scalar
+  # constant, `=:=` of two head variables, type tests). Then a record the
+  # sieve finds matching for certain (heft_core's sieve.rs, `judge`) is
+  # one the spec returns `true` for.
+  @spec exact?(t) :: boolean
+  def exact?(spec) do
+    spec != [] and
+      Enum.all?(spec, fn
+        {head, guards, [true]} when is_tuple(head) ->
+          vars = head_vars(head, MapSet.new())
+          vars != :inexact and Enum.all?(guards, &exact_guard?(&1, vars))
+
+        _ ->
+          false
+      end)
+  end
+
+  defp head_vars(t, vars) when is_tuple(t) do
+    t
+    |> Tuple.to_list()
+    |> Enum.reduce(vars, fn
+      _e, :inexact -> :inexact
+      e, vars -> head_vars(e, vars)
+    end)
+  end
+
+  defp head_vars(:_, vars), do: vars
+
+  defp head_vars(a, vars) when is_atom(a) do
+    cond do
+      variable?(a) -> MapSet.put(vars, a)
+      dollar?(a) -> :inexact
+      true -> vars
+    end
+  end
+
+  defp head_vars(x, vars) when is_number(x) or is_binary(x) or x == [], do: vars
+  defp head_vars(_other, _vars), do: :inexact
+
+  defp exact_guard?(true, _vars), do: true
+
+  defp exact_guard?({op, a, b}, vars) when op in [:andalso, :and],
+    do: exact_guard?(a, vars) and exact_guard?(b, vars)
+
+  defp exact_guard?({op, a, b}, vars) when op in @comparisons do
+    case {exact_operand(a, vars), exact_operand(b, vars)} do
+      {:var, :const} -> true
+      {:const, :var} -> true
+      {:var, :var} -> op == :"=:="
+      _ -> false
+    end
+  end
+
+  defp exact_guard?({test, a}, vars) when is_map_key(@types, test),
+    do: exact_operand(a, vars) == :var
+
+  defp exact_guard?(_guard, _vars), do: false
+
+  defp exact_operand(a, vars) when is_atom(a) do
+    cond do
+      MapSet.member?(vars, a) -> :var
+      dollar?(a) -> :other
+      true -> :const
+    end
+  end
+
+  defp exact_operand({:const, c}, _vars) when is_atom(c) or is_number(c) or is_binary(c),
+    do: :const
+
+  defp exact_operand(x, _vars) when is_number(x) or is_binary(x), do: :const
+  defp exact_operand(_x, _vars), do: :other
+
   ## select_replace
 
   @doc false

@@ -51,6 +51,7 @@ defmodule Heft.Native do
     key_cursor: 2,
     # Select's sieved walk (ops.rs; its sieve's terms: native/heft_nif/src/sieve.rs)
     sieve_chunk: 6,
+    sieve_count: 5,
     # Match specifications (native/heft_nif/src/select.rs)
     delete_objects: 2,
     replace_objects: 2,

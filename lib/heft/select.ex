@@ -295,15 +295,37 @@ defmodule Heft.Select do
   def select_count(ref, spec) do
     ms = MatchSpec.compile!(spec)
 
+    count = fn objects, n ->
+      Enum.reduce(MatchSpec.run(objects, ms), n, fn
+        true, n -> n + 1
+        _, n -> n
+      end)
+    end
+
     if MatchSpec.counts_all?(spec) do
       ref |> Native.select_access(false) |> elem(0)
     else
-      fold(ref, source(ref, spec, :read), 0, fn objects, n ->
-        Enum.reduce(MatchSpec.run(objects, ms), n, fn
-          true, n -> n + 1
-          _, n -> n
-        end)
-      end)
+      case source(ref, spec, :read) do
+        # A sieve that states the whole spec counts what it is sure of
+        # without decoding it; the VM runs the spec on the rest.
+        {:scan, _dir, range, :start, [_ | _] = sieve} = source ->
+          if MatchSpec.exact?(spec),
+            do: count_sieved(ref, sieve, range, :start, 0, count),
+            else: fold(ref, source, 0, count)
+
+        source ->
+          fold(ref, source, 0, count)
+      end
+    end
+  end
+
+  defp count_sieved(ref, sieve, range, cursor, n, count) do
+    {sure, objects, next} = call(sieve_count(ref, sieve, range, cursor, @sieved_chunk))
+    n = count.(objects, n + sure)
+
+    case next do
+      :"$end_of_table" -> n
+      next -> count_sieved(ref, sieve, range, next, n, count)
     end
   end
 

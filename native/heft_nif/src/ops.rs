@@ -8,7 +8,7 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use heft_core::sieve::Sieve;
+use heft_core::sieve::{Judgement, Sieve};
 use heft_core::table::{Bound, Direction, Item, Kept, KeyRange, Kind, RecordBuf, Slotted, Stored};
 use heft_core::{Backing, Cursor, Prepared};
 use rustler::types::tuple::get_tuple;
@@ -128,6 +128,7 @@ variants!(range_walk_chunk[Direction::Backward] => range_chunk_back, range_chunk
 variants!(slot_impl => slot, slot_cpu, slot_io (tab, i));
 variants!(key_cursor_impl => key_cursor, key_cursor_cpu, key_cursor_io (tab, key));
 variants!(sieve_chunk_impl => sieve_chunk, sieve_chunk_cpu, sieve_chunk_io (tab, sieve, range, cursor, max, dir));
+variants!(sieve_count_impl => sieve_count, sieve_count_cpu, sieve_count_io (tab, sieve, range, cursor, max));
 
 /// The table a handle names: a name atom or a resource.
 /// A table whose owner has died is handled first (resource.rs, "Owner
@@ -1061,6 +1062,50 @@ fn sieve_chunk_impl<'a>(
     chunk_of(env, sched, &t, &range, cursor, max, dir, Some(&sieve))
 }
 
+/// `select_count/2`'s walk with a sieve that states its specification
+/// whole (lib/heft/match_spec.ex, `exact_sieve/2`): `{n, objects, cursor}`,
+/// `n` the records the sieve found matching for certain (counted, never
+/// copied or decoded), `objects` those it could not decide, for the VM.
+fn sieve_count_impl<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    tab: Term<'a>,
+    sieve: Term<'a>,
+    range: Term<'a>,
+    cursor: Term<'a>,
+    max: Term<'a>,
+) -> NifResult<Term<'a>> {
+    let t = open!(env, tab, sched, false);
+    let range = match key_range(env, sched, &t, range)? {
+        Ok(r) => r,
+        Err(retry) => return Ok(retry),
+    };
+    let sieve = match crate::sieve::decode(env, sched, &t, sieve)? {
+        Ok(s) => s,
+        Err(retry) => return Ok(retry),
+    };
+    let mut matched = 0u64;
+    let (records, next) = sieved(
+        env,
+        sched,
+        &t,
+        &range,
+        cursor,
+        max,
+        Direction::Forward,
+        &sieve,
+        |judged| match judged {
+            Judgement::Matches => {
+                matched += 1;
+                false
+            }
+            Judgement::Maybe => true,
+            Judgement::Drops => false,
+        },
+    )?;
+    Ok((matched, records, next).encode(env))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn chunk_of<'a>(
     env: Env<'a>,
@@ -1099,39 +1144,114 @@ fn chunk_of<'a>(
             }
             return Ok((records, encode_cursor(env, next)).encode(env));
         };
-        // The sieve runs as the walk reads each record, under the table's
-        // read lock: the records it drops are not even copied.
-        let names = t.core.atoms().read();
-        let name = |id: u32| names.name(id).unwrap_or("");
-        let dicts = t.core.dictionaries();
-        let mut unpacked = Vec::new();
-        let mut keep = |r: &Stored| {
-            let mut read_body = false;
-            let kept = sieve.keeps(
-                r.key(),
-                || {
-                    read_body = true;
-                    r.body(dicts, &mut unpacked).ok()
-                },
-                name,
-            );
-            if kept {
-                Kept::Yes { read_body }
-            } else {
-                Kept::No { read_body }
-            }
-        };
-        let (next, dropped) = t
-            .core
-            .chunk_kept(dir, range, after.as_ref(), max, budget, buf, &mut keep)
-            .map_err(errors::core)?;
-        drop(names);
-        let mut records = Vec::with_capacity(buf.len());
-        for it in buf.items() {
-            records.push(decode_item(env, t, buf, it, scratch)?);
-        }
-        Ok((records, encode_cursor(env, next), dropped).encode(env))
+        let mut dropped = 0;
+        let (records, next) = sieve_walk(
+            env,
+            t,
+            range,
+            after.as_ref(),
+            max,
+            budget,
+            dir,
+            sieve,
+            buf,
+            scratch,
+            &mut dropped,
+            |judged| judged != Judgement::Drops,
+        )?;
+        Ok((records, next, dropped).encode(env))
     })
+}
+
+/// [`sieve_walk`] for a call's own buffers and budget.
+#[allow(clippy::too_many_arguments)]
+fn sieved<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    t: &TableRes,
+    range: &KeyRange,
+    cursor: Term<'a>,
+    max: Term<'a>,
+    dir: Direction,
+    sieve: &Sieve,
+    copy: impl FnMut(Judgement) -> bool,
+) -> NifResult<(Vec<Term<'a>>, Term<'a>)> {
+    let max: usize = max
+        .decode()
+        .ok()
+        .filter(|m| *m >= 1)
+        .ok_or_else(|| badarg("the chunk size is not a positive integer"))?;
+    let after = decode_cursor(cursor)?;
+    with_buf(|buf, scratch| {
+        let mut dropped = 0;
+        sieve_walk(
+            env,
+            t,
+            range,
+            after.as_ref(),
+            max,
+            sched.decode_budget(),
+            dir,
+            sieve,
+            buf,
+            scratch,
+            &mut dropped,
+            copy,
+        )
+    })
+}
+
+/// A chunk of the walk with the sieve run as it reads each record, under
+/// the table's read lock: only the records `copy` asks for (given the
+/// sieve's judgement) are copied and decoded. The decoded records and
+/// where to resume; `dropped` gets how many records after the last one
+/// copied were not.
+#[allow(clippy::too_many_arguments)]
+fn sieve_walk<'a>(
+    env: Env<'a>,
+    t: &TableRes,
+    range: &KeyRange,
+    after: Option<&Cursor>,
+    max: usize,
+    budget: usize,
+    dir: Direction,
+    sieve: &Sieve,
+    buf: &mut RecordBuf,
+    scratch: &mut Vec<u8>,
+    dropped: &mut usize,
+    mut copy: impl FnMut(Judgement) -> bool,
+) -> NifResult<(Vec<Term<'a>>, Term<'a>)> {
+    let names = t.core.atoms().read();
+    let name = |id: u32| names.name(id).unwrap_or("");
+    let dicts = t.core.dictionaries();
+    let mut unpacked = Vec::new();
+    let mut keep = |r: &Stored| {
+        let mut read_body = false;
+        let judged = sieve.judge(
+            r.key(),
+            || {
+                read_body = true;
+                r.body(dicts, &mut unpacked).ok()
+            },
+            name,
+        );
+        if copy(judged) {
+            Kept::Yes { read_body }
+        } else {
+            Kept::No { read_body }
+        }
+    };
+    let (next, n) = t
+        .core
+        .chunk_kept(dir, range, after, max, budget, buf, &mut keep)
+        .map_err(errors::core)?;
+    drop(names);
+    *dropped = n;
+    let mut records = Vec::with_capacity(buf.len());
+    for it in buf.items() {
+        records.push(decode_item(env, t, buf, it, scratch)?);
+    }
+    Ok((records, encode_cursor(env, next)))
 }
 
 /// The objects of slot `i` (heft_core's `Table::slot`), or

@@ -16,6 +16,13 @@
 //! passes. Tests on the key (paths that start at the key's element) are run
 //! first, on the key alone: a record no clause's key tests pass is dropped
 //! without its body.
+//!
+//! [`Sieve::judge`] also says when a record certainly passes: every test of
+//! some clause decided on plain scalars (not a float zero, whose sign `=:=`
+//! and OTP releases treat differently). Where lib/heft/match_spec.ex builds
+//! a sieve that states its specification whole (`exact_sieve/2`), such a
+//! record matches without the VM's matcher, and `select_count/2` counts it
+//! without decoding it.
 
 use std::cmp::Ordering;
 
@@ -77,28 +84,85 @@ pub enum Test {
 /// The tests of one clause.
 pub type Clause = Vec<Test>;
 
-/// A whole sieve: the clauses, and the object's key element (0-based).
+/// A whole sieve: the clauses, each split into the tests on the key alone
+/// and the others, and the object's key element (0-based).
 #[derive(Clone, Debug)]
 pub struct Sieve {
-    clauses: Vec<Clause>,
-    key_index: u32,
+    clauses: Vec<Split>,
 }
 
-/// What a test says.
+#[derive(Clone, Debug)]
+struct Split {
+    on_key: Vec<Test>,
+    on_body: Vec<Test>,
+}
+
+/// What a sieve says of a record.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Judgement {
+    /// No clause can match it.
+    Drops,
+    /// Some clause may match it: the VM decides.
+    Maybe,
+    /// Every test of some clause passes, each decided for certain.
+    Matches,
+}
+
+/// What a test (or a clause's tests together) says.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Verdict {
     Pass,
+    /// It cannot be told from the bytes for certain.
+    Maybe,
     Fail,
 }
+
+impl Verdict {
+    /// Both: `Fail` if either fails, else `Maybe` if either is unsure.
+    fn and(self, then: impl FnOnce() -> Verdict) -> Verdict {
+        match self {
+            Verdict::Fail => Verdict::Fail,
+            v => match then() {
+                Verdict::Pass => v,
+                w => w,
+            },
+        }
+    }
+
+    fn all<'t>(tests: &'t [Test], check: impl Fn(&'t Test) -> Verdict) -> Verdict {
+        let mut v = Verdict::Pass;
+        for t in tests {
+            v = v.and(|| check(t));
+            if v == Verdict::Fail {
+                break;
+            }
+        }
+        v
+    }
+}
+
+/// The clauses a sieve can hold whose verdicts fit on the stack.
+const STACK_CLAUSES: usize = 32;
 
 impl Sieve {
     /// A sieve of `clauses` for objects whose key is element `keypos`
     /// (1-based).
     pub fn new(clauses: Vec<Clause>, keypos: usize) -> Sieve {
-        Sieve {
-            clauses,
-            key_index: keypos.saturating_sub(1) as u32,
-        }
+        let key_index = keypos.saturating_sub(1) as u32;
+        let on_key = |t: &Test| match t {
+            Test::Arity { path, .. } | Test::Cmp { path, .. } | Test::Is { path, .. } => {
+                path.first() == Some(&key_index)
+            }
+            Test::Same { a, b } => a.first() == Some(&key_index) && b.first() == Some(&key_index),
+        };
+        let clauses = clauses
+            .into_iter()
+            .map(|c| {
+                let (on_key, on_body) = c.into_iter().partition(on_key);
+                Split { on_key, on_body }
+            })
+            .collect();
+        Sieve { clauses }
     }
 
     /// Whether the record with this `key` (its stored, canonical encoding)
@@ -111,13 +175,25 @@ impl Sieve {
         body: impl FnOnce() -> Option<&'b [u8]>,
         atom_name: impl Fn(u32) -> &'n str + Copy,
     ) -> bool {
-        let on_key = |t: &Test| match t {
-            Test::Arity { path, .. } | Test::Cmp { path, .. } | Test::Is { path, .. } => {
-                path.first() == Some(&self.key_index)
-            }
-            Test::Same { a, b } => {
-                a.first() == Some(&self.key_index) && b.first() == Some(&self.key_index)
-            }
+        self.judge(key, body, atom_name) != Judgement::Drops
+    }
+
+    /// What the sieve says of the record with this `key`, as
+    /// [`Sieve::keeps`] takes it; `body` is asked for only when the key's
+    /// tests leave a clause that needs it.
+    pub fn judge<'b, 'n>(
+        &self,
+        key: &'b [u8],
+        body: impl FnOnce() -> Option<&'b [u8]>,
+        atom_name: impl Fn(u32) -> &'n str + Copy,
+    ) -> Judgement {
+        let mut stack = [Verdict::Fail; STACK_CLAUSES];
+        let mut heap = Vec::new();
+        let verdicts: &mut [Verdict] = if self.clauses.len() <= STACK_CLAUSES {
+            &mut stack[..self.clauses.len()]
+        } else {
+            heap.resize(self.clauses.len(), Verdict::Fail);
+            &mut heap
         };
         let key_root = |path: &[u32]| -> Located<'b> {
             match path.split_first() {
@@ -125,31 +201,39 @@ impl Sieve {
                 None => Located::Unknown,
             }
         };
-        // First the key: clauses whose key tests all pass.
-        let alive: Vec<&Clause> = self
-            .clauses
-            .iter()
-            .filter(|c| {
-                c.iter()
-                    .filter(|t| on_key(t))
-                    .all(|t| check(t, &key_root, atom_name) == Verdict::Pass)
-            })
-            .collect();
-        if alive.is_empty() {
-            return false;
+        // First the key, for every clause.
+        let mut needs_body = false;
+        for (c, v) in self.clauses.iter().zip(verdicts.iter_mut()) {
+            *v = Verdict::all(&c.on_key, |t| check(t, &key_root, atom_name));
+            if *v == Verdict::Pass && c.on_body.is_empty() {
+                return Judgement::Matches;
+            }
+            needs_body |= *v != Verdict::Fail && !c.on_body.is_empty();
         }
-        if alive.iter().all(|c| c.iter().all(on_key)) {
-            return true;
+        if !needs_body {
+            return if verdicts.contains(&Verdict::Maybe) {
+                Judgement::Maybe
+            } else {
+                Judgement::Drops
+            };
         }
         let Some(body) = body() else {
-            return true;
+            return Judgement::Maybe;
         };
         let root = |path: &[u32]| locate(body, key, path);
-        alive.iter().any(|c| {
-            c.iter()
-                .filter(|t| !on_key(t))
-                .all(|t| check(t, &root, atom_name) == Verdict::Pass)
-        })
+        let mut any_maybe = false;
+        for (c, v) in self.clauses.iter().zip(verdicts.iter()) {
+            match v.and(|| Verdict::all(&c.on_body, |t| check(t, &root, atom_name))) {
+                Verdict::Pass => return Judgement::Matches,
+                Verdict::Maybe => any_maybe = true,
+                Verdict::Fail => {}
+            }
+        }
+        if any_maybe {
+            Judgement::Maybe
+        } else {
+            Judgement::Drops
+        }
     }
 }
 
@@ -238,6 +322,24 @@ fn plain_scalar(bytes: &[u8]) -> bool {
     }
 }
 
+/// Whether a plain scalar is a float zero (`0.0` or `-0.0`): whether two
+/// such are `=:=` depends on the OTP release, and on OTP 26 and earlier a
+/// key's `-0.0` is stored as `0.0`; the VM decides.
+fn float_zero(bytes: &[u8]) -> bool {
+    match bytes.get(..9) {
+        Some([t, f @ ..]) if *t == tag::FLOAT => {
+            let bits = u64::from_le_bytes(f.try_into().expect("8 bytes"));
+            bits << 1 == 0
+        }
+        _ => false,
+    }
+}
+
+/// A scalar whose comparisons are decided for certain.
+fn certain(bytes: &[u8]) -> bool {
+    plain_scalar(bytes) && !float_zero(bytes)
+}
+
 fn check<'b, 'n>(
     test: &Test,
     at: &impl Fn(&[u32]) -> Located<'b>,
@@ -248,31 +350,46 @@ fn check<'b, 'n>(
         Test::Arity { path, arity } => match at(path) {
             Located::Term(t) => match tuple_header(t) {
                 Some((n, _)) => pass_if(n == u64::from(*arity)),
-                None if t.first() == Some(&tag::ETF) => Verdict::Pass,
+                None if t.first() == Some(&tag::ETF) => Verdict::Maybe,
                 None => Verdict::Fail,
             },
             Located::Absent => Verdict::Fail,
-            Located::Unknown => Verdict::Pass,
+            Located::Unknown => Verdict::Maybe,
         },
         Test::Cmp { path, op, value } => {
             let t = match at(path) {
                 Located::Term(t) => t,
                 Located::Absent => return Verdict::Fail,
-                Located::Unknown => return Verdict::Pass,
+                Located::Unknown => return Verdict::Maybe,
             };
             let Some(term) = one_term(t) else {
-                return Verdict::Pass;
+                return Verdict::Maybe;
+            };
+            // Decided on scalars that compare by their bytes; elsewhere
+            // a failing comparison still drops the record, a passing one
+            // leaves it to the VM.
+            let sure = |v: Verdict| match v {
+                Verdict::Pass if !(certain(term) && certain(value)) => Verdict::Maybe,
+                v => v,
             };
             match op {
                 Op::ExactEq => {
                     // `=:=`: equal in map-key order (1 and 1.0 differ); a
                     // zero of either sign passes, and the VM decides.
-                    pass_if(order::compare_exact(term, value, atom_name) == Ordering::Equal)
+                    sure(pass_if(
+                        order::compare_exact(term, value, atom_name) == Ordering::Equal,
+                    ))
                 }
-                Op::ExactNe => pass_if(!(plain_scalar(term) && term == value.as_slice())),
+                Op::ExactNe => {
+                    if plain_scalar(term) && term == value.as_slice() {
+                        Verdict::Fail
+                    } else {
+                        sure(Verdict::Pass)
+                    }
+                }
                 _ => {
                     let o = order::compare(term, value, atom_name);
-                    pass_if(match op {
+                    sure(pass_if(match op {
                         Op::Lt => o == Ordering::Less,
                         Op::Le => o != Ordering::Greater,
                         Op::Gt => o == Ordering::Greater,
@@ -280,7 +397,7 @@ fn check<'b, 'n>(
                         Op::Eq => o == Ordering::Equal,
                         Op::Ne => o != Ordering::Equal,
                         Op::ExactEq | Op::ExactNe => unreachable!("handled above"),
-                    })
+                    }))
                 }
             }
         }
@@ -288,24 +405,28 @@ fn check<'b, 'n>(
             (Located::Absent, _) | (_, Located::Absent) => Verdict::Fail,
             (Located::Term(x), Located::Term(y)) => match (one_term(x), one_term(y)) {
                 (Some(x), Some(y)) if plain_scalar(x) && plain_scalar(y) => {
-                    pass_if(order::compare_exact(x, y, atom_name) == Ordering::Equal)
+                    match order::compare_exact(x, y, atom_name) {
+                        Ordering::Equal if certain(x) && certain(y) => Verdict::Pass,
+                        Ordering::Equal => Verdict::Maybe,
+                        _ => Verdict::Fail,
+                    }
                 }
-                _ => Verdict::Pass,
+                _ => Verdict::Maybe,
             },
-            _ => Verdict::Pass,
+            _ => Verdict::Maybe,
         },
         Test::Is { path, ty } => {
             let t = match at(path) {
                 Located::Term(t) => t,
                 Located::Absent => return Verdict::Fail,
-                Located::Unknown => return Verdict::Pass,
+                Located::Unknown => return Verdict::Maybe,
             };
             let Some(&first) = t.first() else {
-                return Verdict::Pass;
+                return Verdict::Maybe;
             };
             if first == tag::ETF {
                 // A big integer, a pid, a bitstring...: the VM decides.
-                return Verdict::Pass;
+                return Verdict::Maybe;
             }
             let integer = first == tag::INT || first >= tag::SMALL_INT;
             let float = first == tag::FLOAT;
@@ -483,5 +604,70 @@ mod tests {
         assert!(s.keeps(&key, || Some(&shared), names));
         // So does a record whose body cannot be had.
         assert!(s.keeps(&key, || None, names));
+    }
+    #[test]
+    fn judge_is_certain_only_on_scalars_that_are_not_float_zeros() {
+        let (key, body) = record(3);
+        let judge =
+            |tests: Vec<Test>| Sieve::new(vec![tests], 1).judge(&key, || Some(&body), names);
+        assert_eq!(
+            judge(vec![arity3(), cmp(&[1], Op::Lt, 10)]),
+            Judgement::Matches
+        );
+        assert_eq!(
+            judge(vec![arity3(), cmp(&[0, 1], Op::Ge, 3)]),
+            Judgement::Matches
+        );
+        assert_eq!(
+            judge(vec![arity3(), cmp(&[1], Op::Gt, 10)]),
+            Judgement::Drops
+        );
+        assert_eq!(
+            judge(vec![Test::Same {
+                a: vec![1],
+                b: vec![0, 1]
+            }]),
+            Judgement::Matches
+        );
+        // Element 0 is a tuple: `=/=` a scalar passes, but not for certain.
+        assert_eq!(judge(vec![cmp(&[0], Op::ExactNe, 3)]), Judgement::Maybe);
+        // Float zeros: `==` holds across signs, `=:=` depends on the release.
+        let zero = |op: Op, z: f64| {
+            let mut w = codec::Writer::new();
+            w.tuple(2);
+            w.key();
+            w.float(-0.0, false);
+            let body = w.buf;
+            let test = Test::Cmp {
+                path: vec![1],
+                op,
+                value: enc(&Value::Float(z)),
+            };
+            Sieve::new(vec![vec![test]], 1).judge(&key, || Some(&body), names)
+        };
+        for op in [Op::Eq, Op::ExactEq, Op::Le, Op::ExactNe] {
+            assert_eq!(zero(op, 0.0), Judgement::Maybe, "{op:?}");
+        }
+        assert_eq!(zero(Op::Lt, 0.0), Judgement::Drops);
+        assert_eq!(zero(Op::Lt, 1.0), Judgement::Maybe);
+        // A back reference, or a body that cannot be had.
+        let mut w = codec::Writer::new();
+        w.tuple(3);
+        w.key();
+        w.backref(0);
+        w.int(1);
+        let shared = w.buf;
+        let s = Sieve::new(vec![vec![cmp(&[1], Op::Eq, 99)]], 1);
+        assert_eq!(s.judge(&key, || Some(&shared), names), Judgement::Maybe);
+        assert_eq!(s.judge(&key, || None, names), Judgement::Maybe);
+        // Of two clauses, one that matches for certain decides.
+        let s = Sieve::new(
+            vec![
+                vec![cmp(&[0], Op::ExactNe, 3)],
+                vec![arity3(), cmp(&[1], Op::Eq, 3)],
+            ],
+            1,
+        );
+        assert_eq!(s.judge(&key, || Some(&body), names), Judgement::Matches);
     }
 }
