@@ -70,10 +70,21 @@ defmodule Heft do
       inserting an object already there changes nothing.
     * `:duplicate_bag` - any number of objects a key, copies included.
 
-  In a bag, a key's objects come back in insertion order, except that the
-  objects of one `insert/2` list go in last to first, as in ETS on OTP 25
-  (a `:duplicate_bag` keeps list order). `info(tab, :size)` counts objects.
-  Any term can be a key or a value.
+  In a bag, a key's objects come back in insertion order, except that on
+  OTP 26 and older the objects of one `insert/2` list go in last to first,
+  as in ETS there (a `:duplicate_bag` keeps list order on every release).
+  `info(tab, :size)` counts objects. Any term can be a key or a value.
+
+  Where ETS changed between OTP releases, Heft does what the ETS of the VM
+  it runs on does, learnt from that ETS when Heft loads: whether `0.0` and
+  `-0.0` are one key (up to OTP 26), the order of a bag's list (above),
+  whether a map in the key of a match pattern matches larger maps (from
+  OTP 27; before, such a key is looked up and matches only an equal map),
+  what `foldl/3` and `foldr/3` do at an object whose key is
+  `:"$end_of_table"` (up to OTP 26 the walk stops there; from OTP 27 a set
+  or bag walks on and an ordered_set raises `ArgumentError` after folding
+  that key's objects) and whether `{:heir, pid}` without data is an option
+  (OTP 29).
 
   Walks: in a set or bag, `last/1` is `first/1` and `prev/2` is `next/2`,
   and `foldr/3` visits keys in `foldl/3`'s order, a bag key's objects last
@@ -124,8 +135,6 @@ defmodule Heft do
   > - `tabfile_info/1` reads Heft's table files (see `tab2file/3`), and
   >   answers `file2tab/2`'s error reasons. `i/0` lists Heft tables, with
   >   their memory in bytes; `i/0` and `i/1` print terms with `inspect/1`.
-  > - `foldl/3` calls its function for every object, including one whose
-  >   key is `:"$end_of_table"` (ETS's `foldl` skips that one).
   > - Counters (`update_counter/3,4`) work up to ±2^127; ETS has no limit
   >   (`ArgumentError` naming the limit beyond, for an operand or a stored
   >   element).
@@ -335,7 +344,9 @@ defmodule Heft do
     * `:public`, `:protected` (default), `:private` - who may read and write.
     * `{:keypos, n}` - the element that holds the key (default 1).
     * `{:heir, pid, data}` or `{:heir, :none}` (default) - who takes the
-      table when the owner exits.
+      table when the owner exits. On a VM whose ETS has it (OTP 29),
+      `{:heir, pid}` too: the heir takes the table without a transfer
+      message.
     * `compression:` how record bodies are compressed (see
       "Compression"): `:zlib` (default) - per-record raw deflate, kept only
       where it saves at least 1/8 of the record; `:none`; `:lz4` - fastest
@@ -470,6 +481,14 @@ defmodule Heft do
   defp option({:heir, pid, data}, o) when is_pid(pid) and node(pid) == node(),
     do: %{o | heir: {pid, data}}
 
+  # An heir without data, where the VM's ETS has one (OTP 29): it takes
+  # the table without a transfer message.
+  defp option({:heir, pid} = opt, o) when is_pid(pid) and node(pid) == node() do
+    if Heft.VM.fact(:heir_without_data),
+      do: %{o | heir: pid},
+      else: raise(ArgumentError, "unknown option: #{inspect(opt)}")
+  end
+
   defp option(:compressed, o), do: %{o | compression: :zlib}
 
   defp option({:compression, c}, o) when c in [:zlib, :none, :lz4, :zstd, :auto],
@@ -583,7 +602,8 @@ defmodule Heft do
   """
   @spec insert(tab, object | [object], keyword) :: true | {:error, atom}
   def insert(tab, objects, opts) do
-    commit_after(tab, opts, "Heft.insert/3", fn -> insert(tab, objects) end)
+    sync = sync_option!(tab, opts, "Heft.insert/3")
+    with true <- insert(tab, objects), :ok <- synced(tab, sync), do: true
   end
 
   @doc """
@@ -599,35 +619,29 @@ defmodule Heft do
   @doc "`insert_new/2` with per-call options, as `insert/3`."
   @spec insert_new(tab, object | [object], keyword) :: boolean | {:error, atom}
   def insert_new(tab, objects, opts) do
-    commit_after(tab, opts, "Heft.insert_new/3", fn -> insert_new(tab, objects) end)
+    sync = sync_option!(tab, opts, "Heft.insert_new/3")
+
+    with inserted when is_boolean(inserted) <- insert_new(tab, objects),
+         :ok <- synced(tab, sync),
+         do: inserted
   end
 
-  # The options are checked, and a commit is possible (the table is
-  # persistent), before anything is written.
-  defp commit_after(tab, opts, fun, write) do
+  # The per-call :sync option of insert/3 and insert_new/3, checked (a
+  # commit needs a persistent table) before anything is written.
+  defp sync_option!(tab, opts, fun) do
     opts = Heft.Args.options!(opts, fun, sync: &(&1 in [:table, :commit]))
+    sync = Keyword.get(opts, :sync, :table)
 
-    case Keyword.get(opts, :sync, :table) do
-      :table ->
-        write.()
-
-      :commit ->
-        if Native.persist_info(ref(tab)) == nil do
-          raise ArgumentError, "#{fun}: sync: :commit needs a persistent table"
-        end
-
-        case write.() do
-          {:error, _} = error ->
-            error
-
-          result ->
-            case sync(tab) do
-              :ok -> result
-              error -> error
-            end
-        end
+    if sync == :commit and Native.persist_info(ref(tab)) == nil do
+      raise ArgumentError, "#{fun}: sync: :commit needs a persistent table"
     end
+
+    sync
   end
+
+  # After a write that was not refused: `sync: :commit` syncs the log.
+  defp synced(_tab, :table), do: :ok
+  defp synced(tab, :commit), do: sync(tab)
 
   @doc """
   Returns the objects with the key: `[object]` or `[]` in a set or
@@ -659,8 +673,11 @@ defmodule Heft do
     call(member(ref, key))
   end
 
-  @doc "Removes the objects with the key and returns them (as `lookup/2`)."
-  @spec take(tab, term) :: [object]
+  @doc """
+  Removes the objects with the key and returns them (as `lookup/2`). A
+  persistent table may return `{:error, reason}` as `insert/2` does.
+  """
+  @spec take(tab, term) :: [object] | {:error, atom}
   def take(tab, key) do
     ref = ref(tab)
     call(take(ref, key))
@@ -692,8 +709,11 @@ defmodule Heft do
     end
   end
 
-  @doc "Deletes the objects with the key, if any. Returns `true`."
-  @spec delete(tab, term) :: true
+  @doc """
+  Deletes the objects with the key, if any. Returns `true`, or (a
+  persistent table) `{:error, reason}` as `insert/2` does.
+  """
+  @spec delete(tab, term) :: true | {:error, atom}
   def delete(tab, key) do
     ref = ref(tab)
     call(delete_key(ref, key))
@@ -702,16 +722,20 @@ defmodule Heft do
   @doc """
   Deletes the object if it is in the table, exactly (`=:=`; in an
   ordered_set, `{1.0, :a}` does not delete `{1, :a}`); in a duplicate_bag,
-  every copy of it. Returns `true`.
+  every copy of it. Returns `true`, or (a persistent table) `{:error,
+  reason}` as `insert/2` does.
   """
-  @spec delete_object(tab, object) :: true
+  @spec delete_object(tab, object) :: true | {:error, atom}
   def delete_object(tab, object) do
     ref = ref(tab)
     call(delete_object(ref, object))
   end
 
-  @doc "Deletes every object; the table stays. Returns `true`."
-  @spec delete_all_objects(tab) :: true
+  @doc """
+  Deletes every object; the table stays. Returns `true`, or (a persistent
+  table) `{:error, reason}` as `insert/2` does.
+  """
+  @spec delete_all_objects(tab) :: true | {:error, atom}
   def delete_all_objects(tab) do
     ref = ref(tab)
 
@@ -727,9 +751,11 @@ defmodule Heft do
   `:ets.update_counter/3`: `incr` (element keypos+1), `{pos, incr}`,
   `{pos, incr, threshold, set_value}`, or a list of these (returns a list).
   Raises `ArgumentError` if the key is missing, an element is not an
-  integer, `pos` is the key's or out of range, or the table is a bag.
+  integer, `pos` is the key's or out of range, or the table is a bag. A
+  persistent table may return `{:error, reason}` as `insert/2` does.
   """
-  @spec update_counter(tab, term, integer | tuple | [tuple]) :: integer | [integer]
+  @spec update_counter(tab, term, integer | tuple | [tuple]) ::
+          integer | [integer] | {:error, atom}
   def update_counter(tab, key, op) do
     ref = ref(tab)
     call(update_counter(ref, key, op, :none))
@@ -739,7 +765,8 @@ defmodule Heft do
   Like `update_counter/3`, but inserts `default` (with its key element
   replaced by `key`) first if the key is missing.
   """
-  @spec update_counter(tab, term, integer | tuple | [tuple], tuple) :: integer | [integer]
+  @spec update_counter(tab, term, integer | tuple | [tuple], tuple) ::
+          integer | [integer] | {:error, atom}
   def update_counter(tab, key, op, default) do
     ref = ref(tab)
     default = {:default, default}
@@ -749,9 +776,11 @@ defmodule Heft do
   @doc """
   Atomically replaces elements of the object with the key: `{pos, value}`
   or a list of them. Returns `false` if the key is missing. Raises
-  `ArgumentError` in a bag.
+  `ArgumentError` in a bag. A persistent table may return `{:error,
+  reason}` as `insert/2` does.
   """
-  @spec update_element(tab, term, {pos_integer, term} | [{pos_integer, term}]) :: boolean
+  @spec update_element(tab, term, {pos_integer, term} | [{pos_integer, term}]) ::
+          boolean | {:error, atom}
   def update_element(tab, key, element_spec) do
     ref = ref(tab)
     call(update_element(ref, key, element_spec))
@@ -808,7 +837,10 @@ defmodule Heft do
   @spec foldl((object, acc -> acc), acc, tab) :: acc when acc: term
   def foldl(fun, acc, tab) do
     ref = ref(tab)
-    fold_chunks(ref, :start, acc, Heft.Args.folder(fun, "Heft.foldl/3"))
+    folder = Heft.Args.folder(fun, "Heft.foldl/3")
+    fold_chunks(ref, :start, acc, at_end_of_table(ref, folder))
+  catch
+    {:heft_fold_stop, acc} -> acc
   end
 
   @doc """
@@ -819,7 +851,49 @@ defmodule Heft do
   @spec foldr((object, acc -> acc), acc, tab) :: acc when acc: term
   def foldr(fun, acc, tab) do
     ref = ref(tab)
-    fold_back(ref, :start, acc, Heft.Args.folder(fun, "Heft.foldr/3"))
+    folder = Heft.Args.folder(fun, "Heft.foldr/3")
+    fold_back(ref, :start, acc, at_end_of_table(ref, folder))
+  catch
+    {:heft_fold_stop, acc} -> acc
+  end
+
+  # What a fold does at an object whose key is :"$end_of_table" is the
+  # running VM's ETS's (Heft.VM): go on, stop the walk there (OTP 26 and
+  # older), or fold that key's objects and raise (OTP 27's ordered_set,
+  # whose walk cannot go past that key).
+  defp at_end_of_table(ref, folder) do
+    rules = Heft.VM.fact(:fold_end_of_table)
+
+    with false <- rules.hash == :visit and rules.ordered == :visit,
+         {:ok, %{type: type, keypos: keypos}} <- native_info(ref) do
+      at_end_of_table(
+        if(type == :ordered_set, do: rules.ordered, else: rules.hash),
+        keypos,
+        folder
+      )
+    else
+      # No rule to follow, or no table (the walk raises).
+      _ -> folder
+    end
+  end
+
+  defp at_end_of_table(:visit, _keypos, folder), do: folder
+
+  defp at_end_of_table(rule, keypos, folder) do
+    fn records, acc ->
+      case Enum.split_while(records, &(elem(&1, keypos - 1) != :"$end_of_table")) do
+        {_, []} ->
+          folder.(records, acc)
+
+        {before, _rest} when rule == :stop ->
+          throw({:heft_fold_stop, folder.(before, acc)})
+
+        {before, rest} ->
+          {same, _} = Enum.split_while(rest, &(elem(&1, keypos - 1) == :"$end_of_table"))
+          _ = folder.(before ++ same, acc)
+          raise ArgumentError, "the walk cannot go past the key :\"$end_of_table\" (as in ETS)"
+      end
+    end
   end
 
   @doc "All objects, as a list (in key order for an ordered_set)."
@@ -930,8 +1004,14 @@ defmodule Heft do
   @doc """
   Continues a `select/3` (or `match/3`, `match_object/3`,
   `select_reverse/3`): the next `{results, continuation}`, or
-  `:"$end_of_table"`. Objects inserted or deleted between calls may or may
-  not be seen; every object present throughout is seen once. Raises
+  `:"$end_of_table"`. Chunks are cut as ETS cuts them: an ordered_set's
+  hold `limit` results (fewer at the end) and the next call reads the
+  table as it is then, from the key after the last one returned; in other
+  tables a chunk ends after a whole key, and the results of that key beyond
+  `limit` are kept for the next call, so a bag key's objects come back in
+  ETS's order (objects 1..5 of one key, two at a time: `[4, 5]`, `[2, 3]`,
+  `[1]`). Objects inserted or deleted between calls may or may not be
+  seen; every object present throughout is seen once. Raises
   `ArgumentError` if the table no longer exists.
   """
   @spec select(continuation) :: {[term], continuation} | :"$end_of_table"
@@ -967,7 +1047,10 @@ defmodule Heft do
   Deletes every object for which the match specification returns `true`
   and returns how many it deleted. Each object is deleted only if it is
   still exactly the object the spec saw (an object another process changed
-  meanwhile is kept), so concurrent writers are never undone.
+  meanwhile is kept), so concurrent writers are never undone. Exactly
+  means bit for bit, as ETS deletes the very object its matcher saw: in a
+  bag, `{:k, 0.0}` and `{:k, -0.0}` are told apart even on OTP 26 and
+  older, where `delete_object/2` takes them for one.
 
   Specs that look only at an object's shape go faster, without decoding
   objects: one whose first clause matches everything and returns `true`
@@ -988,7 +1071,9 @@ defmodule Heft do
   Replaces every object the match specification matches with the spec's
   result and returns how many it replaced. Each replacement is atomic: it
   happens only if the object is still the one the spec saw; an object
-  changed meanwhile is read again and the spec run on its new value.
+  changed meanwhile is read again and the spec run on its new value. A
+  result that differs from its object only in the sign of a zero is
+  written, as in ETS.
 
   As in ETS, the spec must provably keep each object's key: every clause's
   body is `[:"$_"]`, or a single tuple construction (`{{...}}`) or
@@ -1259,13 +1344,13 @@ defmodule Heft do
     _, _ -> :ok
   end
 
-  # Inserts `objects` as if one at a time: a bag takes one insert/2 list
-  # last to first (see "Table semantics"), so it gets the list reversed.
+  # Inserts `objects` as if one at a time: where a bag takes one insert/2
+  # list last to first (OTP 26 and older, see "Table semantics"), it gets
+  # the list reversed.
   defp insert_in_order(tab, objects) do
-    case info(tab, :type) do
-      :bag -> insert(tab, Enum.reverse(objects))
-      _ -> insert(tab, objects)
-    end
+    if Heft.VM.fact(:bag_batch_reversed) and info(tab, :type) == :bag,
+      do: insert(tab, Enum.reverse(objects)),
+      else: insert(tab, objects)
   end
 
   @doc """
@@ -1302,7 +1387,7 @@ defmodule Heft do
     ref = ref(tab)
     _ = Native.select_access(ref, false)
     open_dets!(dets_tab, "to_dets/2")
-    dets!(fn -> :dets.delete_all_objects(dets_tab) end, dets_tab, "empty")
+    _ = dets!(fn -> :dets.delete_all_objects(dets_tab) end, dets_tab, "empty")
     to_dets(ref, dets_tab, :start)
   end
 
@@ -1311,7 +1396,7 @@ defmodule Heft do
   defp to_dets(ref, dets_tab, cursor) do
     size = @chunk
     {objects, next} = call(chunk(ref, cursor, size))
-    dets!(fn -> :dets.insert(dets_tab, objects) end, dets_tab, "write")
+    _ = dets!(fn -> :dets.insert(dets_tab, objects) end, dets_tab, "write")
     to_dets(ref, dets_tab, next)
   end
 
@@ -1632,10 +1717,8 @@ defmodule Heft do
   @persist_items Heft.Persist.items()
 
   def info(tab, item) when item in @persist_items do
-    case safe_ref(tab) do
-      {:ok, ref} -> Heft.Persist.info(ref, item)
-      :error -> :undefined
-    end
+    {:ok, ref} = safe_ref(tab)
+    Heft.Persist.info(ref, item)
   rescue
     ArgumentError -> :undefined
   end
@@ -1864,9 +1947,12 @@ defmodule Heft do
       raise ArgumentError, "Heft.setopts/2 expects options, got: #{inspect(opts)}"
     end
 
+    without_data = Heft.VM.fact(:heir_without_data)
+
     Enum.map(list, fn
       {:heir, :none} -> :none
       {:heir, pid, data} when is_pid(pid) and node(pid) == node() -> {pid, data}
+      {:heir, pid} when is_pid(pid) and node(pid) == node() and without_data -> pid
       opt -> raise ArgumentError, "Heft.setopts/2: unknown option #{inspect(opt)}"
     end)
   end
@@ -1909,6 +1995,14 @@ defmodule Heft do
       followed).
     * `:eperm` - the directory belongs to another user.
     * `{:unsupported_version, file, version}` - written by a newer Heft.
+    * `:zero_key_conflict` - the table was written on OTP 27 or later, where
+      `0.0` and `-0.0` are different keys, and holds keys (or, in a bag,
+      objects) that differ only in the sign of a zero, which are one on
+      this OTP 26 or older VM: opening it would lose an object, so it is
+      closed as it was. Open it on OTP 27 or later and delete one of each
+      such pair first. (A table written under the other rule without such
+      pairs opens: its keys that hold a float zero move to where this VM
+      looks for them, once, and the table then records this VM's rule.)
     * `:name_taken` - a named table with this name exists.
     * `:eacces`, `:eio`, `:enospc`... - a POSIX error.
     * `{:badarg, message}` - the options stored in `dir` are not valid

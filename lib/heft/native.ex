@@ -12,13 +12,19 @@ defmodule Heft.Native do
   # `Heft.Native.call/1` below.
   @moduledoc false
   @on_load :load_nif
+  # load_nif/0 asks Heft.VM, so it must be there when this module loads
+  # (at compile time too, for the modules that import this one).
+  Code.ensure_compiled!(Heft.VM)
 
   def load_nif do
     path = :filename.join(:code.priv_dir(:heft), ~c"native/libheft_nif")
-    # Computed at run time, on the VM that loads the NIF: OTP 26 and older
-    # treat 0.0 and -0.0 as the same key, OTP 27 does not.
-    negative_zero = :erlang.list_to_float(~c"-0.0")
-    :erlang.load_nif(path, %{"neg_zero_is_zero" => 0.0 === negative_zero})
+    # Learnt at run time, from the ETS of the VM that loads the NIF.
+    vm = Heft.VM.facts()
+
+    :erlang.load_nif(path, %{
+      "neg_zero_is_zero" => vm.neg_zero_is_zero,
+      "bag_batch_reversed" => vm.bag_batch_reversed
+    })
   end
 
   @ops [
@@ -42,6 +48,9 @@ defmodule Heft.Native do
     range_chunk: 4,
     range_chunk_back: 4,
     slot: 2,
+    key_cursor: 2,
+    # Select's sieved walk (ops.rs; its sieve's terms: native/heft_nif/src/sieve.rs)
+    sieve_chunk: 6,
     # Match specifications (native/heft_nif/src/select.rs)
     delete_objects: 2,
     replace_objects: 2,
@@ -125,6 +134,10 @@ defmodule Heft.Native do
 
   # Persistence (native/heft_nif/src/persist.rs).
   def persist_meta_io(_dir), do: :erlang.nif_error(:heft_nif_not_loaded)
+
+  # Keys stored under the other zero rule (native/heft_nif/src/migrate.rs).
+  def zero_keys_cpu(_tab, _cursor, _apply), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def set_zero_rule(_merged), do: :erlang.nif_error(:heft_nif_not_loaded)
 
   def persist_open_io(_name, _args, _dir, _popts, _meta),
     do: :erlang.nif_error(:heft_nif_not_loaded)

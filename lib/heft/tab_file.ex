@@ -148,7 +148,7 @@ defmodule Heft.TabFile do
           {:ok, tab}
 
         error ->
-          Heft.delete(tab)
+          _ = Heft.delete(tab)
           error
       end
     else
@@ -238,8 +238,10 @@ defmodule Heft.TabFile do
           {:error, {:corrupt, offset}}
 
         true ->
-          with {:ok, <<payload::binary-size(len), pcrc::little-32>>} <-
-                 read_exactly(io, len + 4, offset) do
+          with {:ok, frame} <- read_exactly(io, len + 4, offset) do
+            payload = binary_part(frame, 0, len)
+            <<pcrc::little-32>> = binary_part(frame, len, 4)
+
             if :erlang.crc32(payload) == pcrc,
               do: {:ok, tag, count, payload, offset + @frame_header + len + 4},
               else: {:error, {:corrupt, offset}}
@@ -302,7 +304,7 @@ defmodule Heft.TabFile do
     read_objects(io, tab, keypos, offset, 1, 0, dictionaries?)
   rescue
     e ->
-      Heft.delete(tab)
+      _ = Heft.delete(tab)
       reraise e, __STACKTRACE__
   end
 

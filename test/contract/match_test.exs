@@ -71,7 +71,9 @@ defmodule Heft.Contract.MatchTest do
     for type <- [:set, :ordered_set, :bag, :duplicate_bag] do
       objects =
         for i <- 1..3000,
-            do: {rem(i, 997), i} |> then(&if(rem(i, 3) == 0, do: Tuple.append(&1, :x), else: &1))
+            do:
+              {rem(i, 997), i}
+              |> then(&if(rem(i, 3) == 0, do: Tuple.insert_at(&1, tuple_size(&1), :x), else: &1))
 
       tab = new_with(m, objects, [type, :public])
       before = m.tab2list(tab)

@@ -51,7 +51,7 @@ defmodule Heft.Contract.OrderedSetTest do
         k -> {k, m.prev(tab, k)}
       end)
 
-    assert Enum.to_list(walk) == Enum.to_list(100..1)
+    assert Enum.to_list(walk) == Enum.to_list(100..1//-1)
     assert m.prev(tab, 50.5) == 50
     assert m.prev(tab, 0) == :"$end_of_table"
   end

@@ -126,10 +126,10 @@ defmodule Heft.TermOrderTest do
         leaf(ports, i)
 
       8 ->
-        List.to_tuple(for _ <- 1..(:rand.uniform(4) - 1), do: gen(depth - 1, ports, i))
+        List.to_tuple(for _ <- 1..(:rand.uniform(4) - 1)//1, do: gen(depth - 1, ports, i))
 
       9 ->
-        for _ <- 1..(:rand.uniform(4) - 1), do: gen(depth - 1, ports, i)
+        for _ <- 1..(:rand.uniform(4) - 1)//1, do: gen(depth - 1, ports, i)
 
       10 ->
         # An improper list.
@@ -137,7 +137,7 @@ defmodule Heft.TermOrderTest do
 
       11 ->
         Map.new(
-          for _ <- 1..(:rand.uniform(4) - 1),
+          for _ <- 1..(:rand.uniform(4) - 1)//1,
               do: {gen(depth - 1, ports, i), gen(depth - 1, ports, i)}
         )
 

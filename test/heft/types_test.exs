@@ -261,7 +261,8 @@ defmodule Heft.TypesTest do
       assert Heft.Native.delete_object(ref, {:many, 1, "x"}) == :"$heft_cpu"
       assert Heft.Native.delete_key(ref, :many) == :"$heft_cpu"
       assert Heft.info(t, :size) == 2_002, "the normal calls changed nothing"
-      assert Heft.Native.lookup(ref, :few) == [{:few, 2}, {:few, 1}], "one list: last first"
+      few = if Heft.VM.fact(:bag_batch_reversed), do: [few: 2, few: 1], else: [few: 1, few: 2]
+      assert Heft.Native.lookup(ref, :few) == few, "one list, in the VM's order"
       assert Heft.Native.insert(ref, {:few, 3}) == true
       # Heft's own calls get there.
       assert Heft.insert(t, {:many, 0, "new"})
@@ -390,8 +391,8 @@ defmodule Heft.TypesTest do
     defp some_values, do: [1, 1.0, 0.0, nz(), :x, "s", %{a: 1}, %{a: 1.0}, [nz()], [0.0]]
 
     for type <- [:set, :ordered_set, :bag, :duplicate_bag] do
-      test "#{type}: 2,000 random calls answer as :ets does" do
-        type = unquote(type)
+      @tag table_type: type
+      test "#{type}: 2,000 random calls answer as :ets does", %{table_type: type} do
         :rand.seed(:exsss, {7, 8, byte_size(Atom.to_string(type))})
         calls = for _ <- 1..2_000, do: random_call(type)
 

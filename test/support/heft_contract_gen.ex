@@ -140,7 +140,7 @@ defmodule Heft.Contract.Gen do
 
   @doc "The same large map, built in the opposite key order."
   def large_map_reversed(n \\ 40),
-    do: Enum.reduce(n..1, %{}, &Map.put(&2, &1, Integer.to_string(&1)))
+    do: Enum.reduce(n..1//-1, %{}, &Map.put(&2, &1, Integer.to_string(&1)))
 
   @doc "A list nested `depth` levels: [[[...[:bottom]...]]]."
   def deep_list(depth), do: Enum.reduce(1..depth, [:bottom], fn _, acc -> [acc] end)

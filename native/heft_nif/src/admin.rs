@@ -165,12 +165,7 @@ pub fn parse_new_args<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult
         .map_err(|_| badarg("malformed table options"))?;
     let kind = kind_of(kind)?;
     let protection = protection_of(protection)?;
-    let heir = if heir.decode::<Atom>().is_ok_and(|a| a == atoms::none()) {
-        None
-    } else {
-        let (pid, data): (LocalPid, Term) = heir.decode().map_err(|_| badarg("malformed heir"))?;
-        Some(Heir::new(pid, data))
-    };
+    let heir = Heir::decode(heir)?;
     let auto = compression
         .decode::<Atom>()
         .is_ok_and(|a| a == atoms::auto());
@@ -312,12 +307,7 @@ fn set_heir<'a>(env: Env<'a>, tab: Term<'a>, heir: Term<'a>) -> NifResult<bool> 
     if !t.caller_is_owner(env) {
         return Err(badarg("only the owner may set the heir"));
     }
-    let new = if heir.decode::<Atom>().is_ok_and(|a| a == atoms::none()) {
-        None
-    } else {
-        let (pid, data): (LocalPid, Term) = heir.decode().map_err(|_| badarg("malformed heir"))?;
-        Some(Heir::new(pid, data))
-    };
+    let new = Heir::decode(heir)?;
     t.meta.lock().heir = new;
     Ok(true)
 }

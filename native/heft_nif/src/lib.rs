@@ -9,10 +9,12 @@ mod codec;
 mod errors;
 mod fix;
 mod learn;
+mod migrate;
 mod ops;
 mod persist;
 mod resource;
 mod select;
+mod sieve;
 mod sizing;
 mod tab_file;
 
@@ -20,7 +22,9 @@ use std::sync::atomic::Ordering;
 
 use rustler::{Env, Term};
 
-/// Load-time facts from Heft.Native: `%{neg_zero_is_zero: boolean}`.
+/// Load-time facts about the running VM's ETS, from Heft.Native (which
+/// learns them from Heft.VM): `%{"neg_zero_is_zero" => boolean,
+/// "bag_batch_reversed" => boolean}`.
 fn load(env: Env, info: Term) -> bool {
     // A panic becomes an exception in the calling process (rustler catches
     // it); say where it happened on one line instead of a full backtrace.
@@ -32,6 +36,9 @@ fn load(env: Env, info: Term) -> bool {
     if let Ok(map) = info.decode::<std::collections::HashMap<String, bool>>() {
         if let Some(v) = map.get("neg_zero_is_zero") {
             codec::NEG_ZERO_IS_ZERO.store(*v, Ordering::Relaxed);
+        }
+        if let Some(v) = map.get("bag_batch_reversed") {
+            ops::BAG_BATCH_REVERSED.store(*v, Ordering::Relaxed);
         }
     }
     true

@@ -37,14 +37,18 @@ use heft_core::{Backing, Table};
 use parking_lot::{Mutex, RwLock};
 use rustler::env::SavedTerm;
 use rustler::sys::{self, ErlNifTerm};
-use rustler::{Atom, Encoder, Env, LocalPid, Monitor, OwnedEnv, Resource, ResourceArc, Term};
+use rustler::{
+    Atom, Encoder, Env, LocalPid, Monitor, NifResult, OwnedEnv, Resource, ResourceArc, Term,
+};
 use std::sync::Arc as CoreArc;
 
 use crate::atom_words::AtomWords;
 use crate::codec::{EncodeError, WordHasher};
+use crate::errors::badarg;
 
 mod atoms {
     rustler::atoms! {
+        none,
         heft_transfer = "HEFT-TRANSFER",
         struct_ = "__struct__",
         heft_table = "Elixir.Heft.Table",
@@ -66,20 +70,34 @@ pub enum Protection {
 /// The heir and the data it receives with the table.
 pub struct Heir {
     pub pid: LocalPid,
-    env: OwnedEnv,
-    data: SavedTerm,
+    /// The heir data, if any: an heir set without data (`{:heir, pid}`,
+    /// OTP 29) takes the table without a transfer message.
+    data: Option<(OwnedEnv, SavedTerm)>,
 }
 
 impl Heir {
-    pub fn new(pid: LocalPid, data: Term) -> Heir {
+    /// The heir a table option or `setopts` names: `:none`, `pid` (no
+    /// data, no message) or `{pid, data}`.
+    pub fn decode(heir: Term) -> NifResult<Option<Heir>> {
+        if heir.decode::<Atom>().is_ok_and(|a| a == atoms::none()) {
+            return Ok(None);
+        }
+        if let Ok(pid) = heir.decode::<LocalPid>() {
+            return Ok(Some(Heir { pid, data: None }));
+        }
+        let (pid, data): (LocalPid, Term) = heir.decode().map_err(|_| badarg("malformed heir"))?;
         let env = OwnedEnv::new();
         let data = env.save(data);
-        Heir { pid, env, data }
+        Ok(Some(Heir {
+            pid,
+            data: Some((env, data)),
+        }))
     }
 
-    /// The heir data, copied into `env`.
-    pub fn data<'a>(&self, env: Env<'a>) -> Term<'a> {
-        self.env.run(|e| self.data.load(e).in_env(env))
+    /// The heir data, copied into `env`; `None` for an heir without.
+    pub fn data<'a>(&self, env: Env<'a>) -> Option<Term<'a>> {
+        let (owned, data) = self.data.as_ref()?;
+        Some(owned.run(|e| data.load(e).in_env(env)))
     }
 }
 
@@ -545,8 +563,8 @@ pub fn live_tab<'a>(env: Env<'a>, tab: Tab<'a>, handle: Term<'a>) -> Option<Tab<
 
 /// Handles the death of a table's owner `dead`, as ETS does when a
 /// process exits: the table goes to its heir if there is one, alive and
-/// other than `dead`, which is sent `{:"HEFT-TRANSFER", tab, dead, data}`;
-/// else it is deleted. Does nothing if the table is deleted or no longer
+/// other than `dead`, which is sent `{:"HEFT-TRANSFER", tab, dead, data}`
+/// (nothing for an heir set without data); else it is deleted. Does nothing if the table is deleted or no longer
 /// `dead`'s (it was handled already, or given away): whoever calls first,
 /// the `down` callback or a lookup, does it once.
 pub fn owner_exit(env: Env, res: &ResourceArc<TableRes>, dead: LocalPid) {
@@ -556,13 +574,16 @@ pub fn owner_exit(env: Env, res: &ResourceArc<TableRes>, dead: LocalPid) {
     }
     let heir = meta.heir.as_ref().map(|h| h.pid);
     if let Some(heir) = heir.filter(|h| *h != dead && env.is_process_alive(*h)) {
-        let data = meta.heir.as_ref().map(|h| h.data(env));
+        let data = meta.heir.as_ref().and_then(|h| h.data(env));
         if res.set_owner(env, res, &mut meta, heir) {
+            let Some(data) = data else {
+                return;
+            };
             let msg = (
                 atoms::heft_transfer(),
                 tab_term(env, res, &meta),
                 dead,
-                data.unwrap_or_else(|| rustler::types::atom::undefined().encode(env)),
+                data,
             );
             if env.send(&heir, msg).is_ok() {
                 return;
