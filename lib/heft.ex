@@ -262,12 +262,14 @@ defmodule Heft do
 
   | mode              | VM crash          | power loss / kernel crash          |
   | ----------------- | ----------------- | ---------------------------------- |
-  | `:none`           | nothing lost      | the log's unsynced tail may be lost |
-  | `{:interval, ms}` | nothing lost      | at most about `ms` of writes lost  |
+  | `:none`           | nothing lost      | the writes since the log's last sync, newest first |
+  | `{:interval, ms}` | nothing lost      | at most about the last `ms` of writes |
   | `:commit`         | nothing lost      | nothing acknowledged is lost       |
 
-  A write batch (one `insert/2` of a list) is recovered entirely or not at
-  all. Concurrent `:commit` writers share one fsync (group commit): while
+  In every mode a crashed table opens without repair and is what it was
+  after some prefix of its writes: a write batch (one `insert/2` of a
+  list) is recovered entirely or not at all, never a later write without
+  an earlier one, dumps included (docs/persistence.md). Concurrent `:commit` writers share one fsync (group commit): while
   committers arrive several at a time, the table's flusher waits up to
   half an fsync's duration (at most 0.5 ms) for more of them before it
   syncs; a lone committer never waits. A waiting writer blocks only its
@@ -275,7 +277,8 @@ defmodule Heft do
   call of a table in another mode.
 
   Opening a directory loads the snapshot and replays the log. A torn tail
-  (the last write, cut short by a crash) is cut off and counted in
+  (the last write, cut short by a crash, or log pages a power loss kept
+  from the disk) is cut off and counted in
   `info(tab, :recovered_torn_bytes)`; damage before it makes `open/2`
   return `{:error, {:corrupt, file, offset}}` (or `{:error, {:missing,
   file}}` for a file the table's MANIFEST says must exist) unless

@@ -6,8 +6,11 @@ defmodule Heft.PersistCrashTest do
   # either way) must be there, no batch may be half there,
   # and the counter must be at least the last value it saw. The directory
   # carries over from round to round, so each round also recovers from the
-  # previous rounds' leftovers.
+  # previous rounds' leftovers. With 40 MB batches, nearly every batch
+  # moves the log to a new segment, so kills land while one segment is
+  # sealed and the next written: every reopen must succeed without repair.
   use ExUnit.Case, async: true
+  import Bitwise
 
   # Each round boots a VM: slow on a loaded machine.
   @moduletag timeout: 600_000
@@ -34,6 +37,18 @@ defmodule Heft.PersistCrashTest do
     assert [_ | _] = Heft.info(tab, :dictionaries)
     assert Heft.info(tab, :records_by_codec).zstd_dict > 0
     :ok = Heft.close(tab)
+  end
+
+  test "SIGKILL while the log moves to a new segment under 40 MB batches: every open succeeds without repair",
+       %{tmp_dir: tmp} do
+    # Nearly every batch fills a segment, so kills land between sealing
+    # the full segment and writing the frame to the next one.
+    dir = Path.join(tmp, "t")
+
+    for round <- 1..12 do
+      {acks, _} = run_child(dir, round * 1_000_000, Enum.random(300..1500), "none big")
+      check_big(dir, acks, round)
+    end
   end
 
   @tag :slow
@@ -84,6 +99,9 @@ defmodule Heft.PersistCrashTest do
       {^port, {:data, {:eol, "ack " <> b}}} ->
         collect(port, MapSet.put(acks, String.to_integer(b)), ctr)
 
+      {^port, {:data, {:eol, "big " <> b}}} ->
+        collect(port, MapSet.put(acks, String.to_integer(b)), ctr)
+
       {^port, {:data, {:eol, "ctr " <> c}}} ->
         collect(port, acks, max(ctr, String.to_integer(c)))
 
@@ -95,6 +113,33 @@ defmodule Heft.PersistCrashTest do
     after
       30_000 -> flunk("the child's output did not end after SIGKILL")
     end
+  end
+
+  # The "big" child's table: opens without repair, holds the last batch
+  # acknowledged or a later one, whole.
+  defp check_big(dir, acks, round) do
+    tab =
+      case Heft.open(dir) do
+        {:ok, tab} -> tab
+        {:error, reason} -> flunk("round #{round}: open refused: #{inspect(reason)}")
+      end
+
+    b =
+      case Heft.lookup(tab, :big_count) do
+        [{:big_count, b}] -> b
+        [] -> 0
+      end
+
+    assert b >= Enum.max(acks, fn -> 0 end), "round #{round}: acknowledged batches are missing"
+
+    for j <- 1..40, b > 0 do
+      assert [{{:big, ^j}, ^b, bytes}] = Heft.lookup(tab, {:big, j}),
+             "round #{round}: batch #{b} is half there (record #{j})"
+
+      assert byte_size(bytes) == 1 <<< 20
+    end
+
+    :ok = Heft.close(tab)
   end
 
   # What test/support/persist_crash_child.exs stores in batch `b`.

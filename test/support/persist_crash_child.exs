@@ -12,6 +12,13 @@
 # holds `{{:count, B}, n}` and `{{:b, B, j}, value}` for j in 1..n, so a
 # half-applied batch shows as a count without all its records.
 #
+# With "big", one writer inserts batches of 40 records of 1 MB (a 40 MB
+# log frame, which no segment holding an earlier one has room for, so
+# nearly every batch moves the log to a new segment) into a table with
+# `compression: :none`: kills land while segments are sealed and the next
+# one written. Batch B holds `{{:big, j}, B, bytes}` for j in 1..40 and
+# `{:big_count, B}`, overwriting the batch before, and prints `big B`.
+#
 # With "train", the table is `compression: {:zstd, dictionary: :auto}` and
 # a fifth process trains a dictionary again and again (each training
 # re-compresses the older records in the background), so kills land
@@ -23,11 +30,20 @@ value = fn b ->
     :binary.copy("v", rem(b, 300)) <> ~s("})
 end
 
+import Bitwise
+
 [dir, first | rest] = System.argv()
 first = String.to_integer(first)
 sync = if List.first(rest) == "none", do: :none, else: :commit
 train = "train" in rest
-compression = if train, do: [compression: {:zstd, dictionary: :auto}], else: []
+big = "big" in rest
+
+compression =
+  cond do
+    train -> [compression: {:zstd, dictionary: :auto}]
+    big -> [compression: :none]
+    true -> []
+  end
 
 tab =
   case Heft.open(dir) do
@@ -52,6 +68,17 @@ if train do
 end
 
 IO.puts("ready")
+
+if big do
+  bytes = :crypto.strong_rand_bytes(1 <<< 20)
+
+  Stream.iterate(first, &(&1 + 1))
+  |> Enum.each(fn b ->
+    recs = [{:big_count, b} | for(j <- 1..40, do: {{:big, j}, b, bytes})]
+    true = Heft.insert(tab, recs)
+    IO.puts("big #{b}")
+  end)
+end
 
 for w <- 0..3 do
   spawn_link(fn ->

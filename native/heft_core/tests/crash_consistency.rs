@@ -1013,6 +1013,120 @@ fn an_unsealed_segment_followed_by_frames_is_corrupt() {
     close(o);
 }
 
+/// Two sessions' segments, then what a power loss can leave of them: the
+/// table crashed with the MANIFEST naming segment `last` as its last one,
+/// segment 1's end frame never written back (zeros where it was, the
+/// file still preallocated), segment 2 on disk.
+fn lost_end_frame(d: &TempDir, last: u64) -> Vec<String> {
+    let segs = sessions(d, 2);
+    let first = d.join(&segs[0]);
+    let sealed = fs::read(&first).unwrap();
+    let end = end_frame(10, 0, 0);
+    let mut bytes = sealed[..sealed.len() - end.len()].to_vec();
+    bytes.resize(1 << 16, 0);
+    fs::write(&first, &bytes).unwrap();
+    let mut m = read_manifest(&d.0).unwrap().unwrap();
+    (m.last, m.clean) = (last, false);
+    write_manifest(&d.0, &m).unwrap();
+    segs
+}
+
+#[test]
+fn an_end_frame_never_written_back_cuts_the_later_segments_as_torn() {
+    // Segment 2's writes were made after segment 1's end, and the MANIFEST
+    // does not name segment 2 yet: nothing in it was synced, so nothing in
+    // it was acknowledged durable.
+    let d = TempDir::new();
+    let segs = lost_end_frame(&d, 1);
+    let seg2 = fs::read(d.join(&segs[1])).unwrap();
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 10, "segment 1's batch");
+    let torn = o.persisted.stats().recovery.torn_bytes;
+    let data = seg2.iter().rposition(|&b| b != 0).unwrap() + 1;
+    assert_eq!(torn as usize, data - FIRST_FRAME, "segment 2's frames");
+    close(o);
+    assert!(!d.join(&format!("lost-{}", segs[1])).exists());
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 10);
+    close(o);
+}
+
+#[test]
+fn an_end_frame_lost_below_the_manifests_last_segment_is_corrupt() {
+    // The MANIFEST names segment 2 only once segment 1 is synced whole, end
+    // frame included: losing it then is damage, not lost writeback.
+    let d = TempDir::new();
+    let segs = lost_end_frame(&d, 2);
+    let at = fs::read(d.join(&segs[0]))
+        .unwrap()
+        .iter()
+        .rposition(|&b| b != 0)
+        .unwrap()
+        + 1;
+    match reopen(&d.0, false) {
+        Err(OpenError::Corrupt { file, offset }) => {
+            assert_eq!((file.as_str(), offset as usize), (segs[0].as_str(), at));
+        }
+        other => panic!("{:?}", other.err()),
+    }
+}
+
+/// A crashed table's only segment, three batches in it, with the second
+/// batch's bytes from `lost_from` to the end of its sector zeros (never
+/// written back) and the third on disk.
+fn hole_in_the_second_batch(d: &TempDir, lost_from: impl Fn(usize, usize) -> usize) -> usize {
+    let (o, _) = create(&d.0, config());
+    for i in 0..3 {
+        put_batch(&o, i * 10..i * 10 + 10, i);
+    }
+    close(o);
+    let seg = d.join(&segments(&d.0)[0]);
+    let mut bytes = fs::read(&seg).unwrap();
+    let len = |at: usize| 8 + u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    let second = FIRST_FRAME + len(FIRST_FRAME);
+    let third = second + len(second);
+    let from = lost_from(second, third);
+    let boundary = (from / 512 + 1) * 512;
+    bytes[from..boundary.min(third)].fill(0);
+    bytes.resize(1 << 16, 0);
+    fs::write(&seg, &bytes).unwrap();
+    crashed(&d.0);
+    second
+}
+
+#[test]
+fn a_hole_in_the_log_after_a_crash_is_cut_with_everything_after_it() {
+    let d = TempDir::new();
+    // The second batch's bytes from its middle to the end of their sector.
+    hole_in_the_second_batch(&d, |second, third| (second + third) / 2);
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 10, "the batch before the hole");
+    assert!(o.persisted.stats().recovery.torn_bytes > 0);
+    close(o);
+    // Its header (the page it starts in never written back).
+    let d = TempDir::new();
+    hole_in_the_second_batch(&d, |second, _| second);
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 10);
+    close(o);
+}
+
+#[test]
+fn garbage_in_the_log_after_a_crash_is_corrupt() {
+    // Bytes that are wrong rather than missing (no zeros up to a sector
+    // boundary), with data after them: damage, whatever the MANIFEST says.
+    let d = TempDir::new();
+    let second = hole_in_the_second_batch(&d, |_, third| third);
+    let seg = d.join(&segments(&d.0)[0]);
+    let mut bytes = fs::read(&seg).unwrap();
+    bytes[second + 20] ^= 0x40;
+    fs::write(&seg, &bytes).unwrap();
+    match reopen(&d.0, false) {
+        Err(OpenError::Corrupt { offset, .. }) => assert_eq!(offset as usize, second),
+        other => panic!("{:?}", other.err()),
+    }
+}
+
 #[test]
 fn an_end_frame_whose_counts_differ_is_corrupt() {
     let d = TempDir::new();

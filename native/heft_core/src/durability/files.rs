@@ -9,6 +9,10 @@ use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 
 /// Mode of every file Heft writes unless the caller asks for another.
 pub const FILE_MODE: u32 = 0o600;
@@ -135,7 +139,7 @@ impl Temp {
     pub fn commit(mut self, sync: bool) -> io::Result<()> {
         let file = self.file.take().expect("committed once");
         if sync {
-            file.sync_all()?;
+            sync_all(&file)?;
         }
         drop(file);
         fs::rename(&self.path, &self.dest)?;
@@ -165,11 +169,67 @@ pub fn write_atomic(dest: &Path, bytes: &[u8], sync: bool) -> io::Result<()> {
 
 /// fsyncs a directory, so entries created or renamed in it are durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    if WATCHED.load(Ordering::Acquire) {
+        for w in WATCHES.read().iter() {
+            w.dir(dir);
+        }
+    }
     OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECTORY)
         .open(dir)?
         .sync_all()
+}
+
+/// fsync: the file's data and metadata are on stable storage.
+pub fn sync_all(file: &File) -> io::Result<()> {
+    watched(file);
+    file.sync_all()
+}
+
+/// fdatasync: the file's data (and the metadata needed to read it back,
+/// its length) are on stable storage.
+pub fn sync_data(file: &File) -> io::Result<()> {
+    watched(file);
+    file.sync_data()
+}
+
+/// Told of every sync Heft is about to make, before it is made: what a
+/// power-cut test needs to know what a power loss at any moment would
+/// keep (native/heft_core/tests/power_cut.rs). Heft itself installs none;
+/// with none installed a sync costs one atomic load more.
+pub trait SyncWatch: Send + Sync {
+    /// `file` is about to be fsynced or fdatasynced: what it holds now
+    /// will be on disk when the sync returns.
+    fn file(&self, file: &File);
+    /// Directory `dir` is about to be fsynced: its entries as they are
+    /// now will be on disk when the sync returns.
+    fn dir(&self, dir: &Path);
+}
+
+static WATCHED: AtomicBool = AtomicBool::new(false);
+static WATCHES: RwLock<Vec<Arc<dyn SyncWatch>>> = RwLock::new(Vec::new());
+
+/// Installs `w` (for this whole OS process, every table in it).
+pub fn watch_syncs(w: Arc<dyn SyncWatch>) {
+    let mut all = WATCHES.write();
+    all.push(w);
+    WATCHED.store(true, Ordering::Release);
+}
+
+/// Removes `w`, installed by [`watch_syncs`].
+pub fn unwatch_syncs(w: &Arc<dyn SyncWatch>) {
+    let mut all = WATCHES.write();
+    all.retain(|x| !Arc::ptr_eq(x, w));
+    WATCHED.store(!all.is_empty(), Ordering::Release);
+}
+
+fn watched(file: &File) {
+    if WATCHED.load(Ordering::Acquire) {
+        for w in WATCHES.read().iter() {
+            w.file(file);
+        }
+    }
 }
 
 /// Makes sure `dir` (an existing directory) is this user's own and closed

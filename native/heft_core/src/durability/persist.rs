@@ -23,8 +23,16 @@
 //! No I/O is done under the table's lock.
 //!
 //! Lock order: `creating`, then the table lock, then `log`, then the atom
-//! dictionary or the list of zstd dictionaries; `ctl` is never held while
-//! taking `log`.
+//! dictionary or the list of zstd dictionaries; `syncing` before `log`
+//! and `manifest`; `ctl` is never held while taking `log`.
+//!
+//! What a power loss keeps. Every segment below the MANIFEST's `last` is
+//! synced whole, end frame included, before the MANIFEST names `last`
+//! (a sync round finishes the sealed segments first; opening syncs what
+//! it replayed), so only segments from `last` on can have lost pages,
+//! and recovery cuts those as a torn tail. A dump seals the segment its
+//! copy ended in and syncs the log up to there before its snapshot can be
+//! found: the snapshot never holds a write the log it needs lost.
 
 use std::collections::HashMap;
 use std::fs::{self, DirBuilder, File, OpenOptions};
@@ -32,7 +40,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -295,6 +303,9 @@ struct Shared<E: Events> {
     idle: AtomicBool,
     /// Held while a segment is made, so that one is made at a time.
     creating: Mutex<()>,
+    /// Held through a sync round, so that the manifest names a segment
+    /// only once every segment before it is synced whole.
+    syncing: Mutex<()>,
     poisoned: AtomicBool,
     stop: AtomicBool,
     faults: Faults,
@@ -497,6 +508,7 @@ impl<E: Events> Persisted<E> {
             wanted: AtomicU64::new(0),
             idle: AtomicBool::new(false),
             creating: Mutex::new(()),
+            syncing: Mutex::new(()),
             poisoned: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             faults: Faults::default(),
@@ -816,10 +828,17 @@ impl<E: Events> Journal for Shared<E> {
             // Full: go on in the spare, if it is there and large enough.
             match spare.take() {
                 Some(mut next) if next.fits(sealed.len()) => {
+                    // The full segment gets its end frame before anything
+                    // goes to the next one: a process killed in between
+                    // leaves a sealed segment followed by an empty one,
+                    // never frames after an unsealed one.
+                    if let Some(full) = segment.as_mut() {
+                        full.seal();
+                    }
+                    compiler_fence(Ordering::SeqCst);
                     rotated = next.append(sealed, n, new_atoms, new_dicts);
                     debug_assert!(rotated);
-                    if let Some(mut full) = segment.replace(next) {
-                        full.seal();
+                    if let Some(full) = segment.replace(next) {
                         *next_capacity = (full.capacity() * 2).min(self.config.segment_bytes);
                         retired.push(full);
                     }
@@ -1095,6 +1114,7 @@ impl<E: Events> Shared<E> {
     /// Syncs and cuts the retired segments; with `current`, fdatasyncs the
     /// segment appended to as well.
     fn sync_round(&self, current: bool) -> Result<(), Failure> {
+        let _one_at_a_time = self.syncing.lock();
         if self.poisoned.load(Ordering::Acquire) {
             return Err(Failure::Poisoned);
         }
@@ -1196,33 +1216,33 @@ impl<E: Events> Shared<E> {
         // hold about as many records); read before the log's lock, which
         // writers take under the table's.
         let floor = table.len().unwrap_or(0) as u64 / DUMP_FLOOR_DIVISOR;
-        let next = loop {
-            self.ensure_spare(0)?;
-            let mut log = self.log.lock();
-            if log.closed {
-                return Err(Failure::Closed);
-            }
-            // A writer may have moved to the spare meanwhile: make another.
-            let Some(new) = log.spare.take() else {
-                continue;
-            };
-            let seq = new.seq;
-            if let Some(mut old) = log.segment.replace(new) {
-                old.seal();
-                log.retired.push(old);
-            }
-            self.c.segments.fetch_add(1, Ordering::Relaxed);
+        let next = self.rotate(|| {
             self.c.pending.store(0, Ordering::Relaxed);
             self.c.rewritten.store(0, Ordering::Relaxed);
             self.c.dump_floor.store(floor, Ordering::Relaxed);
-            break seq;
-        };
-        self.wake_flusher(true);
-        let written = snapshot::write(&self.dir, &table, next, &self.recovery.id, &self.stop)
+        })?;
+        let snapshot = snapshot::write(&self.dir, &table, next, &self.recovery.id, &self.stop)
             .map_err(|e| match e {
                 SnapshotError::Stopped | SnapshotError::Deleted => Failure::Closed,
                 SnapshotError::Io(e) => Failure::io(&e),
             })?;
+        // The copy holds writes made while it ran, logged in segment
+        // `next` and maybe later ones: those must be on disk before the
+        // snapshot can be found, or a power loss could keep the snapshot
+        // and lose them (half a batch, a later write without an earlier
+        // one). Seal the segment the copy ended in (the manifest then
+        // names the one after it) and sync every segment before that.
+        let logged_nothing = {
+            let log = self.log.lock();
+            log.segment
+                .as_ref()
+                .is_some_and(|s| s.seq == next && s.is_empty())
+        };
+        if !logged_nothing {
+            self.rotate(|| {})?;
+        }
+        self.sync_round(false)?;
+        let written = snapshot.commit().map_err(|e| Failure::io(&e))?;
         // The log now starts at `next` (the segments below it are removed
         // only once the manifest says so).
         self.update_manifest(|m| {
@@ -1255,6 +1275,33 @@ impl<E: Events> Shared<E> {
         }
         self.c.dumps.fetch_add(1, Ordering::Relaxed);
         Ok(written)
+    }
+
+    /// Moves appends to a new segment (sealing the current one, as when it
+    /// fills up) and returns its number; `also` runs under the log's lock
+    /// as it does.
+    fn rotate(&self, also: impl Fn()) -> Result<u64, Failure> {
+        let seq = loop {
+            self.ensure_spare(0)?;
+            let mut log = self.log.lock();
+            if log.closed {
+                return Err(Failure::Closed);
+            }
+            // A writer may have moved to the spare meanwhile: make another.
+            let Some(new) = log.spare.take() else {
+                continue;
+            };
+            let seq = new.seq;
+            if let Some(mut old) = log.segment.replace(new) {
+                old.seal();
+                log.retired.push(old);
+            }
+            self.c.segments.fetch_add(1, Ordering::Relaxed);
+            also();
+            break seq;
+        };
+        self.wake_flusher(true);
+        Ok(seq)
     }
 
     /// Called by each thread as it ends; the last one closes the log and

@@ -443,6 +443,12 @@ pub fn recover(
     // The last segment that must exist, and whether it must end the log
     // sealed (the table was closed).
     let (must, clean) = manifest.as_ref().map_or((0, false), |m| (m.last, m.clean));
+    // After a crash, the segments from the manifest's last one on may have
+    // lost pages that were never synced (every segment below it was
+    // synced whole, end frame included, before the manifest named a later
+    // one): missing bytes there are unacknowledged writes, cut as a torn
+    // tail with everything after them.
+    let unsynced = |seq: u64| manifest.as_ref().is_some_and(|m| !m.clean && seq >= m.last);
     // Segments made ahead of time and never written to, last in the log
     // (a crash left them): removed, their numbers reused.
     while let [.., before, last] = seqs[..] {
@@ -514,13 +520,19 @@ pub fn recover(
                     // Sealed, but a crash came before it was cut to its log.
                     let f = files::open_rw(&dir.join(&name))?;
                     f.set_len(r.end)?;
-                    f.sync_all()?;
+                    files::sync_all(&f)?;
                 }
                 if last || r.sealed || r.version < 2 || seqs[i + 1] != seq + 1 {
                     continue; // (a gap after it is reported as missing)
                 }
                 // Not sealed, yet a later segment holds frames: this one's
                 // end was lost (a power loss) while later ones survived.
+                if unsynced(seq) && r.end < r.len {
+                    // Its end frame is zeros, never written back: the
+                    // later segments hold writes made after it, unsynced.
+                    rec.torn_bytes += cut_segments(dir, &seqs[i + 1..])?;
+                    break;
+                }
                 if !repair {
                     return Err(corrupt(&name, r.end));
                 }
@@ -545,10 +557,20 @@ pub fn recover(
                     && applier.last_damage == Some(Damage::Torn)
                     && !clean
                     && (offset > 0 || seq > must);
-                if torn {
+                // Bytes that were never written back, in a segment that
+                // may hold unsynced writes: they and all after them are
+                // a torn tail (a frame cut short by the end of its file
+                // is not missing bytes but a file cut short).
+                let lost = match applier.last_damage {
+                    Some(Damage::Hole) => true,
+                    Some(Damage::Torn) => !applier.torn_short,
+                    _ => false,
+                };
+                if torn || (lost && offset > 0 && unsynced(seq)) {
                     // A torn tail: cut it (or drop a segment whose header
                     // was never written whole), keep the rest.
                     rec.torn_bytes += applier.torn_end.min(len).saturating_sub(offset);
+                    rec.torn_bytes += cut_segments(dir, &seqs[i + 1..])?;
                     if offset == 0 {
                         fs::remove_file(dir.join(&name))?;
                         next = seq;
@@ -587,6 +609,14 @@ pub fn recover(
         let moved = set_aside(dir, &seqs[i..], offset)?;
         if let Some(d) = rec.dropped.as_mut() {
             d.bytes += moved;
+        }
+    }
+    if !clean {
+        // What was replayed may be only in the page cache (the VM died,
+        // the kernel did not): on disk before the manifest names a
+        // segment after these (the table's first write comes after that).
+        for seq in &rec.segments {
+            files::sync_data(&files::open_read(&dir.join(segment_name(*seq)))?)?;
         }
     }
     if let Some(t) = tail.filter(|t| t.seq + 1 == next) {
@@ -694,6 +724,25 @@ fn prescan_snapshot(
     }
 }
 
+/// Removes segments `seqs`, which follow a hole in the log: unsynced
+/// writes made after the ones lost. Returns the bytes of frames they held
+/// (after their headers and start frames, up to the last byte that is
+/// not zero), counted as torn.
+fn cut_segments(dir: &Path, seqs: &[u64]) -> io::Result<u64> {
+    let mut cut = 0;
+    for seq in seqs {
+        let path = dir.join(segment_name(*seq));
+        let bytes = files::read(&path)?;
+        let data = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+        cut += data.saturating_sub(HEADER_LEN + wal::START_FRAME_LEN) as u64;
+        fs::remove_file(&path)?;
+    }
+    if !seqs.is_empty() {
+        sync_dir(dir)?;
+    }
+    Ok(cut)
+}
+
 /// Moves the damaged tail of `seqs[0]` from `offset` (the whole file when
 /// 0) and all of `seqs[1..]` aside as `lost-...` files; returns the bytes
 /// moved.
@@ -709,7 +758,7 @@ fn set_aside(dir: &Path, seqs: &[u64], offset: u64) -> io::Result<u64> {
             files::write_atomic(&lost, tail, true)?;
             let keep = files::open_rw(&path)?;
             keep.set_len(offset)?;
-            keep.sync_all()?;
+            files::sync_all(&keep)?;
             moved += tail.len() as u64;
         } else {
             moved += fs::metadata(&path)?.len();
@@ -1091,6 +1140,7 @@ fn replay_segment(
     expect: &mut Expect,
 ) -> Result<Replayed, Load> {
     applier.last_damage = None;
+    applier.torn_short = false;
     applier.seg_records = 0;
     applier.seg_atoms = 0;
     applier.seg_dicts = 0;
@@ -1157,8 +1207,13 @@ fn replay_segment(
                     len,
                 })
             }
+            // Nothing is ever written after an end frame.
+            Err(FrameError::Damaged(..)) if sealed => {
+                return Err(damaged(applier, Damage::Corrupt, at))
+            }
             Err(FrameError::Damaged(kind, at)) => {
                 applier.torn_end = frames.torn_end();
+                applier.torn_short = frames.ran_past_end();
                 return Err(damaged(applier, kind, at));
             }
             Err(FrameError::Io(e)) => return Err(e.into()),
@@ -1254,7 +1309,7 @@ fn seal_tail(dir: &Path, t: &Tail) -> io::Result<()> {
     }
     // A table closed cleanly left it sealed and cut: no sync needed.
     if changed {
-        f.sync_all()?;
+        files::sync_all(&f)?;
     }
     Ok(())
 }
@@ -1290,6 +1345,8 @@ struct Applier<'t> {
     /// bytes end.
     last_damage: Option<Damage>,
     torn_end: u64,
+    /// The torn frame ran past the end of its file.
+    torn_short: bool,
     /// Writes, atom entries and dictionaries replayed from the current
     /// segment so far, and whether its end frame was read.
     seg_records: u64,
@@ -1310,6 +1367,7 @@ impl<'t> Applier<'t> {
             checked: Checked::default(),
             last_damage: None,
             torn_end: 0,
+            torn_short: false,
             seg_records: 0,
             seg_atoms: 0,
             seg_dicts: 0,

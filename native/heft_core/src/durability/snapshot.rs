@@ -75,20 +75,33 @@ pub use crate::files::sync_dir;
 
 /// Writes a snapshot of `table` that says "replay from segment
 /// `replay_from"` (and belongs to table `id`) to a temporary file
-/// `dir/snapshot.tmp-<random>`, fsyncs it, renames it to `dir/snapshot`
-/// and fsyncs `dir`. On any failure the temporary file is removed and the
-/// old snapshot is untouched.
+/// `dir/snapshot.tmp-<random>`, which [`Pending::commit`] makes the
+/// snapshot. On any failure (or if it is dropped uncommitted) the
+/// temporary file is removed and the old snapshot is untouched.
 pub fn write(
     dir: &Path,
     table: &Table,
     replay_from: u64,
     id: &wal::TableId,
     stop: &AtomicBool,
-) -> Result<Written, SnapshotError> {
+) -> Result<Pending, SnapshotError> {
     let tmp = Temp::new(&dir.join(SNAPSHOT), crate::files::FILE_MODE)?;
     let written = write_tmp(tmp.file(), table, replay_from, id, stop)?;
-    tmp.commit(true)?;
-    Ok(written)
+    Ok(Pending { tmp, written })
+}
+
+/// A snapshot written to its temporary file, not yet in place.
+pub struct Pending {
+    tmp: Temp,
+    written: Written,
+}
+
+impl Pending {
+    /// fsyncs the file, renames it to `snapshot` and fsyncs the directory.
+    pub fn commit(self) -> io::Result<Written> {
+        self.tmp.commit(true)?;
+        Ok(self.written)
+    }
 }
 
 fn write_tmp(

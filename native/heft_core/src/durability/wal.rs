@@ -360,10 +360,25 @@ pub enum Damage {
     /// with nothing but zeros after it: what a crash during an append
     /// leaves.
     Torn,
+    /// Bytes missing before data: a frame header of zeros, or a frame that
+    /// fails its checksum and holds zeros that run up to a [`SECTOR`]
+    /// boundary (its last byte before a boundary is zero, and so is every
+    /// byte after its end up to the next one), with data after either.
+    /// What a power loss leaves when the kernel had written back later
+    /// pages of the log but not all of these: a log segment is written
+    /// once, from zeros, so a write that did not reach the disk (a sector
+    /// or page, or the part of one copied after its writeback began) reads
+    /// back as zeros up to the end of its sector.
+    Hole,
     /// A frame that fails its checksum or does not parse with data after
-    /// it, or data after the zeros that end a log.
+    /// it and no missing sector in it.
     Corrupt,
 }
+
+/// The unit a disk writes whole (the smallest there is): zeros up to
+/// the end of a sector in a damaged frame are a write that did not
+/// happen.
+pub const SECTOR: u64 = 512;
 
 /// A frame that could not be read, at `offset` (where the frame starts).
 #[derive(Debug)]
@@ -381,8 +396,11 @@ pub struct FrameReader<R> {
     offset: u64,
     /// The file's length.
     len: u64,
-    /// Where a torn frame's bytes end (its declared end, or the file's).
+    /// Where a torn frame's bytes end (its declared end, or the file's);
+    /// after a hole, where the data after it ends.
     torn_end: u64,
+    /// The damaged frame ran past the end of the file.
+    short: bool,
     payload: Vec<u8>,
 }
 
@@ -395,6 +413,7 @@ impl<R: Read> FrameReader<R> {
             offset,
             len,
             torn_end: len,
+            short: false,
             payload: Vec::new(),
         }
     }
@@ -406,9 +425,16 @@ impl<R: Read> FrameReader<R> {
     }
 
     /// After a torn frame: where its bytes end, so the torn tail is
-    /// `offset..torn_end`.
+    /// `offset..torn_end`; after a hole, where the last data after it
+    /// ends.
     pub fn torn_end(&self) -> u64 {
         self.torn_end
+    }
+
+    /// After a torn frame: true if it ran past the end of the file (a
+    /// file cut short), false if it failed its checksum.
+    pub fn ran_past_end(&self) -> bool {
+        self.short
     }
 
     /// The next frame's payload; `Ok(None)` at the end of the log: the end
@@ -427,15 +453,19 @@ impl<R: Read> FrameReader<R> {
             .map_err(FrameError::Io)?;
         if all_zeros(&head) {
             // Zeros where a frame would start: the log ends here if only
-            // zeros follow.
-            return match self.zeros_to_end() {
-                Ok(true) => Ok(None),
-                Ok(false) => Err(FrameError::Damaged(Damage::Corrupt, at)),
+            // zeros follow; data after them is a hole.
+            return match self.data_end(at + got as u64) {
+                Ok(None) => Ok(None),
+                Ok(Some(end)) => {
+                    self.torn_end = end;
+                    Err(FrameError::Damaged(Damage::Hole, at))
+                }
                 Err(e) => Err(FrameError::Io(e)),
             };
         }
         if got < FRAME_HEADER_LEN {
             self.torn_end = self.len;
+            self.short = true;
             return Err(FrameError::Damaged(Damage::Torn, at));
         }
         let len = u64::from(u32::from_le_bytes(le4(&head)));
@@ -444,6 +474,7 @@ impl<R: Read> FrameReader<R> {
         if end > self.len {
             // The frame runs past the end: torn while it was appended.
             self.torn_end = self.len;
+            self.short = true;
             return Err(FrameError::Damaged(Damage::Torn, at));
         }
         self.payload.clear();
@@ -454,16 +485,62 @@ impl<R: Read> FrameReader<R> {
         let c = crc::extend(crc::crc32c(&head[..FRAME_CRC_OFFSET]), &self.payload);
         if len == 0 || c != stored {
             // A frame cut short by a crash in the middle of its append
-            // (its header is written first) has only zeros after it.
+            // (its header is written first) has only zeros after it; one
+            // with data after it is a hole if a sector of it is missing.
             self.torn_end = end;
-            return match self.zeros_to_end() {
-                Ok(true) => Err(FrameError::Damaged(Damage::Torn, at)),
-                Ok(false) => Err(FrameError::Damaged(Damage::Corrupt, at)),
+            return match self.classify(at, &head, end) {
+                Ok((Damage::Hole, data_end)) => {
+                    self.torn_end = data_end;
+                    Err(FrameError::Damaged(Damage::Hole, at))
+                }
+                Ok((kind, _)) => Err(FrameError::Damaged(kind, at)),
                 Err(e) => Err(FrameError::Io(e)),
             };
         }
         self.offset = end;
         Ok(Some(&self.payload))
+    }
+
+    /// A frame from `at` to `end` (its header `head`, its payload read)
+    /// failed its checksum: torn if only zeros follow it, a hole if data
+    /// follows and it holds zeros that run up to a sector boundary (read on
+    /// past its end if need be), else corrupt; with where the data after
+    /// it ends.
+    fn classify(
+        &mut self,
+        at: u64,
+        head: &[u8; FRAME_HEADER_LEN],
+        end: u64,
+    ) -> io::Result<(Damage, u64)> {
+        // The bytes after the frame up to the next sector boundary.
+        let stop = ((end - 1) / SECTOR + 1) * SECTOR;
+        let over = stop.min(self.len) - end;
+        let mut after = vec![0u8; over as usize];
+        self.inner.read_exact(&mut after)?;
+        let byte = |o: u64| -> u8 {
+            let i = (o - at) as usize;
+            match i.checked_sub(FRAME_HEADER_LEN) {
+                None => head[i],
+                Some(p) => self.payload[p],
+            }
+        };
+        // At each sector boundary the frame reaches, its last byte before
+        // it is zero (and so is every byte after the frame up to it).
+        let hole = ((at / SECTOR + 1) * SECTOR..=stop)
+            .step_by(SECTOR as usize)
+            .any(|m| byte(m.min(end) - 1) == 0 && (m <= end || all_zeros(&after)));
+        let rest = self.data_end(end + over)?;
+        let data_end = rest.or_else(|| {
+            after
+                .iter()
+                .rposition(|&b| b != 0)
+                .map(|i| end + i as u64 + 1)
+        });
+        Ok(match data_end {
+            None => (Damage::Torn, end),
+            Some(e) if hole => (Damage::Hole, e),
+            Some(e) => (Damage::Corrupt, e),
+        })
     }
 
     /// The payload `next_frame` just returned, as an owned buffer; `spare`
@@ -472,14 +549,20 @@ impl<R: Read> FrameReader<R> {
         std::mem::replace(&mut self.payload, spare)
     }
 
-    /// True if the rest of the file is zeros.
-    fn zeros_to_end(&mut self) -> io::Result<bool> {
+    /// Reads the rest of the file, from offset `from`: where its last
+    /// byte that is not zero ends, `None` if it is all zeros.
+    fn data_end(&mut self, mut from: u64) -> io::Result<Option<u64>> {
         let mut rest = vec![0u8; 1 << 20];
+        let mut end = None;
         loop {
             match self.inner.read(&mut rest)? {
-                0 => return Ok(true),
-                n if all_zeros(&rest[..n]) => continue,
-                _ => return Ok(false),
+                0 => return Ok(end),
+                n => {
+                    if let Some(i) = rest[..n].iter().rposition(|&b| b != 0) {
+                        end = Some(from + i as u64 + 1);
+                    }
+                    from += n as u64;
+                }
             }
         }
     }
@@ -587,7 +670,7 @@ impl Segment {
         let mut head = header(FileKind::Log, seq).to_vec();
         head.extend_from_slice(&start_frame(id));
         file.write_all_at(&head, 0)?;
-        file.sync_all()?;
+        crate::files::sync_all(&file)?;
         let len = usize::try_from(capacity).map_err(|_| io::ErrorKind::InvalidInput)?;
         // SAFETY: the file was created here (O_EXCL, mode 0600) in a
         // directory this process holds locked, and keeps its length while
@@ -685,7 +768,7 @@ pub fn sync_data(file: &File, faults: &Faults) -> io::Result<()> {
     if Faults::fire(&faults.eio_after) {
         return Err(io::Error::from_raw_os_error(libc::EIO));
     }
-    file.sync_data()
+    crate::files::sync_data(file)
 }
 
 #[cfg(test)]
@@ -837,13 +920,66 @@ mod tests {
         let (got, err) = read_all(&bytes);
         assert_eq!(got.len(), 1);
         assert!(err.is_none(), "{err:?}");
-        // Zeros, then data: corruption where the zeros start.
+        // Zeros, then data: a hole where the zeros start.
         let n = bytes.len();
         bytes[n - 3] = 9;
         let (_, err) = read_all(&bytes);
         assert!(
-            matches!(err, Some(FrameError::Damaged(Damage::Corrupt, at)) if at as usize == log_end)
+            matches!(err, Some(FrameError::Damaged(Damage::Hole, at)) if at as usize == log_end)
         );
+    }
+
+    /// Reads `bytes` (a segment) to its first damage: the kind, where,
+    /// and where the reader says the data after it ends.
+    fn first_damage(bytes: &[u8]) -> (Damage, u64, u64) {
+        let mut r = FrameReader::new(
+            Cursor::new(&bytes[HEADER_LEN..]),
+            HEADER_LEN as u64,
+            bytes.len() as u64,
+        );
+        loop {
+            match r.next_frame() {
+                Ok(Some(_)) => continue,
+                Err(FrameError::Damaged(kind, at)) => return (kind, at, r.torn_end()),
+                other => panic!("{:?}", other.map(|o| o.is_some())),
+            }
+        }
+    }
+
+    #[test]
+    fn a_frame_missing_a_written_back_sector_before_data_is_a_hole() {
+        // Three frames of 3000 bytes; the second one's bytes from some
+        // point to the end of its sector never reached the disk (zeros),
+        // the third did.
+        let big = [7u8; 3000];
+        let whole = frames(&[&[Op::Put(&big)], &[Op::Put(&big)], &[Op::Put(&big)]]);
+        let second = HEADER_LEN + whole[HEADER_LEN..].len() / 3;
+        let boundary = (second / SECTOR as usize + 2) * SECTOR as usize;
+        for lost_from in [boundary - SECTOR as usize, boundary - 100, boundary - 1] {
+            let mut bytes = whole.clone();
+            bytes[lost_from..boundary].fill(0);
+            let (kind, at, data_end) = first_damage(&bytes);
+            assert_eq!((kind, at as usize), (Damage::Hole, second), "{lost_from}");
+            assert_eq!(data_end as usize, whole.len(), "the data after it");
+        }
+    }
+
+    #[test]
+    fn a_damaged_frame_without_zeros_up_to_a_sector_boundary_is_corrupt() {
+        // Data after it, and no byte before a boundary zero: garbage, not
+        // a write that did not happen.
+        let big = [7u8; 3000];
+        let whole = frames(&[&[Op::Put(&big)], &[Op::Put(&big)], &[Op::Put(&big)]]);
+        let second = HEADER_LEN + whole[HEADER_LEN..].len() / 3;
+        let mut bytes = whole.clone();
+        bytes[second + 1000] ^= 0x10;
+        assert_eq!(first_damage(&bytes).0, Damage::Corrupt);
+        // The same bytes zeroed in the middle of a sector, not up to its
+        // end: not what lost writeback leaves either.
+        let mut bytes = whole.clone();
+        let mid = (second / SECTOR as usize + 2) * SECTOR as usize + 100;
+        bytes[mid..mid + 200].fill(0);
+        assert_eq!(first_damage(&bytes).0, Damage::Corrupt);
     }
 
     #[test]
