@@ -217,21 +217,37 @@ Code.require_file("harness.exs", __DIR__)
     end
 
     # DETS closes a table whose owner has gone in its own time: wait until
-    # every file is closed, or the node's halt that follows cuts one (OTP
-    # 27's peer:stop halts at once), and the next load repairs it with its
-    # last writes lost.
+    # no file of one is open (its descriptor closed, after its header was
+    # written; `dets:all/0` forgets a table before that), or the node's
+    # halt that follows cuts one (OTP 27's peer:stop halts at once), and
+    # the next load repairs it with its last writes lost.
     def stop do
       result = :mnesia.stop()
-      dets_closed(500)
+      dets_closed(3000)
       result
     end
 
     defp dets_closed(0), do: :ok
 
     defp dets_closed(tries) do
-      if :dets.all() != [] do
+      if :dets.all() != [] or dets_files_open?() do
         Process.sleep(10)
         dets_closed(tries - 1)
+      end
+    end
+
+    defp dets_files_open? do
+      case File.ls("/proc/self/fd") do
+        {:ok, fds} ->
+          Enum.any?(fds, fn fd ->
+            case File.read_link("/proc/self/fd/" <> fd) do
+              {:ok, path} -> String.ends_with?(path, ".DAT")
+              {:error, _} -> false
+            end
+          end)
+
+        {:error, _} ->
+          false
       end
     end
   end

@@ -229,7 +229,7 @@ impl Arena {
                     std::process::id()
                 ));
                 let file = crate::files::create_new(&path, crate::files::FILE_MODE)?;
-                match map_file(&file, INITIAL_BYTES, true) {
+                match map_file(&file, INITIAL_BYTES, true).and_then(read_randomly) {
                     Ok(map) => Pages::File(file, path, map),
                     Err(e) => {
                         let _ = fs::remove_file(&path);
@@ -464,7 +464,10 @@ impl Arena {
                     let _ = file.set_len(old_len);
                     return Err(e);
                 }
-                remap(file, map, new_len)
+                remap(file, map, new_len)?;
+                // Best effort: the advice moves with the mapping.
+                let _ = map.advise(Advice::Random);
+                Ok(())
             }
         }
     }
@@ -503,7 +506,7 @@ impl Arena {
             Pages::File(file, _, map) => {
                 file.set_len(0)?;
                 allocate(file, 0, INITIAL_BYTES)?;
-                *map = map_file(file, INITIAL_BYTES, false)?;
+                *map = read_randomly(map_file(file, INITIAL_BYTES, false)?)?;
             }
         }
         self.top = FIRST_OFFSET;
@@ -629,6 +632,14 @@ pub(crate) fn map_file(file: &File, len: u64, reserve: bool) -> io::Result<MmapM
     // file) and at least `len` bytes long, so no other code changes it
     // behind the mapping's back and every mapped page is backed.
     unsafe { MmapOptions::new().len(len as usize).map_mut(file) }
+}
+
+/// A file arena's mapping, advised `MADV_RANDOM`: a fault reads the page
+/// it needs, not the device's read-ahead window around it (8 MiB on some
+/// disks: once a table outgrows RAM, every lookup read that much).
+fn read_randomly(map: MmapMut) -> io::Result<MmapMut> {
+    map.advise(Advice::Random)?;
+    Ok(map)
 }
 
 /// Extends a private memfd to `new_len` bytes and its mapping with it (the
@@ -888,6 +899,30 @@ mod tests {
             assert!(block[..skip].iter().all(|&b| b == 1), "{pages:?}");
             a.get_mut(again, 1 << 20).unwrap().fill(2);
         }
+    }
+
+    #[test]
+    fn a_file_arena_is_read_at_random_before_and_after_it_grows() {
+        let dir = std::env::temp_dir().join(format!("heft-arena-rr-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let mut a = Arena::new(&Backing::File(dir.clone()), "rr").unwrap();
+        // VmFlags `rr`: MADV_RANDOM, no read-ahead on a fault.
+        let random = |a: &Arena| {
+            let smaps = fs::read_to_string("/proc/self/smaps").unwrap();
+            let at = smaps.find(&format!("{:x}-", a.address())).unwrap();
+            let flags = smaps[at..]
+                .lines()
+                .find_map(|l| l.strip_prefix("VmFlags:"))
+                .unwrap();
+            flags.split_whitespace().any(|f| f == "rr")
+        };
+        assert!(random(&a));
+        fill_across_2_mib(&mut a);
+        assert!(random(&a));
+        a.clear().unwrap();
+        assert!(random(&a));
+        drop(a);
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     /// The /proc/self/maps line of the mapping that starts at `addr`.
