@@ -335,6 +335,19 @@ fn float_zero(bytes: &[u8]) -> bool {
     }
 }
 
+/// The integer `bytes` encodes, if it is one of 64 bits.
+fn small_int(bytes: &[u8]) -> Option<i64> {
+    match *bytes.first()? {
+        t if t >= tag::SMALL_INT => Some(i64::from(t - tag::SMALL_INT)),
+        tag::INT => {
+            let mut r = Reader::new(bytes);
+            r.u8().ok()?;
+            r.varint().ok().map(codec::unzigzag)
+        }
+        _ => None,
+    }
+}
+
 /// A scalar whose comparisons are decided for certain.
 fn certain(bytes: &[u8]) -> bool {
     plain_scalar(bytes) && !float_zero(bytes)
@@ -372,6 +385,18 @@ fn check<'b, 'n>(
                 Verdict::Pass if !(certain(term) && certain(value)) => Verdict::Maybe,
                 v => v,
             };
+            // Two integers of 64 bits, the common case: compared as such.
+            if let (Some(a), Some(b)) = (small_int(term), small_int(value)) {
+                let o = a.cmp(&b);
+                return pass_if(match op {
+                    Op::Lt => o == Ordering::Less,
+                    Op::Le => o != Ordering::Greater,
+                    Op::Gt => o == Ordering::Greater,
+                    Op::Ge => o != Ordering::Less,
+                    Op::Eq | Op::ExactEq => o == Ordering::Equal,
+                    Op::Ne | Op::ExactNe => o != Ordering::Equal,
+                });
+            }
             match op {
                 Op::ExactEq => {
                     // `=:=`: equal in map-key order (1 and 1.0 differ); a
