@@ -1085,7 +1085,7 @@ fn sieve_count_impl<'a>(
         Err(retry) => return Ok(retry),
     };
     let mut matched = 0u64;
-    let (records, next) = sieved(
+    let (records, next, _dropped) = sieved(
         env,
         sched,
         &t,
@@ -1117,53 +1117,46 @@ fn chunk_of<'a>(
     dir: Direction,
     sieve: Option<&Sieve>,
 ) -> NifResult<Term<'a>> {
-    let max: usize = max
-        .decode()
-        .ok()
-        .filter(|m| *m >= 1)
-        .ok_or_else(|| badarg("the chunk size is not a positive integer"))?;
+    if let Some(sieve) = sieve {
+        let keep = |judged| judged != Judgement::Drops;
+        let (records, next, dropped) = sieved(env, sched, t, range, cursor, max, dir, sieve, keep)?;
+        return Ok((records, next, dropped).encode(env));
+    }
+    let max = chunk_size(max)?;
     let after = decode_cursor(cursor)?;
     with_buf(|buf, scratch| {
         let budget = sched.decode_budget();
-        let Some(sieve) = sieve else {
-            let next = t
-                .core
-                .chunk_range(dir, range, after.as_ref(), max, budget, buf)
-                .map_err(errors::core)?;
-            let raw: usize = buf
-                .items()
-                .iter()
-                .map(|it| it.header.key_len + it.header.raw_len)
-                .sum();
-            if sched == Sched::Normal && raw > 2 * budget {
-                return Ok(retry_cpu(env));
-            }
-            let mut records = Vec::with_capacity(buf.len());
-            for it in buf.items() {
-                records.push(decode_item(env, t, buf, it, scratch)?);
-            }
-            return Ok((records, encode_cursor(env, next)).encode(env));
-        };
-        let mut dropped = 0;
-        let (records, next) = sieve_walk(
-            env,
-            t,
-            range,
-            after.as_ref(),
-            max,
-            budget,
-            dir,
-            sieve,
-            buf,
-            scratch,
-            &mut dropped,
-            |judged| judged != Judgement::Drops,
-        )?;
-        Ok((records, next, dropped).encode(env))
+        let next = t
+            .core
+            .chunk_range(dir, range, after.as_ref(), max, budget, buf)
+            .map_err(errors::core)?;
+        let raw: usize = buf
+            .items()
+            .iter()
+            .map(|it| it.header.key_len + it.header.raw_len)
+            .sum();
+        if sched == Sched::Normal && raw > 2 * budget {
+            return Ok(retry_cpu(env));
+        }
+        let mut records = Vec::with_capacity(buf.len());
+        for it in buf.items() {
+            records.push(decode_item(env, t, buf, it, scratch)?);
+        }
+        Ok((records, encode_cursor(env, next)).encode(env))
     })
 }
 
-/// [`sieve_walk`] for a call's own buffers and budget.
+fn chunk_size(max: Term) -> NifResult<usize> {
+    max.decode()
+        .ok()
+        .filter(|m| *m >= 1)
+        .ok_or_else(|| badarg("the chunk size is not a positive integer"))
+}
+
+/// A chunk of the walk with the sieve run as it reads each record, under
+/// the table's read lock: only the records `copy` asks for (given the
+/// sieve's judgement) are copied and decoded. The decoded records, where
+/// to resume, and how many records after the last one copied were not.
 #[allow(clippy::too_many_arguments)]
 fn sieved<'a>(
     env: Env<'a>,
@@ -1174,84 +1167,43 @@ fn sieved<'a>(
     max: Term<'a>,
     dir: Direction,
     sieve: &Sieve,
-    copy: impl FnMut(Judgement) -> bool,
-) -> NifResult<(Vec<Term<'a>>, Term<'a>)> {
-    let max: usize = max
-        .decode()
-        .ok()
-        .filter(|m| *m >= 1)
-        .ok_or_else(|| badarg("the chunk size is not a positive integer"))?;
+    mut copy: impl FnMut(Judgement) -> bool,
+) -> NifResult<(Vec<Term<'a>>, Term<'a>, usize)> {
+    let max = chunk_size(max)?;
     let after = decode_cursor(cursor)?;
     with_buf(|buf, scratch| {
-        let mut dropped = 0;
-        sieve_walk(
-            env,
-            t,
-            range,
-            after.as_ref(),
-            max,
-            sched.decode_budget(),
-            dir,
-            sieve,
-            buf,
-            scratch,
-            &mut dropped,
-            copy,
-        )
-    })
-}
-
-/// A chunk of the walk with the sieve run as it reads each record, under
-/// the table's read lock: only the records `copy` asks for (given the
-/// sieve's judgement) are copied and decoded. The decoded records and
-/// where to resume; `dropped` gets how many records after the last one
-/// copied were not.
-#[allow(clippy::too_many_arguments)]
-fn sieve_walk<'a>(
-    env: Env<'a>,
-    t: &TableRes,
-    range: &KeyRange,
-    after: Option<&Cursor>,
-    max: usize,
-    budget: usize,
-    dir: Direction,
-    sieve: &Sieve,
-    buf: &mut RecordBuf,
-    scratch: &mut Vec<u8>,
-    dropped: &mut usize,
-    mut copy: impl FnMut(Judgement) -> bool,
-) -> NifResult<(Vec<Term<'a>>, Term<'a>)> {
-    let names = t.core.atoms().read();
-    let name = |id: u32| names.name(id).unwrap_or("");
-    let dicts = t.core.dictionaries();
-    let mut unpacked = Vec::new();
-    let mut keep = |r: &Stored| {
-        let mut read_body = false;
-        let judged = sieve.judge(
-            r.key(),
-            || {
-                read_body = true;
-                r.body(dicts, &mut unpacked).ok()
-            },
-            name,
-        );
-        if copy(judged) {
-            Kept::Yes { read_body }
-        } else {
-            Kept::No { read_body }
+        let names = t.core.atoms().read();
+        let name = |id: u32| names.name(id).unwrap_or("");
+        let dicts = t.core.dictionaries();
+        let mut unpacked = Vec::new();
+        let mut keep = |r: &Stored| {
+            let mut read_body = false;
+            let judged = sieve.judge(
+                r.key(),
+                || {
+                    read_body = true;
+                    r.body(dicts, &mut unpacked).ok()
+                },
+                name,
+            );
+            if copy(judged) {
+                Kept::Yes { read_body }
+            } else {
+                Kept::No { read_body }
+            }
+        };
+        let budget = sched.decode_budget();
+        let (next, dropped) = t
+            .core
+            .chunk_kept(dir, range, after.as_ref(), max, budget, buf, &mut keep)
+            .map_err(errors::core)?;
+        drop(names);
+        let mut records = Vec::with_capacity(buf.len());
+        for it in buf.items() {
+            records.push(decode_item(env, t, buf, it, scratch)?);
         }
-    };
-    let (next, n) = t
-        .core
-        .chunk_kept(dir, range, after, max, budget, buf, &mut keep)
-        .map_err(errors::core)?;
-    drop(names);
-    *dropped = n;
-    let mut records = Vec::with_capacity(buf.len());
-    for it in buf.items() {
-        records.push(decode_item(env, t, buf, it, scratch)?);
-    }
-    Ok((records, encode_cursor(env, next)))
+        Ok((records, encode_cursor(env, next), dropped))
+    })
 }
 
 /// The objects of slot `i` (heft_core's `Table::slot`), or
