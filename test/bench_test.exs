@@ -43,7 +43,12 @@ defmodule Heft.BenchTest do
         insert_us: 0.5,
         batch_us: 0.25
       ),
-      cell(:small_map, "ets", 100_000, bytes: 176.0, lookup_us: 0.4, insert_us: 0.5, batch_us: 0.3),
+      cell(:small_map, "ets", 100_000,
+        bytes: 176.0,
+        lookup_us: 0.4,
+        insert_us: 0.5,
+        batch_us: 0.3
+      ),
       cell(:small_map, "heft_zlib", 100_000,
         bytes: 110.0,
         lookup_us: 0.8,

@@ -75,7 +75,7 @@ defmodule Heft.SelectCountTest do
   defp clause do
     head = List.to_tuple([:"$1" | for(_ <- 1..Enum.random([1, 2, 3]), do: element())])
     vars = head |> Tuple.to_list() |> Enum.flat_map(&vars/1) |> Enum.uniq()
-    guards = for _ <- 1..Enum.random(0..2), do: guard(vars)
+    guards = for _ <- 1..Enum.random(0..2)//1, do: guard(vars)
     {head, guards, [true]}
   end
 

@@ -185,7 +185,11 @@ defmodule Heft.TermOrderTest do
         Enum.random([{}, %{}])
 
       _ ->
-        Enum.random([:rand.uniform(1000) - 500, :rand.uniform() * 10 - 5, :rand.uniform(20) * 1.0])
+        Enum.random([
+          :rand.uniform(1000) - 500,
+          :rand.uniform() * 10 - 5,
+          :rand.uniform(20) * 1.0
+        ])
     end
   end
 
