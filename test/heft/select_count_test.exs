@@ -92,8 +92,10 @@ defmodule Heft.SelectCountTest do
       objects = for k <- keys, _ <- 1..Enum.random(1..2), do: object(k)
       e = :ets.new(:count, [type])
       h = Heft.new(:count, [type, compression: compression])
-      :ets.insert(e, objects)
-      Heft.insert(h, objects)
+      # One at a time: which of a list's objects with equal keys a set
+      # keeps is not defined in ETS (OTP 25 kept the first of 3,000 now and
+      # then, the last otherwise; Heft keeps the last).
+      for o <- objects, do: :ets.insert(e, o) && Heft.insert(h, o)
 
       for _ <- 1..60 do
         spec = for _ <- 1..Enum.random(1..2), do: clause()
