@@ -1045,27 +1045,18 @@ fn sieve_chunk_impl<'a>(
     max: Term<'a>,
     dir: Term<'a>,
 ) -> NifResult<Term<'a>> {
-    let t = open!(env, tab, sched, false);
     let dir = match Atom::from_term(dir) {
         Ok(a) if a == atoms::forward() => Direction::Forward,
         Ok(a) if a == atoms::backward() => Direction::Backward,
         _ => return Err(badarg("not a direction")),
     };
-    let range = match key_range(env, sched, &t, range)? {
-        Ok(r) => r,
-        Err(retry) => return Ok(retry),
-    };
-    let sieve = match crate::sieve::decode(env, sched, &t, sieve)? {
-        Ok(s) => s,
-        Err(retry) => return Ok(retry),
-    };
-    chunk_of(env, sched, &t, &range, cursor, max, dir, Some(&sieve))
+    sieve_scan(env, sched, tab, sieve, range, cursor, max, dir, false)
 }
 
 /// `select_count/2`'s walk with a sieve that states its specification
-/// whole (lib/heft/match_spec.ex, `exact_sieve/2`): `{n, objects, cursor}`,
-/// `n` the records the sieve found matching for certain (counted, never
-/// copied or decoded), `objects` those it could not decide, for the VM.
+/// whole (lib/heft/match_spec.ex, `exact?/1`): `{n, objects, cursor}`, `n`
+/// the records the sieve found matching for certain (counted, never copied
+/// or decoded), `objects` those it could not decide, for the VM.
 fn sieve_count_impl<'a>(
     env: Env<'a>,
     sched: Sched,
@@ -1074,6 +1065,23 @@ fn sieve_count_impl<'a>(
     range: Term<'a>,
     cursor: Term<'a>,
     max: Term<'a>,
+) -> NifResult<Term<'a>> {
+    let dir = Direction::Forward;
+    sieve_scan(env, sched, tab, sieve, range, cursor, max, dir, true)
+}
+
+/// The two sieved walks: a chunk of objects (`count` false) or a count.
+#[allow(clippy::too_many_arguments)]
+fn sieve_scan<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    tab: Term<'a>,
+    sieve: Term<'a>,
+    range: Term<'a>,
+    cursor: Term<'a>,
+    max: Term<'a>,
+    dir: Direction,
+    count: bool,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
     let range = match key_range(env, sched, &t, range)? {
@@ -1084,6 +1092,9 @@ fn sieve_count_impl<'a>(
         Ok(s) => s,
         Err(retry) => return Ok(retry),
     };
+    if !count {
+        return chunk_of(env, sched, &t, &range, cursor, max, dir, Some(&sieve));
+    }
     let mut matched = 0u64;
     let (records, next, _dropped) = sieved(
         env,
@@ -1092,7 +1103,7 @@ fn sieve_count_impl<'a>(
         &range,
         cursor,
         max,
-        Direction::Forward,
+        dir,
         &sieve,
         |judged| match judged {
             Judgement::Matches => {

@@ -20,7 +20,7 @@
 //! [`Sieve::judge`] also says when a record certainly passes: every test of
 //! some clause decided on plain scalars (not a float zero, whose sign `=:=`
 //! and OTP releases treat differently). Where lib/heft/match_spec.ex builds
-//! a sieve that states its specification whole (`exact_sieve/2`), such a
+//! a sieve that states its specification whole (`exact?/1`), such a
 //! record matches without the VM's matcher, and `select_count/2` counts it
 //! without decoding it.
 
@@ -503,6 +503,16 @@ mod tests {
         }
     }
 
+    /// `{Key, <back reference>, 1}`: element 1 cannot be told.
+    fn shared_body() -> Vec<u8> {
+        let mut w = codec::Writer::new();
+        w.tuple(3);
+        w.key();
+        w.backref(0);
+        w.int(1);
+        w.buf
+    }
+
     fn arity3() -> Test {
         Test::Arity {
             path: vec![],
@@ -619,12 +629,7 @@ mod tests {
         };
         assert!(!keeps(vec![exact]));
         // A back reference on the way cannot be told: it passes.
-        let mut w = codec::Writer::new();
-        w.tuple(3);
-        w.key();
-        w.backref(0);
-        w.int(1);
-        let shared = w.buf;
+        let shared = shared_body();
         let s = Sieve::new(vec![vec![cmp(&[1], Op::Eq, 99)]], 1);
         assert!(s.keeps(&key, || Some(&shared), names));
         // So does a record whose body cannot be had.
@@ -676,12 +681,7 @@ mod tests {
         assert_eq!(zero(Op::Lt, 0.0), Judgement::Drops);
         assert_eq!(zero(Op::Lt, 1.0), Judgement::Maybe);
         // A back reference, or a body that cannot be had.
-        let mut w = codec::Writer::new();
-        w.tuple(3);
-        w.key();
-        w.backref(0);
-        w.int(1);
-        let shared = w.buf;
+        let shared = shared_body();
         let s = Sieve::new(vec![vec![cmp(&[1], Op::Eq, 99)]], 1);
         assert_eq!(s.judge(&key, || Some(&shared), names), Judgement::Maybe);
         assert_eq!(s.judge(&key, || None, names), Judgement::Maybe);
