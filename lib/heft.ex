@@ -162,7 +162,6 @@ defmodule Heft do
   >   return some of them as `{:error, reason}`). `insert/3` and
   >   `insert_new/3` with `sync: :commit` raise, before writing, on a table
   >   that is not persistent.
-  > - `setopts/2` sets only the heir (ETS also takes `{:protection, p}`).
   > - A bag compares a new object with each object of its key, inflating
   >   compressed ones of the same size, while holding the table's write
   >   lock: keys with thousands of objects make inserts slow (in ETS too,
@@ -1894,7 +1893,7 @@ defmodule Heft do
       end
 
     renamed = Native.rename(ref(tab), name)
-    Heft.Persist.renamed(resource, name)
+    Heft.Persist.stored(resource, :name, name)
     renamed
   end
 
@@ -1902,38 +1901,59 @@ defmodule Heft do
     do: raise(ArgumentError, "rename/2 needs an atom, got: #{inspect(name)}")
 
   @doc """
-  Sets the table's heir: `{:heir, pid, data}` or `{:heir, :none}` (a list
-  of them is accepted too, as by `:ets.setopts/2`). Owner only.
+  Sets table options, as `:ets.setopts/2`: the heir (`{:heir, pid, data}`
+  or `{:heir, :none}`) and the protection (`{:protection, :public |
+  :protected | :private}`), one option or a list of them, each at most
+  once, all checked before any is set. Owner only. A persistent table stores its new
+  protection in its directory, so `open/2` reopens it with it; raises
+  `Heft.Error` if that write fails (the protection is changed in the VM
+  all the same).
   """
   @spec setopts(tab, tuple | [tuple]) :: true
   def setopts(tab, opts) do
     ref = ref(tab)
-    heirs = opts |> List.wrap() |> heir_options!(opts)
+    opts = opts |> List.wrap() |> table_options!(opts)
 
     # Nothing to set: the caller must still own the table (it exists).
-    if heirs == [] and Native.info(ref).owner != self() do
+    if opts == [] and Native.info(ref).owner != self() do
       raise ArgumentError, "only the owner may set the table's options"
     end
 
-    Enum.each(heirs, &Native.set_heir(ref, &1))
+    Enum.each(opts, fn
+      {:heir, heir} -> Native.set_heir(ref, heir)
+      {:protection, p} -> Native.set_protection(ref, p)
+    end)
+
+    with {:ok, p} <- Keyword.fetch(opts, :protection),
+         do: Heft.Persist.stored(ref, :protection, p)
+
     true
   end
 
-  # `{:heir, :none}` and `{:heir, pid, data}` options, as :none or
-  # {pid, data}, all checked before any is set.
-  defp heir_options!(list, opts) do
+  # setopts/2's options, as {:heir, :none | {pid, data} | pid} and
+  # {:protection, p}, each at most once (as in ETS), all checked before
+  # any is set.
+  defp table_options!(list, opts) do
     unless Heft.Args.proper_list?(list) do
       raise ArgumentError, "Heft.setopts/2 expects options, got: #{inspect(opts)}"
     end
 
     without_data = Heft.VM.fact(:heir_without_data)
 
-    Enum.map(list, fn
-      {:heir, :none} -> :none
-      {:heir, pid, data} when is_pid(pid) and node(pid) == node() -> {pid, data}
-      {:heir, pid} when is_pid(pid) and node(pid) == node() and without_data -> pid
-      opt -> raise ArgumentError, "Heft.setopts/2: unknown option #{inspect(opt)}"
-    end)
+    parsed =
+      Enum.map(list, fn
+        {:heir, :none} -> {:heir, :none}
+        {:heir, pid, data} when is_pid(pid) and node(pid) == node() -> {:heir, {pid, data}}
+        {:heir, pid} when is_pid(pid) and node(pid) == node() and without_data -> {:heir, pid}
+        {:protection, p} when p in [:public, :protected, :private] -> {:protection, p}
+        opt -> raise ArgumentError, "Heft.setopts/2: unknown option #{inspect(opt)}"
+      end)
+
+    if parsed |> Keyword.keys() |> Enum.frequencies() |> Enum.any?(fn {_, n} -> n > 1 end) do
+      raise ArgumentError, "Heft.setopts/2: an option given twice in #{inspect(opts)}"
+    end
+
+    parsed
   end
 
   ## Persistence

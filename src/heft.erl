@@ -87,7 +87,8 @@ give_away(Tab, Pid, Data) -> ?H:give_away(Tab, Pid, Data).
 -spec rename(tab(), atom()) -> tab().
 rename(Tab, Name) -> ?H:rename(Tab, Name).
 
-%% @doc Sets the heir: `{heir, Pid, Data}' or `{heir, none}', or a list.
+%% @doc Sets the heir (`{heir, Pid, Data}' or `{heir, none}') and the
+%% protection (`{protection, P}'), one option or a list.
 -spec setopts(tab(), tuple() | [tuple()]) -> true.
 setopts(Tab, Opts) -> ?H:setopts(Tab, Opts).
 

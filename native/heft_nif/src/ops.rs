@@ -171,7 +171,7 @@ pub(crate) fn open<'a>(
         t.may_read(env)
     };
     if !allowed {
-        return Err(badarg(match t.protection {
+        return Err(badarg(match t.protection() {
             Protection::Private => "the table is private: only its owner may read or write it",
             _ => "the table is protected: only its owner may write to it",
         }));
