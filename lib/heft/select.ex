@@ -154,6 +154,9 @@ defmodule Heft.Select do
   def resume(_tab, other),
     do: raise(ArgumentError, "not a portable select continuation: #{inspect(other, limit: 8)}")
 
+  # As in ETS, a call that fills its limit answers a continuation even if
+  # nothing is left (the next call then finds the end, or that the table is
+  # gone); one that walked to the end short of it answers :"$end_of_table".
   defp next({:heft_select, ref, _spec, ms, limit, source, pending} = cont) do
     {results, source} = gather(ref, ms, source, pending, length(pending), limit)
 
@@ -161,7 +164,7 @@ defmodule Heft.Select do
       {[], _} ->
         :"$end_of_table"
 
-      {now, []} when source == :done ->
+      {now, []} when source == :done and length(now) < limit ->
         {now, :"$end_of_table"}
 
       {now, later} ->
