@@ -123,7 +123,8 @@ defmodule Heft do
   > - `next/2` accepts a key that is no longer in the table and continues
   >   from where it was (ETS raises unless the table is fixed), so a
   >   `first/next` walk is safe while other processes write, whether or
-  >   not the table is fixed with `safe_fixtable/2`.
+  >   not the table is fixed with `safe_fixtable/2`. (The key
+  >   `:"$end_of_table"` raises, as in ETS.)
   > - `info(tab, :heir)` is `:none` once the heir has exited (OTP 25's ETS
   >   still names the dead process).
   > - `slot/2` numbers the hash index's buckets (set and bags), so a table
@@ -790,13 +791,27 @@ defmodule Heft do
   The key after `key` in a walk, or `:"$end_of_table"`. Works even if
   `key` has been deleted meanwhile (ETS would raise, except for an
   ordered_set): every key present for the whole walk is visited exactly
-  once. In an ordered_set, the smallest key greater than `key`.
+  once. In an ordered_set, the smallest key greater than `key`. Raises
+  `ArgumentError` for the key `:"$end_of_table"`, as ETS does, in an
+  ordered_set and in a set or bag that does not hold it.
   """
   @spec next(tab, term) :: term | :"$end_of_table"
   def next(tab, key) do
     ref = ref(tab)
+    end_of_table_key!(ref, key, "next/2")
     call(next(ref, key))
   end
+
+  # As in ETS, next/2 and prev/2 raise for the key :"$end_of_table" (what
+  # a walk that has ended returns) in an ordered_set, and in a set or bag
+  # unless it holds that key.
+  defp end_of_table_key!(ref, :"$end_of_table" = key, fun) do
+    if Native.info(ref).type == :ordered_set or not call(member(ref, key)) do
+      raise ArgumentError, "Heft.#{fun}: the walk has ended (:\"$end_of_table\")"
+    end
+  end
+
+  defp end_of_table_key!(_ref, _key, _fun), do: :ok
 
   @doc """
   The greatest key of an ordered_set, or `:"$end_of_table"`; in other
@@ -811,11 +826,13 @@ defmodule Heft do
   @doc """
   The greatest key smaller than `key` in an ordered_set (`key` need not be
   in the table), or `:"$end_of_table"`; in other tables the same as
-  `next/2`, as in ETS.
+  `next/2`, as in ETS. Raises for the key `:"$end_of_table"` as `next/2`
+  does.
   """
   @spec prev(tab, term) :: term | :"$end_of_table"
   def prev(tab, key) do
     ref = ref(tab)
+    end_of_table_key!(ref, key, "prev/2")
     call(prev(ref, key))
   end
 

@@ -64,6 +64,23 @@ defmodule Heft.Contract.TraversalTest do
     assert m.tab2list(tab) == [{:"$end_of_table", :stored}]
   end
 
+  for type <- [:set, :ordered_set, :bag, :duplicate_bag] do
+    contract "#{type}: next/2 and prev/2 of :\"$end_of_table\" raise, unless a set or bag holds it" do
+      tab = new_with(m, [{1}, {:a}], [unquote(type)])
+      assert_raise ArgumentError, fn -> m.next(tab, :"$end_of_table") end
+      assert_raise ArgumentError, fn -> m.prev(tab, :"$end_of_table") end
+      m.insert(tab, {:"$end_of_table"})
+
+      if unquote(type) == :ordered_set do
+        assert_raise ArgumentError, fn -> m.next(tab, :"$end_of_table") end
+        assert_raise ArgumentError, fn -> m.prev(tab, :"$end_of_table") end
+      else
+        assert m.next(tab, :"$end_of_table") in [1, :a, :"$end_of_table"]
+        assert m.prev(tab, :"$end_of_table") == m.next(tab, :"$end_of_table")
+      end
+    end
+  end
+
   contract "foldl: an exception raised by the fun propagates" do
     tab = new_with(m, [{1}, {2}])
     assert_raise RuntimeError, "boom", fn -> m.foldl(fn _, _ -> raise "boom" end, 0, tab) end
