@@ -178,8 +178,12 @@ defmodule Heft do
   >   `:ordered_set`, guards that bound the key variable (`k >= 100 and
   >   k < 200`) make it walk only that key range, as ETS does for a key
   >   bound in part (`{{:user, :_}, :_}`), which Heft walks as a range too.
-  > - `tab2file/3` writes Heft's own checksummed format (docs/tab-file.md),
-  >   and `file2tab/2` reads only that, not ETS's files.
+  > - `tab2file/3` writes Heft's own format (docs/tab-file.md), which
+  >   `:ets.file2tab/2` cannot read: it carries the table's compression
+  >   and zstd dictionaries, so that the table read back compresses as the
+  >   one written did, and checksums every frame. `file2tab/2` reads both
+  >   Heft's files and ETS's (a `disk_log`), so a table dumped by ETS loads
+  >   into Heft.
   > - When the owner dies, an heir linked to it may receive the owner's
   >   `EXIT` before the `:"HEFT-TRANSFER"` message (ETS queues its
   >   `:"ETS-TRANSFER"` first). ETS hands the tables over inside the VM
@@ -1173,9 +1177,10 @@ defmodule Heft do
   end
 
   @doc """
-  Reads a table written by `tab2file/3` and creates it again, owned by
-  the caller, with its stored options. Returns `{:ok, tab}` (the name for
-  a named table), or `{:error, reason}` without creating anything:
+  Reads a table written by `tab2file/3`, or by ETS's `:ets.tab2file/2,3`,
+  and creates it again, owned by the caller, with its stored options.
+  Returns `{:ok, tab}` (the name for a named table), or `{:error, reason}`
+  without creating anything:
 
     * a POSIX atom (`:enoent`, `:eacces`, `:eisdir`...) - the file cannot
       be read.
@@ -1191,11 +1196,22 @@ defmodule Heft do
       a bag's object).
 
   Options: `arena: :memory | {:file, dir}` for the new table (default
-  `:memory`, as for `new/2`); `verify: boolean` is accepted for
-  compatibility with `:ets.file2tab/2` and ignored, since every frame is
-  always verified.
+  `:memory`, as for `new/2`); `verify: boolean` (default `false`) checks
+  a file of ETS's as `:ets.file2tab/2` does, and is ignored for Heft's
+  files, whose every frame is always verified.
+
+  A file of ETS's (a `disk_log` of terms: the table's options, its objects,
+  and with `extended_info` an object count and an MD5 digest) gives the
+  new table its name, type, keypos, protection and whether it is named,
+  with Heft's default compression. Its errors are ETS's: `:badfile` (no
+  header with the table's options, or with `verify: true` damaged bytes
+  or a missing count or digest the header promised),
+  `{:read_error, reason}` (`disk_log` could not open it),
+  `{:unsupported_file_version, {major, minor}}`, `:cannot_create_table`,
+  and with `verify: true`, `:invalid_object_count` and `:checksum_error`.
+  Without `verify: true` a damaged term is skipped, as ETS does.
   """
-  @spec file2tab(Path.t(), keyword) :: {:ok, tab} | {:error, Heft.TabFile.reason()}
+  @spec file2tab(Path.t(), keyword) :: {:ok, tab} | {:error, Heft.TabFile.reason() | term}
   def file2tab(filename, opts \\ []) do
     filename = Heft.Args.filename!(filename, "Heft.file2tab/2")
 
@@ -1461,8 +1477,13 @@ defmodule Heft do
   `file2tab/2` verifies the rest. Returns `{:error, reason}` with the
   reasons of `file2tab/2`: a POSIX atom, `:badfile`,
   `{:unsupported_version, v}`, `{:truncated, offset}`, `{:corrupt, offset}`.
+
+  For a file of ETS's `:ets.tab2file/2,3`, answers what
+  `:ets.tabfile_info/1` does: its header's items (`:size` as the table had
+  it, `:extended_info` as written) and `:version`, or `:badfile` or
+  `{:read_error, reason}`.
   """
-  @spec tabfile_info(Path.t()) :: {:ok, keyword} | {:error, Heft.TabFile.reason()}
+  @spec tabfile_info(Path.t()) :: {:ok, keyword} | {:error, Heft.TabFile.reason() | term}
   def tabfile_info(filename) do
     unless is_binary(filename) or is_list(filename) or is_atom(filename) do
       raise ArgumentError, "tabfile_info/1 needs a file name, got: #{inspect(filename)}"

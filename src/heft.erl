@@ -265,16 +265,17 @@ tab2file(Tab, Filename) -> ?H:tab2file(Tab, Filename).
 -spec tab2file(tab(), file:name_all(), list()) -> ok | {error, atom()}.
 tab2file(Tab, Filename, Opts) -> ?H:tab2file(Tab, Filename, Opts).
 
-%% @doc Reads a table written by `tab2file/2,3'.
+%% @doc Reads a table written by `tab2file/2,3', or by `ets:tab2file/2,3'.
 -spec file2tab(file:name_all()) -> {ok, tab()} | {error, term()}.
 file2tab(Filename) -> ?H:file2tab(Filename).
 
-%% @doc Reads a table written by `tab2file/2,3', with options.
+%% @doc Reads a table written by `tab2file/2,3' or `ets:tab2file/2,3', with
+%% options.
 -spec file2tab(file:name_all(), list()) -> {ok, tab()} | {error, term()}.
 file2tab(Filename, Opts) -> ?H:file2tab(Filename, Opts).
 
-%% @doc What a file written by `tab2file/2,3' holds, without loading it,
-%% as `ets:tabfile_info/1'.
+%% @doc What a file written by `tab2file/2,3' (or `ets:tab2file/2,3')
+%% holds, without loading it, as `ets:tabfile_info/1'.
 -spec tabfile_info(file:name_all()) -> {ok, [{atom(), term()}]} | {error, term()}.
 tabfile_info(Filename) -> ?H:tabfile_info(Filename).
 
