@@ -5,14 +5,15 @@
 %%
 %% where Detail is the failure or skip reason printed on one line (`""'
 %% for a pass). A case may have several lines (its end, then a failure
-%% common_test reports after it): the last one is its outcome.
+%% common_test reports after it): the last one is its outcome. With
+%% `{fresh, false}' the file's earlier lines are kept.
 -module(heft_ets_cth).
 
 -export([init/2, post_end_per_testcase/5, on_tc_fail/4, on_tc_skip/4]).
 
 init(_Id, Opts) ->
     File = proplists:get_value(file, Opts),
-    ok = file:write_file(File, <<>>),
+    proplists:get_value(fresh, Opts, true) andalso (ok =:= file:write_file(File, <<>>)),
     {ok, File}.
 
 post_end_per_testcase(_Suite, Case, Config, Return, File) ->

@@ -7,6 +7,12 @@
 %%   - Heft raises `ArgumentError' where ETS raises badarg; here it is
 %%     badarg again, so that the suite's `{'EXIT', {badarg, _}}' matches.
 %%   - `info/1,2' answer `memory' in words, as ETS does (Heft: bytes).
+%%   - `info(T, stats)', ETS's statistics of a hash table's buckets (an
+%%     item for OTP's test suites), is computed from Heft's `slot/2': its
+%%     slots are the buckets, the objects of a slot the bucket's chain.
+%%     Heft keeps no deleted objects, so the count of those is 0; its one
+%%     lock counts as one. An ordered_set has none (`false', as a plain
+%%     ordered_set of ETS).
 %%   - `{write_concurrency, {debug_hash_fixed_number_of_locks, N}}', a
 %%     debugging option of ETS's hash tables, is `{write_concurrency, true}'.
 %%
@@ -106,10 +112,54 @@ info(T) ->
         Other -> Other
     end.
 
+info(T, stats) ->
+    case ?H(info, [T, type]) of
+        undefined -> undefined;
+        ordered_set -> false;
+        _ -> hash_stats(T)
+    end;
 info(T, I) ->
     case ?H(info, [T, I]) of
         M when I =:= memory, is_integer(M) -> element(2, words({memory, M}));
         Other -> Other
+    end.
+
+%% {Buckets, AvgChain, StdDev, ExpectedStdDev, MinChain, MaxChain,
+%%  KeptDeleted, Locks}, as erl_db_hash.c's db_calc_stats_hash.
+hash_stats(T) ->
+    N = slots(T),
+    Lens = [length(heft:slot(T, I)) || I <- lists:seq(0, N - 1)],
+    Sum = lists:sum(Lens),
+    SqSum = lists:sum([L * L || L <- Lens]),
+    Avg = Sum / N,
+    {N, Avg, math:sqrt(max(0.0, (SqSum - Avg * Sum) / N)), math:sqrt(Avg * (1 - 1 / N)),
+     lists:min(Lens), lists:max(Lens), 0, 1}.
+
+%% The number of slots N: slot(T, I) is a list below N, '$end_of_table'
+%% at N, and raises above.
+slots(T) -> slots(T, 0, 1).
+
+slots(T, Lo, Hi) ->
+    case slot_at(T, Hi) of
+        'end' -> Hi;
+        below -> slots(T, Hi, 2 * Hi);
+        above -> bisect(T, Lo, Hi)
+    end.
+
+bisect(T, Lo, Hi) ->
+    Mid = (Lo + Hi) div 2,
+    case slot_at(T, Mid) of
+        'end' -> Mid;
+        below -> bisect(T, Mid, Hi);
+        above -> bisect(T, Lo, Mid)
+    end.
+
+slot_at(T, I) ->
+    try heft:slot(T, I) of
+        '$end_of_table' -> 'end';
+        _ -> below
+    catch
+        error:#{'__struct__' := 'Elixir.ArgumentError'} -> above
     end.
 
 words({memory, Bytes}) ->
