@@ -675,6 +675,35 @@ defmodule Heft do
     element
   end
 
+  @doc """
+  `lookup_element/3`, but returns `default` if there is no such key, as
+  `:ets.lookup_element/4` (OTP 26+). Raises `ArgumentError` if `pos` is not
+  a positive integer, or an object of the key has no element `pos`.
+  """
+  @spec lookup_element(tab, term, pos_integer, term) :: term
+  def lookup_element(tab, key, pos, default) do
+    unless is_integer(pos) and pos >= 1 do
+      raise ArgumentError, "the position is not a positive integer: #{inspect(pos)}"
+    end
+
+    # One NIF call when the key is there; when it is not (or an object is
+    # too short), the objects looked up decide, consistently.
+    try do
+      lookup_element(tab, key, pos)
+    rescue
+      e in ArgumentError ->
+        case lookup(tab, key) do
+          [] ->
+            default
+
+          objects ->
+            unless Enum.all?(objects, &(tuple_size(&1) >= pos)), do: reraise(e, __STACKTRACE__)
+            elements = Enum.map(objects, &elem(&1, pos - 1))
+            if info(tab, :type) in [:bag, :duplicate_bag], do: elements, else: hd(elements)
+        end
+    end
+  end
+
   @doc "True if the key is in the table."
   @spec member(tab, term) :: boolean
   def member(tab, key) do
@@ -781,6 +810,48 @@ defmodule Heft do
   end
 
   @doc """
+  `update_element/3`, but if the key is missing inserts `default` (a
+  tuple, its key element replaced by `key`) with the elements replaced,
+  as `:ets.update_element/4` (OTP 27+). Returns `true`. Raises
+  `ArgumentError` as `update_element/3` does, if `default` is not a tuple,
+  and, when it is inserted, if it has no element at the keypos or at a
+  position to replace.
+
+  Atomic as ETS's: either the object of the key was updated, or no object
+  had the key and the updated default was inserted (`insert_new/2`; if
+  another process inserted the key meanwhile, its object is updated).
+  """
+  @spec update_element(tab, term, {pos_integer, term} | [{pos_integer, term}], tuple) :: true
+  def update_element(tab, key, element_spec, default) when is_tuple(default) do
+    if update_element(tab, key, element_spec) do
+      true
+    else
+      keypos = info(tab, :keypos)
+      specs = List.wrap(element_spec)
+
+      fits? = fn
+        {p, _} -> is_integer(p) and p >= 1 and p <= tuple_size(default) and p != keypos
+        _ -> false
+      end
+
+      if tuple_size(default) < keypos or not Enum.all?(specs, fits?) do
+        raise ArgumentError,
+              "update_element/4: the default #{inspect(default)} does not fit #{inspect(element_spec)}"
+      end
+
+      object =
+        Enum.reduce(specs, put_elem(default, keypos - 1, key), fn {p, v}, o ->
+          put_elem(o, p - 1, v)
+        end)
+
+      insert_new(tab, object) or update_element(tab, key, element_spec, default)
+    end
+  end
+
+  def update_element(_tab, _key, _element_spec, default),
+    do: raise(ArgumentError, "update_element/4 needs a default tuple, got: #{inspect(default)}")
+
+  @doc """
   The first key of a walk over the table, or `:"$end_of_table"`: the
   smallest key of an ordered_set; in other tables the order is unspecified
   but stable while the table exists.
@@ -838,6 +909,45 @@ defmodule Heft do
     ref = ref(tab)
     end_of_table_key!(ref, key, "prev/2")
     call(prev(ref, key))
+  end
+
+  @doc """
+  The first key of a walk with its objects, `{key, objects}`, or
+  `:"$end_of_table"`, as `:ets.first_lookup/1` (OTP 27+): `first/1`
+  followed by `lookup/2`; a key deleted between the two is passed over.
+  """
+  @spec first_lookup(tab) :: {term, [object]} | :"$end_of_table"
+  def first_lookup(tab), do: with_objects(tab, first(tab), &next/2, true)
+
+  @doc "`next/2` with the objects of the key it answers, as `:ets.next_lookup/2`."
+  @spec next_lookup(tab, term) :: {term, [object]} | :"$end_of_table"
+  def next_lookup(tab, key), do: with_objects(tab, next(tab, key), &next/2, false)
+
+  @doc "`last/1` with the objects of its key, as `:ets.last_lookup/1`."
+  @spec last_lookup(tab) :: {term, [object]} | :"$end_of_table"
+  def last_lookup(tab), do: with_objects(tab, last(tab), &prev/2, true)
+
+  @doc "`prev/2` with the objects of the key it answers, as `:ets.prev_lookup/2`."
+  @spec prev_lookup(tab, term) :: {term, [object]} | :"$end_of_table"
+  def prev_lookup(tab, key), do: with_objects(tab, prev(tab, key), &prev/2, false)
+
+  # {key, objects} for the key a walk step answered; if it was deleted
+  # since, the step after it. At the start of a walk, :"$end_of_table" may
+  # be a key (as first_lookup/1 of ETS tells apart).
+  defp with_objects(tab, :"$end_of_table", _step, true) do
+    case lookup(tab, :"$end_of_table") do
+      [] -> :"$end_of_table"
+      objects -> {:"$end_of_table", objects}
+    end
+  end
+
+  defp with_objects(_tab, :"$end_of_table", _step, false), do: :"$end_of_table"
+
+  defp with_objects(tab, key, step, _start) do
+    case lookup(tab, key) do
+      [] -> with_objects(tab, step.(tab, key), step, false)
+      objects -> {key, objects}
+    end
   end
 
   @doc """

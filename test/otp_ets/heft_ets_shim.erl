@@ -24,9 +24,11 @@
 -module(heft_ets_shim).
 
 -export([new/2, delete/1, delete/2, delete_all_objects/1, delete_object/2,
-         insert/2, insert_new/2, lookup/2, lookup_element/3, member/2, take/2,
-         update_counter/3, update_counter/4, update_element/3,
-         first/1, next/2, last/1, prev/2, foldl/3, foldr/3, tab2list/1,
+         insert/2, insert_new/2, lookup/2, lookup_element/3, lookup_element/4,
+         member/2, take/2,
+         update_counter/3, update_counter/4, update_element/3, update_element/4,
+         first/1, next/2, last/1, prev/2, first_lookup/1, next_lookup/2,
+         last_lookup/1, prev_lookup/2, foldl/3, foldr/3, tab2list/1,
          select/1, select/2, select/3, select_reverse/1, select_reverse/2,
          select_reverse/3, select_count/2, select_delete/2, select_replace/2,
          match/1, match/2, match/3, match_object/1, match_object/2,
@@ -74,6 +76,12 @@ take(T, K) -> ?H(take, [T, K]).
 update_counter(T, K, Op) -> ?H(update_counter, [T, K, Op]).
 update_counter(T, K, Op, D) -> ?H(update_counter, [T, K, Op, D]).
 update_element(T, K, E) -> ?H(update_element, [T, K, E]).
+update_element(T, K, E, D) -> ?H(update_element, [T, K, E, D]).
+lookup_element(T, K, P, D) -> ?H(lookup_element, [T, K, P, D]).
+first_lookup(T) -> ?H(first_lookup, [T]).
+next_lookup(T, K) -> ?H(next_lookup, [T, K]).
+last_lookup(T) -> ?H(last_lookup, [T]).
+prev_lookup(T, K) -> ?H(prev_lookup, [T, K]).
 
 first(T) -> ?H(first, [T]).
 next(T, K) -> ?H(next, [T, K]).
