@@ -103,10 +103,10 @@ if [ -z "$report_only" ]; then
   MIX_ENV=test mix compile >/dev/null
 fi
 
-paths=()
-for d in "$root"/_build/test/lib/*/ebin; do paths+=(-pa "$d"); done
+# Heft and Elixir as libraries, for the suite's node and the peer nodes
+# some cases start.
 elixir_lib=$(elixir -e 'IO.write(:code.lib_dir(:elixir))')
-paths+=(-pa "$elixir_lib/ebin")
+export ERL_LIBS="$root/_build/test/lib:$(dirname "$elixir_lib")"
 
 rewrite=$(
   cat <<'PERL'
@@ -155,7 +155,7 @@ run_side() {
   cases="[${cases%,}]"
   [ $# -eq 0 ] && cases="[]"
   echo "Running ets_SUITE on $side..."
-  (cd "$dir" && erl -sname "heft_otp_ets_${side}_$$" "${paths[@]}" -pa "$dir" -noshell -eval "
+  (cd "$dir" && erl -sname "heft_otp_ets_${side}_$$" -pa "$dir" -noshell -eval "
     Which = fun(C) -> case lists:keymember(C, 1, ets_SUITE:groups()) of
                         true -> {group, C}; false -> {testcase, C} end end,
     Sel = case $cases of
