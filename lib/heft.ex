@@ -92,11 +92,13 @@ defmodule Heft do
 
   A table belongs to the process that created it and is deleted when that
   process exits, unless an heir takes it: the heir then receives
-  `{:"HEFT-TRANSFER", tab, from_pid, heir_data}`. As in ETS, that has
-  happened by the time anyone receives the owner's `EXIT` or `DOWN`: the
-  name is free (a supervisor's restart of the owner creates it again),
-  `all/0`, `whereis/1` and `info/1` no longer know the table, its handles
-  raise, and the heir owns it. `:protected` (the
+  `{:"HEFT-TRANSFER", tab, from_pid, heir_data}`. As in ETS, the table
+  has been deleted or handed over by the time anyone receives the owner's
+  `EXIT` or `DOWN`: the name is free (a supervisor's restart of the owner
+  creates it again), `all/0`, `whereis/1` and `info/1` no longer know the
+  table, its handles raise, or the heir owns it (its transfer message,
+  though, may arrive after that `EXIT` or `DOWN`: see "Differences from
+  ETS"). `:protected` (the
   default) lets every process read and only the owner write, `:private`
   lets only the owner do either, `:public` lets everyone do both.
 
@@ -133,8 +135,8 @@ defmodule Heft do
   > - `init_table/2` raises `ArgumentError` where ETS exits (an object
   >   that does not fit, a fun's bad answer), and refuses a non-function
   >   before deleting anything.
-  > - `tabfile_info/1` reads Heft's table files (see `tab2file/3`), and
-  >   answers `file2tab/2`'s error reasons. `i/0` lists Heft tables, with
+  > - `tabfile_info/1` of a Heft table file (see `tab2file/3`) answers
+  >   `file2tab/2`'s error reasons (of a file of ETS's, ETS's). `i/0` lists Heft tables, with
   >   their memory in bytes; `i/0` and `i/1` print terms with `inspect/1`.
   > - Counters (`update_counter/3,4`) work up to ±2^127; ETS has no limit
   >   (`ArgumentError` naming the limit beyond, for an operand or a stored
@@ -186,9 +188,12 @@ defmodule Heft do
   >   into Heft.
   > - When the owner dies, an heir linked to it may receive the owner's
   >   `EXIT` before the `:"HEFT-TRANSFER"` message (ETS queues its
-  >   `:"ETS-TRANSFER"` first). ETS hands the tables over inside the VM
-  >   before it sends the owner's `EXIT` signals; a NIF learns of the death
-  >   only from a monitor, which the VM fires after the links' `EXIT`s. The
+  >   `:"ETS-TRANSFER"` first), and an heir monitoring it, its `DOWN`, if
+  >   that monitor is older than the owner's ownership (a table given away
+  >   to a process the heir already monitored). ETS hands the tables over
+  >   inside the VM before it sends the owner's `EXIT` signals; a NIF
+  >   learns of the death only from a monitor, which the VM fires after the
+  >   links' `EXIT`s, in the order the monitors were set. The
   >   heir owns the tables when it sees the `EXIT` all the same (every call
   >   on a table whose owner has died hands it over first), and the message
   >   follows. A heir that relies on the order should `receive` the transfer
@@ -198,6 +203,38 @@ defmodule Heft do
   >   hold the table's lock only to copy bytes, not to encode or compress.
   >   `info/2` answers what is true of Heft (`true`, `false`, `false`),
   >   and `:compressed` is `true` unless `compression: :none`.
+  > - `lookup_element/4` (ETS: OTP 26 and later), `update_element/4`,
+  >   `first_lookup/1`, `next_lookup/2`, `last_lookup/1` and
+  >   `prev_lookup/2` (OTP 27 and later) are Heft's on every release. A
+  >   `*_lookup` step is a walk step followed by `lookup/2` (a key deleted
+  >   between the two is passed over), not one atomic read as in ETS.
+  > - What ETS does inside its own tables, which OTP's ets_SUITE checks
+  >   and Heft does otherwise (test/otp_ets/README.md runs that suite
+  >   against Heft on OTP 25, 27 and 29; these are the cases it fails on
+  >   every release): the memory of tables and objects in words, per lock
+  >   and per object (`memory`, `write_concurrency`); the
+  >   reference-counted binaries a table shares with processes
+  >   (`info(tab, :binary)`, always `[]`: `info`, `info_binary_stress`);
+  >   objects deleted from a fixed hash table kept until it is released,
+  >   and counted by `info(tab, :stats)`, which Heft does not have (it
+  >   deletes at once: `t_delete_object`, `t_delete_all_objects`,
+  >   `grow_pseudo_deleted`, `shrink_pseudo_deleted`, `smp_fixed_delete`,
+  >   `smp_unfix_fix`); its hash buckets' load and order (`smp_insert`,
+  >   `match2`); a large delete, `delete_all_objects/1` or owner exit
+  >   carried out in slices the caller is rescheduled between (Heft hands
+  >   a large arena to a thread of its own: `delete_large_tab`,
+  >   `t_delete_all_objects_trap`, `exit_large_table_owner`,
+  >   `exit_many_large_table_owner`, `exit_many_tables_owner`,
+  >   `exit_many_many_tables_owner`); decentralized counters
+  >   (`test_decentralized_counters_setting`); the `error_info` of its
+  >   exceptions and its tables' references (`error_info`); the layout of
+  >   its continuations, which the suite edits (`t_repair_continuation`:
+  >   Heft's `select/1` also recompiles a lost match specification itself
+  >   instead of raising). The differences above account for `default`
+  >   (`:compressed`), `tab2file` (`:write_concurrency`, and bad options
+  >   raising), `tabfile_ext1` to `tabfile_ext4` and `badfile` (they read
+  >   `tab2file/3`'s file with `disk_log`), `fixtable_insert` (`next/2`)
+  >   and `heir` and `give_away` (the transfer message's order).
 
   ## Compression
 
@@ -2052,10 +2089,10 @@ defmodule Heft do
   Sets table options, as `:ets.setopts/2`: the heir (`{:heir, pid, data}`
   or `{:heir, :none}`) and the protection (`{:protection, :public |
   :protected | :private}`), one option or a list of them, each at most
-  once, all checked before any is set. Owner only. A persistent table stores its new
-  protection in its directory, so `open/2` reopens it with it; raises
-  `Heft.Error` if that write fails (the protection is changed in the VM
-  all the same).
+  once, all checked before any is set. Owner only. A persistent table
+  stores its new protection in its directory, so `open/2` reopens it with
+  it; raises `Heft.Error` if that write fails (the protection is changed
+  in the VM all the same).
   """
   @spec setopts(tab, tuple | [tuple]) :: true
   def setopts(tab, opts) do

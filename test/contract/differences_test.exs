@@ -40,7 +40,8 @@ defmodule Heft.Contract.DifferencesTest do
        something else: ETS exits with that value); a non-function is
        refused before anything is deleted (ETS deletes, then fails with
        :badfun).
-   13. tabfile_info/1 reads Heft's file format: :extended_info is
+   13. tabfile_info/1 of Heft's file format (of ETS's files it answers as
+       ETS: tab_file_test.exs): :extended_info is
        [:object_count], :version is Heft's format version, and errors are
        file2tab's reasons ({:error, :enoent}...; ETS: {:error,
        {:read_error, _}}). It takes a binary path too (ETS: charlists).
