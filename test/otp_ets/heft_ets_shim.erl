@@ -145,21 +145,18 @@ hash_stats(T) ->
 
 %% The number of slots N: slot(T, I) is a list below N, '$end_of_table'
 %% at N, and raises above.
-slots(T) -> slots(T, 0, 1).
+slots(T) -> slots(T, 0, none).
 
+%% Doubling until past the end, then halving: Lo < N < Hi (none: unknown).
 slots(T, Lo, Hi) ->
-    case slot_at(T, Hi) of
-        'end' -> Hi;
-        below -> slots(T, Hi, 2 * Hi);
-        above -> bisect(T, Lo, Hi)
-    end.
-
-bisect(T, Lo, Hi) ->
-    Mid = (Lo + Hi) div 2,
-    case slot_at(T, Mid) of
-        'end' -> Mid;
-        below -> bisect(T, Mid, Hi);
-        above -> bisect(T, Lo, Mid)
+    I = case Hi of
+            none -> max(1, 2 * Lo);
+            _ -> (Lo + Hi) div 2
+        end,
+    case slot_at(T, I) of
+        'end' -> I;
+        below -> slots(T, I, Hi);
+        above -> slots(T, Lo, I)
     end.
 
 slot_at(T, I) ->
