@@ -62,16 +62,34 @@ defmodule Heft.MixProject do
         no_warn_undefined: [:mnesia, :mnesia_lib, :mnesia_schema, :mnesia_backend_type]
       ],
       test_paths: ["test"],
+      # Scripts the tests run, not tests (Mix >= 1.16 warns of .exs files
+      # under test/ that are neither).
+      test_ignore_filters: [~r{^test/(fixtures|support)/}],
       aliases: aliases(),
       docs: [main: "Heft"]
-    ]
+    ] ++ preferred_cli_env()
+  end
+
+  # `mix bench` runs in the :bench environment: the benchmark harness
+  # (bench/lib: Heft.Bench and the bench task) is compiled there and in
+  # :test only, never in :prod, where a dependent application compiles
+  # Heft, nor in :dev.
+  def cli, do: [preferred_envs: [bench: :bench]]
+
+  # Elixir 1.14 reads preferred environments from project/0; 1.15 and later
+  # read cli/0 and deprecate this key.
+  defp preferred_cli_env do
+    if Version.match?(System.version(), "< 1.15.0"),
+      do: [preferred_cli_env: cli()[:preferred_envs]],
+      else: []
   end
 
   def application do
     [extra_applications: [:logger]]
   end
 
-  defp elixirc_paths(:test), do: ["lib", "test/support"]
+  defp elixirc_paths(:test), do: ["lib", "bench/lib", "test/support"]
+  defp elixirc_paths(:bench), do: ["lib", "bench/lib"]
   defp elixirc_paths(_), do: ["lib"]
 
   defp aliases do

@@ -19,6 +19,8 @@
 #      every record in walk order (resizes of a large index go to a dirty
 #      scheduler), and the longest whole `Heft.delete/2`.
 
+Code.require_file("harness.exs", __DIR__)
+
 defmodule Heft.Bench.Delete do
   @moduledoc false
 

@@ -1,5 +1,5 @@
 # Picks the automatic training's sample count N and dictionary size D
-# (native/heft_core/src/table/learn.rs AUTO_RECORDS, dict_size/2): for each
+# (native/heft_core/src/storage/table/learn.rs AUTO_RECORDS, dict_size/2): for each
 # record kind, a {:zstd, dictionary: :auto} table of 20,000 records trains
 # a dictionary on N samples of D bytes (Heft.train_dictionary/2), then
 # 5,000 new records are inserted and their stored bytes per record (header,

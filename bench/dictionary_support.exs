@@ -1,5 +1,7 @@
-# What the dictionary benchmarks (bench/dictionary_*.exs) share. Loaded
-# with Code.require_file/2.
+# What the dictionary benchmarks (bench/dictionary_*.exs) share, the
+# harness's record kinds among them. Loaded with Code.require_file/2.
+Code.require_file("harness.exs", __DIR__)
+
 defmodule BenchDictionary do
   @doc "Inserts `record.(i)` for each i of `range`, 500 records a call."
   def fill(t, range, record) do

@@ -28,6 +28,8 @@
 # files stay in the OS page cache between runs (not dropped: the machine is
 # shared), so the load figures are for warm files.
 
+Code.require_file("harness.exs", __DIR__)
+
 {:module, _, child_bin, _} =
   defmodule MnesiaBench.Child do
     # Runs inside each child VM (its object code is loaded there).
@@ -214,7 +216,24 @@
       %{us: us, rss_delta: rss() - rss0, size: :mnesia.table_info(:t, :size)}
     end
 
-    def stop, do: :mnesia.stop()
+    # DETS closes a table whose owner has gone in its own time: wait until
+    # every file is closed, or the node's halt that follows cuts one (OTP
+    # 27's peer:stop halts at once), and the next load repairs it with its
+    # last writes lost.
+    def stop do
+      result = :mnesia.stop()
+      dets_closed(500)
+      result
+    end
+
+    defp dets_closed(0), do: :ok
+
+    defp dets_closed(tries) do
+      if :dets.all() != [] do
+        Process.sleep(10)
+        dets_closed(tries - 1)
+      end
+    end
   end
 
 :persistent_term.put(:mnesia_bench_child, child_bin)

@@ -2,6 +2,7 @@
 #
 #     mix run bench/select.exs                 # 1,000,000 records
 #     mix run bench/select.exs --records 100000
+#     mix run bench/select.exs --only realistic,mixed   # sections 5 and 6
 #
 # Measures, on the same records in an ETS set and a Heft set:
 #   1. select by a bound key against lookup (Heft should be the same order);
@@ -21,8 +22,19 @@ defmodule Heft.Bench.Select do
   @moduledoc false
 
   def main(argv) do
-    {opts, _, _} = OptionParser.parse(argv, strict: [records: :integer])
+    {opts, _, _} = OptionParser.parse(argv, strict: [records: :integer, only: :string])
     n = Keyword.get(opts, :records, 1_000_000)
+
+    case opts[:only] do
+      nil -> all(n)
+      only -> for s <- String.split(only, ","), do: section(s, n)
+    end
+  end
+
+  defp section("realistic", n), do: realistic(min(n, 100_000))
+  defp section("mixed", _n), do: mixed()
+
+  defp all(n) do
     IO.puts("# select benchmarks, #{fmt(n)} records {i, {:user, i}, rem(i, 100), name}\n")
     {e, h} = load(n)
 
@@ -79,7 +91,142 @@ defmodule Heft.Bench.Select do
     :ets.delete(e)
     Heft.delete(h)
     ordered_ranges(n)
+    realistic(min(n, 100_000))
+    mixed()
   end
+
+  # 5. Records of realistic size, {{:rec, k}, k, <0-1,499 random bytes>}:
+  # full-table select, select_count and select_delete with a guard that
+  # keeps 9 records, on the key and on another element. ETS and Heft are
+  # alternated, 5 runs each; median and spread.
+  defp realistic(n) do
+    IO.puts("\n## 5. #{fmt(n)} records of 0-1,499 bytes (ms: median [min-max] of 5)\n")
+    IO.puts("| call | ETS | Heft | Heft/ETS |\n| --- | ---: | ---: | ---: |")
+    :rand.seed(:exsss, {5, 5, 5})
+    recs = for k <- 1..n, do: {{:rec, k}, k, :crypto.strong_rand_bytes(:rand.uniform(1500) - 1)}
+    e = :ets.new(:bench_realistic, [:public])
+    h = Heft.new(:bench_realistic, [:public])
+    :ets.insert(e, recs)
+    Heft.insert(h, recs)
+    on_key = [{{{:rec, :"$1"}, :_, :_}, [{:<, :"$1", 10}], [:"$_"]}]
+    on_elem = [{{:_, :"$1", :_}, [{:<, :"$1", 10}], [:"$_"]}]
+    count = fn [{head, guards, _}] -> [{head, guards, [true]}] end
+    # select_delete's records go back after each run, untimed.
+    deleted = Enum.take(recs, 9)
+
+    for {label, call} <- [
+          {"select, guard on the key", &select(&1, &2, on_key)},
+          {"select, guard on element 2", &select(&1, &2, on_elem)},
+          {"select_count, guard on the key", &select_count(&1, &2, count.(on_key))},
+          {"select_count, guard on element 2", &select_count(&1, &2, count.(on_elem))},
+          {"select_delete, guard on element 2", &delete_back(&1, &2, count.(on_elem), deleted)}
+        ] do
+      {ets, heft} = alternated(5, fn -> call.(:ets, e) end, fn -> call.(Heft, h) end)
+      IO.puts("| #{label} | #{spread(ets)} | #{spread(heft)} | #{ratio(ets, heft)} |")
+    end
+
+    :ets.delete(e)
+    Heft.delete(h)
+  end
+
+  defp select(mod, tab, spec), do: mod.select(tab, spec)
+  defp select_count(mod, tab, spec), do: mod.select_count(tab, spec)
+
+  defp delete_back(mod, tab, spec, deleted) do
+    {us, 9} = :timer.tc(fn -> mod.select_delete(tab, spec) end)
+    mod.insert(tab, deleted)
+    {:us, us}
+  end
+
+  # 6. The mixed workload: `procs` processes each make 200 calls on one
+  # :public set of ~7,000 records of 0-1,499 bytes, one call in five a
+  # select with a guard (the others insert, lookup, delete, update_counter).
+  # Wall time for all of them, and the p99 of the calls that are not
+  # selects, ETS and Heft alternated, 3 runs each.
+  defp mixed do
+    for procs <- [100, 1000] do
+      IO.puts("\n## 6. mixed load, #{procs} processes x 200 calls (median [min-max] of 3)\n")
+      IO.puts("| store | wall ms | p99 of other calls, µs |\n| --- | ---: | ---: |")
+
+      {ets, heft} =
+        alternated(3, fn -> mixed_run(:ets, procs) end, fn -> mixed_run(Heft, procs) end, & &1)
+
+      for {label, runs} <- [{"ETS", ets}, {"Heft", heft}] do
+        walls = Enum.map(runs, &elem(&1, 0))
+        p99s = Enum.map(runs, &elem(&1, 1))
+        IO.puts("| #{label} | #{spread(walls)} | #{spread(p99s)} |")
+      end
+    end
+  end
+
+  defp mixed_run(mod, procs) do
+    :rand.seed(:exsss, {6, 6, procs})
+    tab = if mod == :ets, do: :ets.new(:mixed, [:public]), else: Heft.new(:mixed, [:public])
+    blob = fn -> :crypto.strong_rand_bytes(:rand.uniform(1500) - 1) end
+    mod.insert(tab, for(k <- 1..7_000, do: {k, 0, blob.()}))
+    spec = [{{:"$1", :_, :_}, [{:<, :"$1", 10}], [:"$1"]}]
+    parent = self()
+    t0 = System.monotonic_time(:microsecond)
+
+    pids =
+      for p <- 1..procs do
+        spawn_link(fn ->
+          :rand.seed(:exsss, {p, 7, 7})
+
+          times =
+            for i <- 1..200, reduce: [] do
+              acc ->
+                k = :rand.uniform(7_000)
+
+                case rem(i, 5) do
+                  0 ->
+                    mod.select(tab, spec)
+                    acc
+
+                  r ->
+                    {us, _} = :timer.tc(fn -> other_call(mod, tab, r, k) end)
+                    [us | acc]
+                end
+            end
+
+          send(parent, {:times, self(), times})
+        end)
+      end
+
+    times = Enum.flat_map(pids, fn pid -> receive(do: ({:times, ^pid, t} -> t)) end)
+    wall = (System.monotonic_time(:microsecond) - t0) / 1000
+    if mod == :ets, do: :ets.delete(tab), else: Heft.delete(tab)
+    sorted = Enum.sort(times)
+    {wall, Enum.at(sorted, div(length(sorted) * 99, 100))}
+  end
+
+  defp other_call(mod, tab, 1, k), do: mod.insert(tab, {k, 0, "x"})
+  defp other_call(mod, tab, 2, k), do: mod.lookup(tab, k)
+  defp other_call(mod, tab, 3, k), do: mod.delete(tab, k + 7_000)
+  defp other_call(mod, tab, 4, k), do: mod.update_counter(tab, k, {2, 1}, {k, 0, ""})
+
+  # Runs each `runs` times, alternating; each run's result through
+  # `measure` (default: its wall time in ms, or the µs it reports).
+  defp alternated(runs, a, b, measure \\ nil) do
+    time = fn f ->
+      case :timer.tc(f) do
+        {_us, {:us, us}} -> us / 1000
+        {us, result} -> if measure, do: measure.(result), else: us / 1000
+      end
+    end
+
+    _ = {a.(), b.()}
+    pairs = for _ <- 1..runs, do: {time.(a), time.(b)}
+    {Enum.map(pairs, &elem(&1, 0)), Enum.map(pairs, &elem(&1, 1))}
+  end
+
+  defp median(xs), do: xs |> Enum.sort() |> Enum.at(div(length(xs), 2))
+
+  defp spread(xs),
+    do: "#{ms(median(xs) * 1.0)} [#{ms(Enum.min(xs) * 1.0)}-#{ms(Enum.max(xs) * 1.0)}]"
+
+  defp ratio(ets, heft),
+    do: :erlang.float_to_binary(median(heft) / median(ets), decimals: 2) <> "x"
 
   # 4. An ordered_set keyed {g, i} with 1,000 keys a group g: a partly
   # bound key `{g, _}` and a guard range on the key variable select one

@@ -160,6 +160,11 @@ defmodule Heft do
   >   took its name and even with results already buffered (ETS continues
   >   a named ordered_set's walk in the new table), and it keeps working
   >   after `rename/2`.
+  > - A chunk of `select/3` and its family that fills its limit at the end
+  >   of a set or bag answers a continuation, and the next call
+  >   `:"$end_of_table"`. ETS answers `:"$end_of_table"` at once when that
+  >   end falls in its hash table's last bucket: Heft hashes keys with a
+  >   random key per table, so there that end would come by chance.
   > - Bad file names and options of `tab2file/3`, `file2tab/2` and
   >   `open/2` raise `ArgumentError` (ETS's `tab2file` and `file2tab`
   >   return some of them as `{:error, reason}`). `insert/3` and
@@ -643,7 +648,8 @@ defmodule Heft do
   """
   @spec insert(tab, object | [object], keyword) :: true | {:error, atom}
   def insert(tab, objects, opts) do
-    commit_after(tab, opts, "Heft.insert/3", fn -> insert(tab, objects) end)
+    sync = sync_option!(tab, opts, "Heft.insert/3")
+    with true <- insert(tab, objects), :ok <- synced(tab, sync), do: true
   end
 
   @doc """
@@ -659,35 +665,29 @@ defmodule Heft do
   @doc "`insert_new/2` with per-call options, as `insert/3`."
   @spec insert_new(tab, object | [object], keyword) :: boolean | {:error, atom}
   def insert_new(tab, objects, opts) do
-    commit_after(tab, opts, "Heft.insert_new/3", fn -> insert_new(tab, objects) end)
+    sync = sync_option!(tab, opts, "Heft.insert_new/3")
+
+    with inserted when is_boolean(inserted) <- insert_new(tab, objects),
+         :ok <- synced(tab, sync),
+         do: inserted
   end
 
-  # The options are checked, and a commit is possible (the table is
-  # persistent), before anything is written.
-  defp commit_after(tab, opts, fun, write) do
+  # The per-call :sync option of insert/3 and insert_new/3, checked (a
+  # commit needs a persistent table) before anything is written.
+  defp sync_option!(tab, opts, fun) do
     opts = Heft.Args.options!(opts, fun, sync: &(&1 in [:table, :commit]))
+    sync = Keyword.get(opts, :sync, :table)
 
-    case Keyword.get(opts, :sync, :table) do
-      :table ->
-        write.()
-
-      :commit ->
-        if Native.persist_info(ref(tab)) == nil do
-          raise ArgumentError, "#{fun}: sync: :commit needs a persistent table"
-        end
-
-        case write.() do
-          {:error, _} = error ->
-            error
-
-          result ->
-            case sync(tab) do
-              :ok -> result
-              error -> error
-            end
-        end
+    if sync == :commit and Native.persist_info(ref(tab)) == nil do
+      raise ArgumentError, "#{fun}: sync: :commit needs a persistent table"
     end
+
+    sync
   end
+
+  # After a write that was not refused: `sync: :commit` syncs the log.
+  defp synced(_tab, :table), do: :ok
+  defp synced(tab, :commit), do: sync(tab)
 
   @doc """
   Returns the objects with the key: `[object]` or `[]` in a set or
@@ -748,8 +748,11 @@ defmodule Heft do
     call(member(ref, key))
   end
 
-  @doc "Removes the objects with the key and returns them (as `lookup/2`)."
-  @spec take(tab, term) :: [object]
+  @doc """
+  Removes the objects with the key and returns them (as `lookup/2`). A
+  persistent table may return `{:error, reason}` as `insert/2` does.
+  """
+  @spec take(tab, term) :: [object] | {:error, atom}
   def take(tab, key) do
     ref = ref(tab)
     call(take(ref, key))
@@ -781,8 +784,11 @@ defmodule Heft do
     end
   end
 
-  @doc "Deletes the objects with the key, if any. Returns `true`."
-  @spec delete(tab, term) :: true
+  @doc """
+  Deletes the objects with the key, if any. Returns `true`, or (a
+  persistent table) `{:error, reason}` as `insert/2` does.
+  """
+  @spec delete(tab, term) :: true | {:error, atom}
   def delete(tab, key) do
     ref = ref(tab)
     call(delete_key(ref, key))
@@ -791,16 +797,20 @@ defmodule Heft do
   @doc """
   Deletes the object if it is in the table, exactly (`=:=`; in an
   ordered_set, `{1.0, :a}` does not delete `{1, :a}`); in a duplicate_bag,
-  every copy of it. Returns `true`.
+  every copy of it. Returns `true`, or (a persistent table) `{:error,
+  reason}` as `insert/2` does.
   """
-  @spec delete_object(tab, object) :: true
+  @spec delete_object(tab, object) :: true | {:error, atom}
   def delete_object(tab, object) do
     ref = ref(tab)
     call(delete_object(ref, object))
   end
 
-  @doc "Deletes every object; the table stays. Returns `true`."
-  @spec delete_all_objects(tab) :: true
+  @doc """
+  Deletes every object; the table stays. Returns `true`, or (a persistent
+  table) `{:error, reason}` as `insert/2` does.
+  """
+  @spec delete_all_objects(tab) :: true | {:error, atom}
   def delete_all_objects(tab) do
     ref = ref(tab)
 
@@ -816,9 +826,11 @@ defmodule Heft do
   `:ets.update_counter/3`: `incr` (element keypos+1), `{pos, incr}`,
   `{pos, incr, threshold, set_value}`, or a list of these (returns a list).
   Raises `ArgumentError` if the key is missing, an element is not an
-  integer, `pos` is the key's or out of range, or the table is a bag.
+  integer, `pos` is the key's or out of range, or the table is a bag. A
+  persistent table may return `{:error, reason}` as `insert/2` does.
   """
-  @spec update_counter(tab, term, integer | tuple | [tuple]) :: integer | [integer]
+  @spec update_counter(tab, term, integer | tuple | [tuple]) ::
+          integer | [integer] | {:error, atom}
   def update_counter(tab, key, op) do
     ref = ref(tab)
     call(update_counter(ref, key, op, :none))
@@ -828,7 +840,8 @@ defmodule Heft do
   Like `update_counter/3`, but inserts `default` (with its key element
   replaced by `key`) first if the key is missing.
   """
-  @spec update_counter(tab, term, integer | tuple | [tuple], tuple) :: integer | [integer]
+  @spec update_counter(tab, term, integer | tuple | [tuple], tuple) ::
+          integer | [integer] | {:error, atom}
   def update_counter(tab, key, op, default) do
     ref = ref(tab)
     default = {:default, default}
@@ -838,9 +851,11 @@ defmodule Heft do
   @doc """
   Atomically replaces elements of the object with the key: `{pos, value}`
   or a list of them. Returns `false` if the key is missing. Raises
-  `ArgumentError` in a bag.
+  `ArgumentError` in a bag. A persistent table may return `{:error,
+  reason}` as `insert/2` does.
   """
-  @spec update_element(tab, term, {pos_integer, term} | [{pos_integer, term}]) :: boolean
+  @spec update_element(tab, term, {pos_integer, term} | [{pos_integer, term}]) ::
+          boolean | {:error, atom}
   def update_element(tab, key, element_spec) do
     ref = ref(tab)
     call(update_element(ref, key, element_spec))
@@ -1150,10 +1165,13 @@ defmodule Heft do
   @doc """
   Like `select/2`, but returns at most `limit` results at a time:
   `{results, continuation}`, or `:"$end_of_table"` when there are none
-  left. Pass the continuation to `select/1` for the next results. When the
-  last results are returned with them, the continuation is
-  `:"$end_of_table"` (as ETS does). Raises `ArgumentError` if `limit` is
-  not a positive integer.
+  left. Pass the continuation to `select/1` for the next results. As in
+  ETS, the last results come with the continuation `:"$end_of_table"` when
+  the walk ends short of `limit`; a call that fills `limit` answers a
+  continuation even if nothing is left (the next call answers
+  `:"$end_of_table"`, or raises once the table is deleted), unless the
+  spec binds its keys in its heads, which are looked up. Raises
+  `ArgumentError` if `limit` is not a positive integer.
   """
   @spec select(tab, match_spec, pos_integer) :: {[term], continuation} | :"$end_of_table"
   def select(tab, spec, limit), do: Heft.Select.select_limit(ref(tab), spec, limit)
@@ -1161,8 +1179,14 @@ defmodule Heft do
   @doc """
   Continues a `select/3` (or `match/3`, `match_object/3`,
   `select_reverse/3`): the next `{results, continuation}`, or
-  `:"$end_of_table"`. Objects inserted or deleted between calls may or may
-  not be seen; every object present throughout is seen once. Raises
+  `:"$end_of_table"`. Chunks are cut as ETS cuts them: an ordered_set's
+  hold `limit` results (fewer at the end) and the next call reads the
+  table as it is then, from the key after the last one returned; in other
+  tables a chunk ends after a whole key, and the results of that key beyond
+  `limit` are kept for the next call, so a bag key's objects come back in
+  ETS's order (objects 1..5 of one key, two at a time: `[4, 5]`, `[2, 3]`,
+  `[1]`). Objects inserted or deleted between calls may or may not be
+  seen; every object present throughout is seen once. Raises
   `ArgumentError` if the table no longer exists.
   """
   @spec select(continuation) :: {[term], continuation} | :"$end_of_table"
@@ -1198,7 +1222,10 @@ defmodule Heft do
   Deletes every object for which the match specification returns `true`
   and returns how many it deleted. Each object is deleted only if it is
   still exactly the object the spec saw (an object another process changed
-  meanwhile is kept), so concurrent writers are never undone.
+  meanwhile is kept), so concurrent writers are never undone. Exactly
+  means bit for bit, as ETS deletes the very object its matcher saw: in a
+  bag, `{:k, 0.0}` and `{:k, -0.0}` are told apart even on OTP 26 and
+  older, where `delete_object/2` takes them for one.
 
   Specs that look only at an object's shape go faster, without decoding
   objects: one whose first clause matches everything and returns `true`
@@ -1219,7 +1246,9 @@ defmodule Heft do
   Replaces every object the match specification matches with the spec's
   result and returns how many it replaced. Each replacement is atomic: it
   happens only if the object is still the one the spec saw; an object
-  changed meanwhile is read again and the spec run on its new value.
+  changed meanwhile is read again and the spec run on its new value. A
+  result that differs from its object only in the sign of a zero is
+  written, as in ETS.
 
   As in ETS, the spec must provably keep each object's key: every clause's
   body is `[:"$_"]`, or a single tuple construction (`{{...}}`) or
@@ -1502,13 +1531,13 @@ defmodule Heft do
     _, _ -> :ok
   end
 
-  # Inserts `objects` as if one at a time: a bag takes one insert/2 list
-  # last to first (see "Table semantics"), so it gets the list reversed.
+  # Inserts `objects` as if one at a time: where a bag takes one insert/2
+  # list last to first (OTP 26 and older, see "Table semantics"), it gets
+  # the list reversed.
   defp insert_in_order(tab, objects) do
-    case info(tab, :type) do
-      :bag -> insert(tab, Enum.reverse(objects))
-      _ -> insert(tab, objects)
-    end
+    if Heft.VM.fact(:bag_batch_reversed) and info(tab, :type) == :bag,
+      do: insert(tab, Enum.reverse(objects)),
+      else: insert(tab, objects)
   end
 
   @doc """
@@ -1545,7 +1574,7 @@ defmodule Heft do
     ref = ref(tab)
     _ = Native.select_access(ref, false)
     open_dets!(dets_tab, "to_dets/2")
-    dets!(fn -> :dets.delete_all_objects(dets_tab) end, dets_tab, "empty")
+    _ = dets!(fn -> :dets.delete_all_objects(dets_tab) end, dets_tab, "empty")
     to_dets(ref, dets_tab, :start)
   end
 
@@ -1554,7 +1583,7 @@ defmodule Heft do
   defp to_dets(ref, dets_tab, cursor) do
     size = @chunk
     {objects, next} = call(chunk(ref, cursor, size))
-    dets!(fn -> :dets.insert(dets_tab, objects) end, dets_tab, "write")
+    _ = dets!(fn -> :dets.insert(dets_tab, objects) end, dets_tab, "write")
     to_dets(ref, dets_tab, next)
   end
 
@@ -2179,6 +2208,14 @@ defmodule Heft do
       followed).
     * `:eperm` - the directory belongs to another user.
     * `{:unsupported_version, file, version}` - written by a newer Heft.
+    * `:zero_key_conflict` - the table was written on OTP 27 or later, where
+      `0.0` and `-0.0` are different keys, and holds keys (or, in a bag,
+      objects) that differ only in the sign of a zero, which are one on
+      this OTP 26 or older VM: opening it would lose an object, so it is
+      closed as it was. Open it on OTP 27 or later and delete one of each
+      such pair first. (A table written under the other rule without such
+      pairs opens: its keys that hold a float zero move to where this VM
+      looks for them, once, and the table then records this VM's rule.)
     * `:name_taken` - a named table with this name exists.
     * `:eacces`, `:eio`, `:enospc`... - a POSIX error.
     * `{:badarg, message}` - the options stored in `dir` are not valid

@@ -112,30 +112,30 @@ insert_new(Tab, Objects) -> ?H:insert_new(Tab, Objects).
 insert_new(Tab, Objects, Opts) -> ?H:insert_new(Tab, Objects, Opts).
 
 %% @doc Deletes the objects with the key.
--spec delete(tab(), term()) -> true.
+-spec delete(tab(), term()) -> true | {error, atom()}.
 delete(Tab, Key) -> ?H:delete(Tab, Key).
 
 %% @doc Deletes exactly this object.
--spec delete_object(tab(), object()) -> true.
+-spec delete_object(tab(), object()) -> true | {error, atom()}.
 delete_object(Tab, Object) -> ?H:delete_object(Tab, Object).
 
 %% @doc Deletes every object; the table stays.
--spec delete_all_objects(tab()) -> true.
+-spec delete_all_objects(tab()) -> true | {error, atom()}.
 delete_all_objects(Tab) -> ?H:delete_all_objects(Tab).
 
 %% @doc As `ets:update_counter/3'.
 -spec update_counter(tab(), term(), integer() | tuple() | [tuple()]) ->
-          integer() | [integer()].
+          integer() | [integer()] | {error, atom()}.
 update_counter(Tab, Key, Op) -> ?H:update_counter(Tab, Key, Op).
 
 %% @doc As `ets:update_counter/4'.
 -spec update_counter(tab(), term(), integer() | tuple() | [tuple()], tuple()) ->
-          integer() | [integer()].
+          integer() | [integer()] | {error, atom()}.
 update_counter(Tab, Key, Op, Default) -> ?H:update_counter(Tab, Key, Op, Default).
 
 %% @doc As `ets:update_element/3'.
 -spec update_element(tab(), term(), {pos_integer(), term()} | [{pos_integer(), term()}]) ->
-          boolean().
+          boolean() | {error, atom()}.
 update_element(Tab, Key, ElementSpec) -> ?H:update_element(Tab, Key, ElementSpec).
 
 %% @doc `update_element/3', inserting `Default' (with the key) updated if
@@ -165,7 +165,7 @@ lookup_element(Tab, Key, Pos, Default) -> ?H:lookup_element(Tab, Key, Pos, Defau
 member(Tab, Key) -> ?H:member(Tab, Key).
 
 %% @doc Removes the key's objects and returns them.
--spec take(tab(), term()) -> [object()].
+-spec take(tab(), term()) -> [object()] | {error, atom()}.
 take(Tab, Key) -> ?H:take(Tab, Key).
 
 %%% Walks

@@ -205,7 +205,8 @@ validate_record(_Alias, Tab, RecName, Arity, Type, Obj) ->
         bag -> storable(Tab, Obj);
         _ ->
             storable(Tab, element(2, Obj)),
-            [storable(Tab, index_value(Obj, P)) || P <- index_positions(Tab)]
+            lists:foreach(fun(P) -> storable(Tab, index_value(Obj, P)) end,
+                          index_positions(Tab))
     end,
     {RecName, Arity, Type}.
 
@@ -514,6 +515,8 @@ written(_Alias, _Tab, true) -> ok;
 written(_Alias, _Tab, N) when is_integer(N) -> ok;
 written(Alias, Tab, Other) -> failed(Alias, Tab, Other).
 
+%% mnesia_lib:fatal/2 stops Mnesia and exits.
+-spec failed(atom(), atom(), term()) -> no_return().
 failed(Alias, Tab, Why) ->
     mnesia_lib:fatal("heft_mnesia: a write to ~tp (~p) failed: ~tp; "
                      "this replica can no longer follow the others~n",

@@ -73,7 +73,7 @@ ours(Pid) ->
         exit:_ -> true
     end.
 
--spec start_link() -> {ok, pid()} | {error, term()}.
+-spec start_link() -> {ok, pid()} | ignore | {error, term()}.
 start_link() ->
     gen_server:start_link({local, ?MODULE}, ?MODULE, [], []).
 
@@ -168,11 +168,9 @@ watch(Admin, Sup) ->
                     forget_dead();
                 false ->
                     SupRef = erlang:monitor(process, Sup),
-                    Fatal = spawn(fun() ->
-                                          mnesia_lib:fatal("heft_mnesia_admin, the owner of heft_mnesia's "
-                                                           "tables, died: ~tp; its tables are closed~n",
-                                                           [Reason])
-                                  end),
+                    Fatal = spawn(mnesia_lib, fatal,
+                                  ["heft_mnesia_admin, the owner of heft_mnesia's "
+                                   "tables, died: ~tp; its tables are closed~n", [Reason]]),
                     receive {'DOWN', SupRef, process, Sup, _} -> ok end,
                     _ = Fatal,
                     forget_dead()

@@ -40,7 +40,7 @@ defmodule Heft.Browse do
         :ok
 
       "k" ->
-        Heft.delete(tab)
+        _ = Heft.delete(tab)
         :ok
 
       "p" <> digits ->

@@ -22,6 +22,9 @@ defmodule Heft.Error do
   defp describe({:unsupported_version, file, v}),
     do: "#{file} has format version #{v}, newer than this Heft's"
 
+  defp describe(:zero_key_conflict),
+    do: "keys that differ only in the sign of a zero would become one key on this VM"
+
   defp describe(reason) when is_atom(reason), do: :file.format_error(reason)
   defp describe(_reason), do: "failed"
 end

@@ -70,7 +70,7 @@ defmodule Heft.EtsTabFile do
   end
 
   defp drop(tab, error) do
-    Heft.delete(tab)
+    _ = Heft.delete(tab)
     error
   end
 
@@ -195,8 +195,10 @@ defmodule Heft.EtsTabFile do
   defp insert(_tab, []), do: :ok
 
   defp insert(tab, objects) do
-    Heft.insert(tab, objects)
-    :ok
+    case Heft.insert(tab, objects) do
+      true -> :ok
+      {:error, _} = error -> error
+    end
   rescue
     ArgumentError -> {:error, :badfile}
   end

@@ -20,7 +20,7 @@ defmodule Heft.MatchSpec do
   # The compiled spec, or `nil` for `[]` (which :ets.match_spec_compile/1
   # rejects but every ETS select function accepts, matching nothing).
   # Raises ArgumentError, as ETS raises badarg, for an invalid spec.
-  @spec compile!(term) :: reference | nil
+  @spec compile!(term) :: :ets.compiled_match_spec() | nil
   def compile!([]), do: nil
 
   def compile!(spec) do
@@ -617,6 +617,114 @@ defmodule Heft.MatchSpec do
   defp dollar?(a) when is_atom(a), do: String.starts_with?(Atom.to_string(a), "$")
   defp dollar?(_), do: false
 
+  ## Sieve
+
+  @doc false
+  # What a scan can test on stored records before decoding them
+  # (native/heft_nif/src/sieve.rs has the form): for each clause, the
+  # shape and literals its head demands on the way down nested tuples, the
+  # variables it repeats, and the comparisons and type tests of its guards
+  # (top-level, or inside `andalso`/`and`) between such a variable and a
+  # constant. nil when some clause can match any object. A sieve may keep
+  # an object the spec does not match (the spec still runs on what it
+  # keeps), never drop one it matches: whatever is not understood here
+  # (lists, maps, other guards, variables bound inside them) adds no test.
+  @spec sieve(t, pos_integer) :: nil | [[tuple]]
+  def sieve(spec, _keypos) do
+    clauses = for clause <- spec, (tests = clause_tests(clause)) != :never, do: tests
+    if Enum.any?(clauses, &(&1 in [:all, []])), do: nil, else: clauses
+  end
+
+  defp clause_tests({head, guards, _body}) do
+    cond do
+      head == :_ or variable?(head) ->
+        :all
+
+      not is_tuple(head) ->
+        :never
+
+      true ->
+        {tests, vars} = head_tests(head, [], %{})
+        tests ++ Enum.flat_map(guards, &guard_tests(&1, vars))
+    end
+  end
+
+  # {tests, vars}: `vars` maps a variable to the path of its first place.
+  defp head_tests(:_, _path, vars), do: {[], vars}
+
+  defp head_tests(t, path, vars) when is_tuple(t) do
+    t
+    |> Tuple.to_list()
+    |> Enum.with_index()
+    |> Enum.reduce({[{:arity, path, tuple_size(t)}], vars}, fn {e, i}, {tests, vars} ->
+      {more, vars} = head_tests(e, path ++ [i], vars)
+      {tests ++ more, vars}
+    end)
+  end
+
+  defp head_tests(a, path, vars) when is_atom(a) do
+    cond do
+      variable?(a) and Map.has_key?(vars, a) -> {[{:same, path, vars[a]}], vars}
+      variable?(a) -> {[], Map.put(vars, a, path)}
+      dollar?(a) -> {[], vars}
+      true -> {[{:cmp, path, :"=:=", a}], vars}
+    end
+  end
+
+  defp head_tests(x, path, vars) when is_number(x) or is_binary(x) or x == [],
+    do: {[{:cmp, path, :"=:=", x}], vars}
+
+  defp head_tests(_other, _path, vars), do: {[], vars}
+
+  @comparisons [:<, :"=<", :>, :>=, :==, :"/=", :"=:=", :"=/="]
+  @flipped %{:< => :>, :"=<" => :>=, :> => :<, :>= => :"=<"}
+  @types %{
+    is_integer: :integer,
+    is_float: :float,
+    is_number: :number,
+    is_atom: :atom,
+    is_binary: :binary,
+    is_tuple: :tuple,
+    is_list: :list,
+    is_map: :map
+  }
+
+  defp guard_tests({op, a, b}, vars) when op in [:andalso, :and],
+    do: guard_tests(a, vars) ++ guard_tests(b, vars)
+
+  defp guard_tests({op, a, b}, vars) when op in @comparisons do
+    case {operand(a, vars), operand(b, vars)} do
+      {{:path, p}, {:const, c}} -> [{:cmp, p, op, c}]
+      {{:const, c}, {:path, p}} -> [{:cmp, p, Map.get(@flipped, op, op), c}]
+      {{:path, p}, {:path, q}} when op == :"=:=" -> [{:same, p, q}]
+      _ -> []
+    end
+  end
+
+  defp guard_tests({test, a}, vars) when is_map_key(@types, test) do
+    case operand(a, vars) do
+      {:path, p} -> [{:is, p, @types[test]}]
+      _ -> []
+    end
+  end
+
+  defp guard_tests(_guard, _vars), do: []
+
+  defp operand(a, vars) when is_atom(a) do
+    cond do
+      Map.has_key?(vars, a) -> {:path, vars[a]}
+      dollar?(a) -> :unknown
+      true -> {:const, a}
+    end
+  end
+
+  defp operand({:const, c}, _vars) when is_atom(c) or is_number(c) or is_binary(c),
+    do: {:const, c}
+
+  defp operand(x, _vars) when is_number(x) or is_binary(x), do: {:const, x}
+  defp operand(_x, _vars), do: :unknown
+
+  ## select_replace
   ## select_replace
 
   @doc false

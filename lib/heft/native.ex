@@ -14,7 +14,7 @@ defmodule Heft.Native do
   @on_load :load_nif
   # load_nif/0 asks Heft.VM, so it must be there when this module loads
   # (at compile time too, for the modules that import this one).
-  require Heft.VM
+  Code.ensure_compiled!(Heft.VM)
 
   def load_nif do
     path = :filename.join(:code.priv_dir(:heft), ~c"native/libheft_nif")
@@ -48,6 +48,9 @@ defmodule Heft.Native do
     range_chunk: 4,
     range_chunk_back: 4,
     slot: 2,
+    key_cursor: 2,
+    # Select's sieved walk (ops.rs; its sieve's terms: native/heft_nif/src/sieve.rs)
+    sieve_chunk: 6,
     # Match specifications (native/heft_nif/src/select.rs)
     delete_objects: 2,
     replace_objects: 2,
@@ -131,6 +134,10 @@ defmodule Heft.Native do
 
   # Persistence (native/heft_nif/src/persist.rs).
   def persist_meta_io(_dir), do: :erlang.nif_error(:heft_nif_not_loaded)
+
+  # Keys stored under the other zero rule (native/heft_nif/src/migrate.rs).
+  def zero_keys_cpu(_tab, _cursor, _apply), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def set_zero_rule(_merged), do: :erlang.nif_error(:heft_nif_not_loaded)
 
   def persist_open_io(_name, _args, _dir, _popts, _meta),
     do: :erlang.nif_error(:heft_nif_not_loaded)

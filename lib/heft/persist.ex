@@ -1,7 +1,7 @@
 defmodule Heft.Persist do
   @moduledoc false
   # Persistent tables, the Elixir half (the Rust half is
-  # native/heft_nif/src/persist.rs over native/heft_core/src/persist.rs):
+  # native/heft_nif/src/persist.rs over native/heft_core/src/durability/persist.rs):
   # persistence options of Heft.new/2 and Heft.open/2, and the META blob.
   #
   # META holds the table's options so that Heft.open/2 can reopen a table
@@ -9,7 +9,7 @@ defmodule Heft.Persist do
   # a map (docs/persistence-format.md, "META"), with the keys
   # `:format, :name, :type, :named, :keypos, :protection, :compression,
   # :compression_level, :sync, :dump_log_write_threshold,
-  # :dump_log_time_threshold`. The heir is not stored (pids do not survive
+  # :dump_log_time_threshold, :zero_keys`. The heir is not stored (pids do not survive
   # a restart). `:type` is any table type Heft.new/2 accepts.
 
   alias Heft.Native
@@ -76,12 +76,13 @@ defmodule Heft.Persist do
 
     meta = meta(name, o, p)
 
-    case Native.persist_meta_io(p.persist) do
-      {:ok, blob} -> check_compatible!(decode_meta(blob), meta, p.persist)
-      {:error, _} -> :ok
-    end
+    stored =
+      case Native.persist_meta_io(p.persist) do
+        {:ok, blob} -> check_compatible!(decode_meta(blob), meta, p.persist)
+        {:error, _} -> nil
+      end
 
-    case open_native(name, args, p, meta, true) do
+    case open_native(name, args, p, meta, true) |> settled(stored) do
       {:ok, tab} ->
         tab
 
@@ -90,6 +91,7 @@ defmodule Heft.Persist do
     end
   end
 
+  # The stored META, if readable (the open reports it otherwise).
   defp check_compatible!({:ok, stored}, meta, dir) do
     for key <- [:type, :keypos], stored[key] != meta[key] do
       raise ArgumentError,
@@ -97,10 +99,62 @@ defmodule Heft.Persist do
               "not #{inspect(meta[key])}"
     end
 
-    :ok
+    stored
   end
 
-  defp check_compatible!(_unreadable, _meta, _dir), do: :ok
+  defp check_compatible!(_unreadable, _meta, _dir), do: nil
+
+  # How the table's keys that hold a float zero are stored (META's
+  # :zero_keys, docs/persistence-format.md): :merged where 0.0 =:= -0.0
+  # (OTP 26 and older: a key holding -0.0 is stored with 0.0), :distinct
+  # where they differ (OTP 27 and later).
+  defp zero_keys, do: if(Heft.VM.fact(:neg_zero_is_zero), do: :merged, else: :distinct)
+
+  # A table just opened, whose META (`stored`, nil for a new table) says
+  # it was written under the other zero rule (or does not say, written by
+  # an older Heft): its misfiled records move to their keys on this VM
+  # (native/heft_nif/src/migrate.rs) and META then records this VM's rule.
+  # Where keys that were two are one on this VM and moving would lose an
+  # object, the table is closed, unchanged: {:error, :zero_key_conflict}.
+  defp settled({:ok, tab}, %{} = stored) do
+    current = zero_keys()
+    ref = with %Heft.Table{ref: ref} <- tab, do: ref
+
+    cond do
+      Map.get(stored, :zero_keys) == current ->
+        {:ok, tab}
+
+      current == :merged and zero_keys_pass(ref, false) |> elem(1) > 0 ->
+        _ = Native.persist_close_io(ref, false)
+        {:error, :zero_key_conflict}
+
+      true ->
+        _ = zero_keys_pass(ref, true)
+        meta = :erlang.term_to_binary(Map.put(stored, :zero_keys, current))
+
+        case Native.persist_write_meta_io(ref, meta) do
+          :ok ->
+            {:ok, tab}
+
+          {:error, _} = error ->
+            _ = Native.persist_close_io(ref, false)
+            error
+        end
+    end
+  end
+
+  defp settled(opened, _stored), do: opened
+
+  # {misfiled, conflicts} over the whole table, moving the misfiled
+  # records with `apply`.
+  defp zero_keys_pass(ref, apply, cursor \\ :start, acc \\ {0, 0}) do
+    {misfiled, conflicts, next} = Native.zero_keys_cpu(ref, cursor, apply)
+    acc = {elem(acc, 0) + misfiled, elem(acc, 1) + conflicts}
+
+    if next == :"$end_of_table",
+      do: acc,
+      else: zero_keys_pass(ref, apply, next, acc)
+  end
 
   # Heft.open/2: raises ArgumentError for a bad argument or option, before
   # it touches the directory.
@@ -139,7 +193,7 @@ defmodule Heft.Persist do
 
       {p, []} = split_options(Keyword.merge(stored, persist))
       {o, args} = Heft.__parse_options__(table_opts ++ heir)
-      open_native(name, args, p, meta(name, o, p), false)
+      open_native(name, args, p, meta(name, o, p), false) |> settled(m)
     end
   rescue
     e in ArgumentError -> {:error, {:badarg, e.message}}
@@ -185,7 +239,8 @@ defmodule Heft.Persist do
       compression_level: o.level,
       sync: p.sync,
       dump_log_write_threshold: p.dump_log_write_threshold,
-      dump_log_time_threshold: p.dump_log_time_threshold
+      dump_log_time_threshold: p.dump_log_time_threshold,
+      zero_keys: zero_keys()
     }
   end
 
@@ -213,13 +268,18 @@ defmodule Heft.Persist do
   # stores the table's new `key` in META, so that Heft.open/2 reopens the
   # table with it. Raises Heft.Error if it cannot.
   def stored(ref, key, value) when key in [:name, :protection] do
-    with %{persist: dir} <- Native.persist_info(ref),
-         {:ok, blob} <- Native.persist_meta_io(dir),
+    case Native.persist_info(ref) do
+      nil -> :ok
+      %{persist: dir} -> store_meta(ref, dir, key, value)
+    end
+  end
+
+  defp store_meta(ref, dir, key, value) do
+    with {:ok, blob} <- Native.persist_meta_io(dir),
          {:ok, meta} <- decode_meta(blob),
          :ok <- Native.persist_write_meta_io(ref, :erlang.term_to_binary(%{meta | key => value})) do
       :ok
     else
-      nil -> :ok
       {:error, reason} -> raise Heft.Error, reason: reason, action: "store the table's #{key}"
     end
   end

@@ -4,7 +4,7 @@ defmodule Heft.Select do
   # decoded objects, so results are what ETS computes for the same objects.
   #
   # Where batches come from (a "source"):
-  #   {:scan, dir, range, cursor}
+  #   {:scan, dir, range, cursor, sieve}
   #                    - chunks of about @chunk objects from the chunk NIFs,
   #                      resumable from the cursor they return (:start
   #                      first), walking :forward or (select_reverse on an
@@ -39,6 +39,8 @@ defmodule Heft.Select do
   alias Heft.{Args, MatchSpec, Native}
 
   @chunk 256
+  # Records a sieved chunk walks: most are dropped undecoded.
+  @sieved_chunk 1024
   @replace_rounds 16
   @stats :heft_select_stats
 
@@ -61,9 +63,9 @@ defmodule Heft.Select do
           {[term], term} | :"$end_of_table"
   def select_limit(ref, spec, limit, dir \\ :forward) do
     check_limit!(limit)
-    ms = MatchSpec.compile!(spec)
+    ms = spec |> tagged() |> MatchSpec.compile!()
     source = source(ref, spec, :read, dir)
-    next({:heft_select, instance(ref), spec, ms, limit, source, []})
+    next({:heft_select, instance(ref), spec, ms, limit, source, []}, true)
   end
 
   # The reference of the table `ref` names now.
@@ -89,12 +91,12 @@ defmodule Heft.Select do
     ms =
       if (ms == nil and spec == []) or (is_reference(ms) and :ets.is_compiled_ms(ms)),
         do: ms,
-        else: MatchSpec.compile!(spec)
+        else: spec |> tagged() |> MatchSpec.compile!()
 
     # The table must still exist and be readable, even when the results
     # pending are enough.
     _ = Native.select_access(ref, false)
-    next(put_elem(cont, 3, ms))
+    next(put_elem(cont, 3, ms), false)
   end
 
   def continue(other), do: invalid_continuation!(other)
@@ -107,8 +109,8 @@ defmodule Heft.Select do
   defp valid_source?(:done), do: true
   defp valid_source?({:keys, keys}), do: Args.proper_list?(keys)
 
-  defp valid_source?({:scan, dir, range, cursor}) when dir in [:forward, :backward] do
-    (range == nil or match?({_lo, _hi}, range)) and
+  defp valid_source?({:scan, dir, range, cursor, sieve}) when dir in [:forward, :backward] do
+    (range == nil or match?({_lo, _hi}, range)) and (sieve == nil or is_list(sieve)) and
       (cursor == :start or match?({hash, key} when is_integer(hash) and is_binary(key), cursor))
   end
 
@@ -127,7 +129,7 @@ defmodule Heft.Select do
 
     if ms == nil or :ets.is_compiled_ms(ms),
       do: cont,
-      else: put_elem(cont, 3, MatchSpec.compile!(spec))
+      else: put_elem(cont, 3, spec |> tagged() |> MatchSpec.compile!())
   end
 
   def repair(other, _spec),
@@ -149,38 +151,138 @@ defmodule Heft.Select do
   def resume(_tab, :"$end_of_table"), do: :"$end_of_table"
 
   def resume(%Heft.Table{ref: ref}, {:heft_select, nil, spec, nil, _, _, _} = cont),
-    do: cont |> put_elem(1, ref) |> put_elem(3, MatchSpec.compile!(spec)) |> continue()
+    do:
+      cont
+      |> put_elem(1, ref)
+      |> put_elem(3, spec |> tagged() |> MatchSpec.compile!())
+      |> continue()
 
   def resume(_tab, other),
     do: raise(ArgumentError, "not a portable select continuation: #{inspect(other, limit: 8)}")
 
-  # As in ETS, a call that fills its limit answers a continuation even if
-  # nothing is left (the next call then finds the end, or that the table is
-  # gone); one that walked to the end short of it answers :"$end_of_table".
-  defp next({:heft_select, ref, _spec, ms, limit, source, pending} = cont) do
-    {results, source} = gather(ref, ms, source, pending, length(pending), limit)
+  # A chunk of select/3 and friends, as ETS cuts it (erl_db_tree.c and
+  # erl_db_hash.c). `ms` returns `{result, object}` (tagged/1), so that each
+  # result is known by its object's key.
+  #
+  # An ordered_set returns exactly `limit` results (fewer at the end) and
+  # resumes after the key of the last one's object, reading the table as it
+  # is at the next call; nothing is kept.
+  #
+  # Other tables walk whole keys: matches of each key, in the key's order,
+  # go in front of the ones gathered so far (`pending`, the results left
+  # from the last call, first), and the walk stops after the key that
+  # brought them to `limit` or more. Of those, a first call returns the
+  # last `limit` and keeps the others; a continuation keeps the first
+  # ones beyond `limit` in reverse and returns the rest. So a bag key with
+  # objects 1..5 comes back, 2 at a time, as [4, 5], [2, 3], [1], as from
+  # ETS, and what is kept between calls is what ETS keeps.
+  defp next({:heft_select, ref, _spec, ms, limit, source, pending} = cont, first?) do
+    {_size, keypos, ordered} = Native.select_access(ref, false)
+    walk = {ref, ms, keypos, limit}
 
-    case Enum.split(results, limit) do
-      {[], _} ->
-        :"$end_of_table"
+    {results, source, pending} =
+      if ordered,
+        do: ordered_chunk(walk, source, [], first? and match?({:keys, [_]}, source)),
+        else: hash_chunk(walk, source, pending, length(pending), first?)
 
-      {now, []} when source == :done and length(now) < limit ->
-        {now, :"$end_of_table"}
-
-      {now, later} ->
-        {now, cont |> put_elem(5, source) |> put_elem(6, later)}
+    case {results, source, pending} do
+      {[], :done, []} -> :"$end_of_table"
+      {results, :done, []} -> {results, :"$end_of_table"}
+      {results, source, pending} -> {results, cont |> put_elem(5, source) |> put_elem(6, pending)}
     end
   end
 
-  # Results until there are at least `limit` or the source is done.
-  defp gather(_ref, _ms, :done, got, _n, _limit), do: {got, :done}
-  defp gather(_ref, _ms, source, got, n, limit) when n >= limit, do: {got, source}
+  # {results, source, []}: `acc` holds the results so far, last first.
+  # ETS looks up a `lone` key the spec binds (and ends there); between
+  # several it walks, and a full chunk resumes.
+  defp ordered_chunk(_walk, :done, acc, _lone), do: {Enum.reverse(acc), :done, []}
 
-  defp gather(ref, ms, source, got, n, limit) do
-    {objects, source} = batch(ref, source)
-    results = MatchSpec.run(objects, ms)
-    gather(ref, ms, source, got ++ results, n + length(results), limit)
+  defp ordered_chunk({ref, ms, keypos, limit} = walk, source, acc, lone) do
+    {objects, rest} = batch(ref, one_key_at_a_time(source))
+    tagged = MatchSpec.run(objects, ms)
+    wanted = limit - length(acc)
+
+    if length(tagged) < wanted do
+      acc = Enum.reduce(tagged, acc, fn {result, _object}, acc -> [result | acc] end)
+      ordered_chunk(walk, rest, acc, lone)
+    else
+      {now, _beyond} = Enum.split(tagged, wanted)
+      {_, last} = List.last(now)
+      results = Enum.reverse(acc, Enum.map(now, &elem(&1, 0)))
+
+      case resume_after(ref, keypos, source, rest, last) do
+        :done when not lone -> {results, {:keys, []}, []}
+        source -> {results, source, []}
+      end
+    end
   end
+
+  # {results, source, pending}: `m` holds the results gathered, `got` of
+  # them, in ETS's match list order.
+  #
+  # Keys the spec binds are all looked up, whatever the limit, as ETS
+  # walks every bucket they name (erl_db_hash.c stops at a limit only
+  # between the buckets of a whole walk): the end comes with the last.
+  defp hash_chunk({ref, ms, keypos, _limit} = walk, {:keys, _} = source, m, got, first?) do
+    {objects, rest} = batch(ref, source)
+    {m, got, nil} = take_keys(MatchSpec.run(objects, ms), keypos, m, got, :all)
+    hash_chunk(walk, rest, m, got, first?)
+  end
+
+  defp hash_chunk({ref, ms, keypos, limit} = walk, source, m, got, first?)
+       when got < limit and source != :done do
+    {objects, rest} = batch(ref, source)
+    {m, got, stop} = take_keys(MatchSpec.run(objects, ms), keypos, m, got, limit)
+
+    source =
+      case stop do
+        nil -> rest
+        object -> resume_after(ref, keypos, source, rest, object)
+      end
+
+    hash_chunk(walk, source, m, got, first?)
+  end
+
+  defp hash_chunk({_ref, _ms, _keypos, limit}, source, m, got, first?) when got > limit do
+    {front, back} = Enum.split(m, got - limit)
+    if first?, do: {back, source, front}, else: {back, source, Enum.reverse(front)}
+  end
+
+  defp hash_chunk(_walk, source, m, _got, _first?), do: {m, source, []}
+
+  # Puts the tagged results of a batch in front of `m`, a key's at a time,
+  # up to the key that brings them to `limit` (never with `:all`): {m, got,
+  # nil} if the batch ran out first, else {m, got, an object of that key}.
+  # A key's objects are next to each other in a batch.
+  defp take_keys([], _keypos, m, got, _limit), do: {m, got, nil}
+
+  defp take_keys([{_, object} | _] = tagged, keypos, m, got, limit) do
+    key = elem(object, keypos - 1)
+    {mine, others} = Enum.split_while(tagged, fn {_, o} -> elem(o, keypos - 1) === key end)
+    m = Enum.map(mine, &elem(&1, 0)) ++ m
+    got = got + length(mine)
+
+    if limit != :all and got >= limit,
+      do: {m, got, object},
+      else: take_keys(others, keypos, m, got, limit)
+  end
+
+  # Lookups one key at a time, so that a chunk can stop after any of them.
+  defp one_key_at_a_time({:keys, [key | keys]}), do: {:key, key, keys}
+  defp one_key_at_a_time(source), do: source
+
+  # Where a walk that stopped after the key of `object` resumes (`rest`:
+  # what its last batch left). Keys looked up go on with those left. A walk
+  # that filled its limit resumes even at the end of the table, as ETS's
+  # does (the next call sees keys inserted meanwhile, or that the table is
+  # gone). ETS's hash walk ends instead when the limit falls in its last
+  # bucket (erl_db_hash.c), a matter of where its hash puts the key; Heft
+  # hashes with a random key per table, so such an end would come by chance,
+  # and its walk always resumes (the next call answers :"$end_of_table").
+  defp resume_after(_ref, _keypos, {:keys, _}, rest, _object), do: rest
+
+  defp resume_after(ref, keypos, {:scan, dir, range, _, sieve}, _rest, object),
+    do: {:scan, dir, range, call(key_cursor(ref, elem(object, keypos - 1))), sieve}
 
   # ETS takes a limit that is a positive small integer (below 2^59 on a
   # 64-bit VM, 2^27 on a 32-bit one) and raises badarg for a bignum.
@@ -276,7 +378,7 @@ defmodule Heft.Select do
   defp replace(_ref, _ms, _keypos, [], _rounds), do: 0
 
   defp replace(ref, ms, keypos, results, rounds) do
-    {same, changes} = Enum.split_with(results, fn {new, old} -> new === old end)
+    {same, changes} = Enum.split_with(results, fn {new, old} -> exactly?(new, old) end)
 
     {replaced, lost} =
       if changes == [], do: {0, []}, else: written(call(replace_objects(ref, changes)))
@@ -294,6 +396,15 @@ defmodule Heft.Select do
 
       done + replace(ref, ms, keypos, MatchSpec.run(again, ms), rounds - 1)
     end
+  end
+
+  # The same term bit for bit: `===`, and, where 0.0 === -0.0 (OTP 26 and
+  # older), the same sign of every zero, so that a replacement that only
+  # flips one is written as ETS writes it.
+  defp exactly?(a, b) do
+    a === b and
+      (not Heft.VM.fact(:neg_zero_is_zero) or
+         :erlang.term_to_binary(a) == :erlang.term_to_binary(b))
   end
 
   defp tagged([]), do: []
@@ -317,8 +428,8 @@ defmodule Heft.Select do
         case MatchSpec.plan(spec, keypos, ordered) do
           {:lookup, keys} when dir == :backward -> {:keys, Enum.reverse(keys)}
           {:lookup, keys} -> {:keys, keys}
-          {:range, lo, hi} -> {:scan, dir, {lo, hi}, :start}
-          :scan -> {:scan, dir, nil, :start}
+          {:range, lo, hi} -> {:scan, dir, {lo, hi}, :start, MatchSpec.sieve(spec, keypos)}
+          :scan -> {:scan, dir, nil, :start, MatchSpec.sieve(spec, keypos)}
         end
     end
   end
@@ -326,7 +437,7 @@ defmodule Heft.Select do
   # The next batch of objects and what is left, counted in `stats/0`.
   defp batch(ref, source) do
     {objects, rest} = fetch(ref, source)
-    kind = if match?({:scan, _, _, _}, source), do: :chunks, else: :lookups
+    kind = if match?({:scan, _, _, _, _}, source), do: :chunks, else: :lookups
 
     case Process.get(@stats) do
       %{^kind => calls, objects: n} = stats ->
@@ -339,12 +450,24 @@ defmodule Heft.Select do
     {objects, rest}
   end
 
-  defp fetch(ref, {:scan, dir, range, cursor}) do
+  defp fetch(ref, {:scan, dir, range, cursor, nil}) do
     case walk(ref, dir, range, cursor, @chunk) do
       {objects, :"$end_of_table"} -> {objects, :done}
-      {objects, cursor} -> {objects, {:scan, dir, range, cursor}}
+      {objects, cursor} -> {objects, {:scan, dir, range, cursor, nil}}
     end
   end
+
+  # The sieve drops records no clause can match before they are decoded
+  # (heft_core's sieve.rs); a chunk walks more of them.
+  defp fetch(ref, {:scan, dir, range, cursor, sieve}) do
+    case call(sieve_chunk(ref, sieve, range, cursor, @sieved_chunk, dir)) do
+      {objects, :"$end_of_table"} -> {objects, :done}
+      {objects, cursor} -> {objects, {:scan, dir, range, cursor, sieve}}
+    end
+  end
+
+  defp fetch(ref, {:key, key, keys}),
+    do: {call(lookup(ref, key)), if(keys == [], do: :done, else: {:keys, keys})}
 
   defp fetch(ref, {:keys, keys}) do
     {now, later} = Enum.split(keys, @chunk)

@@ -158,7 +158,7 @@ defmodule Heft.TabFile do
           {:ok, tab}
 
         error ->
-          Heft.delete(tab)
+          _ = Heft.delete(tab)
           error
       end
     else
@@ -322,7 +322,7 @@ defmodule Heft.TabFile do
     read_objects(io, tab, keypos, offset, 1, 0, dictionaries?)
   rescue
     e ->
-      Heft.delete(tab)
+      _ = Heft.delete(tab)
       reraise e, __STACKTRACE__
   end
 

@@ -346,7 +346,7 @@ defmodule Heft.Contract.DifferencesTest do
       assert {:error, {:truncated, _}} = m.tabfile_info(file)
 
       # One bit of the object count flipped: its checksum catches it.
-      <<head::binary-size(n - 12), count, rest::binary>> = bytes
+      {head, <<count, rest::binary>>} = :erlang.split_binary(bytes, n - 12)
       File.write!(file, [head, <<Bitwise.bxor(count, 1)>>, rest])
       assert {:error, {:corrupt, offset}} = m.tabfile_info(file)
       assert offset == n - 29

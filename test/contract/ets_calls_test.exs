@@ -237,9 +237,8 @@ defmodule Heft.Contract.EtsCallsTest do
       contract "#{type}#{if named, do: ", named"}: tabfile_info has ETS's keys and the table's facts",
         type: type do
         type = unquote(type)
-        named = unquote(named)
         name = unique_name("heft_tabinfo")
-        opts = [type, :public, {:keypos, 2}] ++ if(named, do: [:named_table], else: [])
+        opts = unquote([type, :public, {:keypos, 2}] ++ if(named, do: [:named_table], else: []))
         tab = new(m, name, opts)
         m.insert(tab, for(i <- 1..321, do: {:x, i, i}))
         file = Path.join(System.tmp_dir!(), "#{name}.tab") |> String.to_charlist()
@@ -264,7 +263,7 @@ defmodule Heft.Contract.EtsCallsTest do
                  name: name,
                  type: type,
                  protection: :public,
-                 named_table: named,
+                 named_table: unquote(named),
                  keypos: 2,
                  size: 321
                ]

@@ -1,6 +1,6 @@
 defmodule Heft.CompressionTest do
   # The codecs of `compression:` and what a table learns from its records
-  # (native/heft_core/src/table/learn.rs): dictionaries trained on demand
+  # (native/heft_core/src/storage/table/learn.rs): dictionaries trained on demand
   # and on their own, re-compression in the background, `compression:
   # :auto`'s choice, and what info/1 says of them.
   use ExUnit.Case, async: true

@@ -231,10 +231,10 @@ defmodule Heft.PersistDictionariesTest do
     path = Path.join(dir, "snapshot")
     bytes = File.read!(path)
     at = first_frame_after_start()
-    <<_::binary-size(at), len::little-32, _crc::32, 7, _::binary>> = bytes
+    {_, <<len::little-32, _crc::32, 7, _::binary>>} = :erlang.split_binary(bytes, at)
     # Flip a bit in the dictionary's bytes, near the end of its frame.
     flip = at + 8 + len - 5
-    <<pre::binary-size(flip), b, post::binary>> = bytes
+    {pre, <<b, post::binary>>} = :erlang.split_binary(bytes, flip)
     File.write!(path, [pre, Bitwise.bxor(b, 1), post])
 
     assert Heft.open(dir) == {:error, {:corrupt, "snapshot", at}}
@@ -263,7 +263,7 @@ defmodule Heft.PersistDictionariesTest do
     # The frame holding the dictionary: the second batch's.
     {at, len} = frame_with_tag(bytes, 7)
     flip = at + 8 + len - 200
-    <<pre::binary-size(flip), b, post::binary>> = bytes
+    {pre, <<b, post::binary>>} = :erlang.split_binary(bytes, flip)
     File.write!(path, [pre, Bitwise.bxor(b, 0x10), post])
 
     assert Heft.open(dir) == {:error, {:corrupt, seg, at}}
@@ -278,7 +278,7 @@ defmodule Heft.PersistDictionariesTest do
   # {offset, payload length} of the first log frame whose first op has
   # tag `tag`, after the header and the start frame.
   defp frame_with_tag(bytes, tag, at \\ 24 + 25) do
-    <<_::binary-size(at), len::little-32, _crc::32, first, _::binary>> = bytes
+    {_, <<len::little-32, _crc::32, first, _::binary>>} = :erlang.split_binary(bytes, at)
     if first == tag, do: {at, len}, else: frame_with_tag(bytes, tag, at + 8 + len)
   end
 
@@ -323,9 +323,9 @@ defmodule Heft.PersistDictionariesTest do
       # magic, version, then the meta frame; the dictionary frame next.
       <<_::binary-10, _tag, _seq::32, _count::32, meta_len::little-32, _::binary>> = bytes
       at = 10 + 21 + meta_len
-      <<_::binary-size(at), 2, 1::little-32, 0::32, len::little-32, _::binary>> = bytes
+      {_, <<2, 1::little-32, 0::32, len::little-32, _::binary>>} = :erlang.split_binary(bytes, at)
 
-      <<pre::binary-size(at + 17 + 3), b, post::binary>> = bytes
+      {pre, <<b, post::binary>>} = :erlang.split_binary(bytes, at + 17 + 3)
       File.write!(file, [pre, Bitwise.bxor(b, 4), post])
       assert Heft.file2tab(file) == {:error, {:corrupt, at}}
 
@@ -340,7 +340,8 @@ defmodule Heft.PersistDictionariesTest do
         <<:erlang.crc32(refused)::little-32>>
       ]
 
-      <<pre::binary-size(at), _::binary-size(21 + len), post::binary>> = bytes
+      {pre, rest} = :erlang.split_binary(bytes, at)
+      {_, post} = :erlang.split_binary(rest, 21 + len)
       File.write!(file, [pre, frame, post])
       # (Tables of this name are this module's, whose tests run one at a
       # time.)

@@ -336,6 +336,40 @@ defmodule Heft.PersistTest do
     :ok = Heft.close(t)
   end
 
+  # Each write's spec names {:error, atom} for this.
+  test "every write of a poisoned table returns {:error, :poisoned} and changes nothing", ctx do
+    t = Heft.new(:poison_all, persist: dir(ctx), sync: :commit)
+    true = Heft.insert(t, [{1, 0, :a}, {2, 0, :b}, {3, 0, :c}])
+    :ok = Heft.Native.persist_inject_fault(t.ref, :eio, 1)
+    {:error, :eio} = Heft.insert(t, {4, 0, :d})
+    before = Enum.sort(Heft.tab2list(t))
+
+    writes = [
+      insert: fn -> Heft.insert(t, {5, 0, :e}) end,
+      insert_3: fn -> Heft.insert(t, {5, 0, :e}, sync: :commit) end,
+      insert_new: fn -> Heft.insert_new(t, {5, 0, :e}) end,
+      insert_new_3: fn -> Heft.insert_new(t, {5, 0, :e}, sync: :commit) end,
+      delete: fn -> Heft.delete(t, 1) end,
+      delete_object: fn -> Heft.delete_object(t, {2, 0, :b}) end,
+      delete_all_objects: fn -> Heft.delete_all_objects(t) end,
+      take: fn -> Heft.take(t, 3) end,
+      update_counter: fn -> Heft.update_counter(t, 1, {2, 1}) end,
+      update_counter_4: fn -> Heft.update_counter(t, 6, {2, 1}, {6, 0, :f}) end,
+      update_element: fn -> Heft.update_element(t, 1, {3, :z}) end,
+      select_delete: fn -> Heft.select_delete(t, [{:_, [], [true]}]) end,
+      select_replace: fn -> Heft.select_replace(t, [{{1, 0, :_}, [], [{{1, 0, :y}}]}]) end,
+      match_delete: fn -> Heft.match_delete(t, {:_, :_, :_}) end,
+      init_table: fn -> Heft.init_table(t, fn _ -> :end_of_input end) end
+    ]
+
+    for {name, write} <- writes do
+      assert {name, write.()} == {name, {:error, :poisoned}}
+      assert Enum.sort(Heft.tab2list(t)) == before, "#{name} changed the table"
+    end
+
+    assert Heft.close(t) == {:error, :poisoned}
+  end
+
   test "a log that cannot be written fails the write and changes nothing", ctx do
     t = Heft.new(:nospace, persist: dir(ctx))
     true = Heft.insert(t, {1, :a})

@@ -164,11 +164,14 @@ defmodule Heft.RefusedCallsTest do
     for type <- [:set, :ordered_set, :bag], by_name <- [true, false] do
       name = :"cont_#{type}"
       Heft.new(name, [type, :named_table, :public])
-      Heft.insert(name, for(i <- 1..10, do: {i}))
+      # In a bag, one key's objects: a chunk of one keeps the other nine
+      # for the next call, as ETS does (an ordered_set keeps none).
+      Heft.insert(name, for(i <- 1..10, do: if(type == :bag, do: {:k, i}, else: {i})))
       tab = if by_name, do: name, else: Heft.whereis(name)
       conts = walks(tab, spec)
-      # Each continuation holds buffered rows: they came in one chunk.
-      for {_, {[_], cont}, _} <- conts, do: assert(elem(cont, 6) != [])
+
+      if type == :bag,
+        do: for({_, {[_], cont}, _} <- conts, do: assert(elem(cont, 6) != []))
 
       Heft.delete(name)
       Heft.new(name, [type, :named_table, :public])

@@ -25,7 +25,9 @@ defmodule Heft.TabFileTest do
   defp frame_offsets(bytes, offset, acc) when offset >= byte_size(bytes), do: Enum.reverse(acc)
 
   defp frame_offsets(bytes, offset, acc) do
-    <<_::binary-size(offset), _tag, _seq::32, _count::32, len::little-32, _::binary>> = bytes
+    {_, <<_tag, _seq::32, _count::32, len::little-32, _::binary>>} =
+      :erlang.split_binary(bytes, offset)
+
     frame_offsets(bytes, offset + 21 + len, [offset | acc])
   end
 
@@ -178,7 +180,7 @@ defmodule Heft.TabFileTest do
       bytes = File.read!(path)
       middle = div(byte_size(bytes), 2)
       frame = bytes |> frame_offsets() |> Enum.filter(&(&1 <= middle)) |> List.last()
-      <<a::binary-size(middle), b, c::binary>> = bytes
+      {a, <<b, c::binary>>} = :erlang.split_binary(bytes, middle)
       File.write!(path, <<a::binary, Bitwise.bxor(b, 0x10), c::binary>>)
       assert Heft.file2tab(path) == {:error, {:corrupt, frame}}
     end
@@ -188,7 +190,7 @@ defmodule Heft.TabFileTest do
       bytes = File.read!(path)
 
       for pos <- 0..(byte_size(bytes) - 1) do
-        <<a::binary-size(pos), b, c::binary>> = bytes
+        {a, <<b, c::binary>>} = :erlang.split_binary(bytes, pos)
         File.write!(path, <<a::binary, Bitwise.bxor(b, 0x01), c::binary>>)
         assert {:error, reason} = Heft.file2tab(path), "flip at #{pos}"
 

@@ -19,7 +19,7 @@ defmodule Heft.Memory.Sizing do
   # Heft: a temporary memory-arena Heft table holds the samples; the arena
   # cost per record (info :memory minus :index_bytes) scales linearly. The
   # index is a hash table of 8-byte slots kept at most 80% full, growing by
-  # half (native/heft_core/src/index.rs): h home slots, h the first of 255,
+  # half (native/heft_core/src/storage/index.rs): h home slots, h the first of 255,
   # 382, 573, ... (each the last plus half of it, rounded down) with
   # count <= 0.8 * h, plus a tail of min(h, 256) slots for probe runs past
   # the last home slot, and a byte per 64 slots. If the
@@ -29,7 +29,7 @@ defmodule Heft.Memory.Sizing do
   #
   # Codecs (:codecs): every compression a table can take, predicted by
   # compressing the samples for real (Heft.Native.sizing_predict, a dirty
-  # CPU NIF; native/heft_core/src/sizing.rs): the records as a new table
+  # CPU NIF; native/heft_core/src/memory/sizing.rs): the records as a new table
   # encodes them, each body compressed and laid out as the table would,
   # rounded to the arena's size classes; a dictionary codec with
   # dictionaries trained on three quarters of the samples and judged on the

@@ -42,7 +42,11 @@ defmodule Mix.Tasks.Heft.Demo do
 
     IO.puts("\nThe node now, as Heft.Report sees it:\n")
     Heft.Report.print()
-    Enum.each(tables, fn {ets, heft} -> :ets.delete(ets) && Heft.delete(heft) end)
+
+    Enum.each(tables, fn {ets, heft} ->
+      :ets.delete(ets)
+      Heft.delete(heft)
+    end)
   end
 
   defp compare({label, n, make}) do

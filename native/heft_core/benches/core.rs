@@ -202,7 +202,7 @@ fn deflate(c: &mut Criterion) {
 /// `{i, json}` is a 2-tuple whose key is stored outside the body, so the
 /// body is the tuple header, the key marker and the 1,024-byte binary.
 /// json_1k.bin holds `Heft.Bench.Kinds.json(i)` of eight keys, written by
-/// lib/heft/bench/kinds.ex itself (see the file's neighbour, json_1k.exs).
+/// bench/lib/heft/bench/kinds.ex itself (see the file's neighbour, json_1k.exs).
 fn json_1k_bodies() -> Vec<Vec<u8>> {
     include_bytes!("json_1k.bin")
         .chunks_exact(1024)

@@ -1,51 +1,33 @@
 //! Heft's storage engine, in plain Rust (no rustler), so that it can be unit
 //! tested, benchmarked and fuzzed without a VM.
 //!
-//! - [`codec`]: the Heft term format (docs/term-format.md).
-//! - [`compress`]: per-record raw deflate; [`deflate`]: the encoder for
-//!   short bodies.
-//! - [`record`]: a record's header, key and body in the arena.
-//! - [`arena`]: the mmap'd region and its size-class allocator.
-//! - [`index`]: the hash index, sorted by hash so walks can resume;
-//!   [`hash`]: its keyed key hash.
-//! - [`order`]: Erlang term order over encoded keys; [`etf`]: the
-//!   external-term-format pieces keys embed (pids, funs...).
-//! - [`ordered`]: the ordered index of ordered_set tables.
-//! - [`table`]: a table of any ETS kind: index + arena behind one lock.
-//! - [`atoms`]: a table's atom dictionary.
-//! - [`accounting`]: the kernel's view of a mapping (smaps).
-//! - [`persist`]: persistent tables: write-ahead log, group commit, dumps
-//!   ([`wal`] frames, [`snapshot`] writing, [`recovery`] loading, [`crc`]);
-//!   formats in docs/persistence-format.md.
-//! - [`sizing`]: what records like some samples take with each codec.
-//! - [`files`]: how Heft creates and opens its files (no links followed,
-//!   exclusive random-named temporaries, private modes).
+//! The modules are grouped by layer, each a folder:
+//!
+//! - format: the term format ([`codec`], [`dedup`],
+//!   [`etf`], [`order`], [`atoms`]);
+//! - compression: [`compress`], [`deflate`], [`dict`], [`zblock`];
+//! - storage: [`record`], [`arena`], [`index`], [`hash`], [`ordered`],
+//!   [`table`], [`sieve`];
+//! - durability: [`persist`], [`wal`], [`snapshot`], [`recovery`],
+//!   [`crc`], [`files`];
+//! - memory: [`accounting`], [`sizing`].
+//!
+//! Each folder's `mod.rs` says what its modules do. The NIF, the benches
+//! and the fuzz targets use the modules by the names below.
 
-pub mod accounting;
-pub mod arena;
-pub mod atoms;
-pub mod codec;
-pub mod compress;
-pub mod crc;
-pub mod dedup;
-pub mod deflate;
-pub mod dict;
-pub mod etf;
-pub mod files;
-pub mod hash;
-pub mod index;
-pub mod order;
-pub mod ordered;
-pub mod persist;
-pub mod record;
-pub mod recovery;
-pub mod sizing;
-pub mod snapshot;
-pub mod table;
+mod compression;
+mod durability;
+mod format;
+mod memory;
+mod storage;
 #[cfg(test)]
 mod testutil;
-pub mod wal;
-pub mod zblock;
+
+pub use compression::{compress, deflate, dict, zblock};
+pub use durability::{crc, files, persist, recovery, snapshot, wal};
+pub use format::{atoms, codec, dedup, etf, order};
+pub use memory::{accounting, sizing};
+pub use storage::{arena, hash, index, ordered, record, sieve, table};
 
 pub use arena::Backing;
 pub use compress::Compression;

@@ -1302,12 +1302,27 @@ pub fn key_may_be_inexact(t: Term) -> bool {
     contains_zero(t, false)
 }
 
+/// True if the term holds a float 0.0 or -0.0 on a VM where they are one
+/// (`=:=`): two terms `=:=` to each other may then still differ in the
+/// sign of a zero.
+pub fn holds_mergeable_zero(t: Term) -> bool {
+    contains_zero(t, false)
+}
+
 /// True if the term holds a float zero (only -0.0 when `negative_only`),
 /// on VMs where -0.0 and 0.0 are one key.
 fn contains_zero(t: Term, negative_only: bool) -> bool {
-    if !NEG_ZERO_IS_ZERO.load(Ordering::Relaxed) {
-        return false;
-    }
+    NEG_ZERO_IS_ZERO.load(Ordering::Relaxed) && holds_zero(t, negative_only)
+}
+
+/// True if the term holds a float 0.0 or -0.0, whatever the VM's rule: a
+/// key whose stored form depends on the rule (migrate.rs).
+pub fn holds_float_zero(t: Term) -> bool {
+    holds_zero(t, false)
+}
+
+/// True if the term holds a float zero (only -0.0 when `negative_only`).
+fn holds_zero(t: Term, negative_only: bool) -> bool {
     let zero = |t: Term| {
         t.decode::<f64>()
             .is_ok_and(|f| f == 0.0 && (f.is_sign_negative() || !negative_only))

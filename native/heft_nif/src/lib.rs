@@ -9,10 +9,12 @@ mod codec;
 mod errors;
 mod fix;
 mod learn;
+mod migrate;
 mod ops;
 mod persist;
 mod resource;
 mod select;
+mod sieve;
 mod sizing;
 mod tab_file;
 

@@ -8,7 +8,8 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use heft_core::table::{Bound, Direction, Item, KeyRange, Kind, RecordBuf, Slotted};
+use heft_core::sieve::Sieve;
+use heft_core::table::{Bound, Direction, Item, Kept, KeyRange, Kind, RecordBuf, Slotted, Stored};
 use heft_core::{Backing, Cursor, Prepared};
 use rustler::types::tuple::get_tuple;
 use rustler::{Atom, Binary, Encoder, Env, NewBinary, NifResult, ResourceArc, Term};
@@ -22,6 +23,8 @@ mod atoms {
         end_of_table = "$end_of_table",
         start,
         default,
+        forward,
+        backward,
     }
 }
 
@@ -34,7 +37,7 @@ pub enum Sched {
 }
 
 impl Sched {
-    fn budget(self) -> usize {
+    pub(crate) fn budget(self) -> usize {
         match self {
             Sched::Normal => NORMAL_BUDGET,
             _ => usize::MAX,
@@ -123,6 +126,8 @@ variants!(walk_chunk[Direction::Backward] => chunk_back, chunk_back_cpu, chunk_b
 variants!(range_walk_chunk[Direction::Forward] => range_chunk, range_chunk_cpu, range_chunk_io (tab, range, cursor, max));
 variants!(range_walk_chunk[Direction::Backward] => range_chunk_back, range_chunk_back_cpu, range_chunk_back_io (tab, range, cursor, max));
 variants!(slot_impl => slot, slot_cpu, slot_io (tab, i));
+variants!(key_cursor_impl => key_cursor, key_cursor_cpu, key_cursor_io (tab, key));
+variants!(sieve_chunk_impl => sieve_chunk, sieve_chunk_cpu, sieve_chunk_io (tab, sieve, range, cursor, max, dir));
 
 /// The table a handle names: a name atom or a resource.
 /// A table whose owner has died is handled first (resource.rs, "Owner
@@ -321,7 +326,7 @@ fn decode_all<'a>(
     Ok(list)
 }
 
-fn decode_key<'a>(env: Env<'a>, t: &TableRes, key: &[u8]) -> NifResult<Term<'a>> {
+pub(crate) fn decode_key<'a>(env: Env<'a>, t: &TableRes, key: &[u8]) -> NifResult<Term<'a>> {
     codec::decode(env, &t.atoms, key, None, true)
         .map_err(|e| badarg(format!("internal error: a stored key does not decode: {e}")))
 }
@@ -377,9 +382,22 @@ pub(crate) fn prepare_object<'a>(
     prepare_encoded(t, enc, bag)
 }
 
+/// [`prepare_object`] for a bag object compared bit for bit, the sign of a
+/// zero included, where objects are otherwise compared with `=:=` (which
+/// merges `0.0` and `-0.0` on OTP 26 and older).
+pub(crate) fn prepare_object_exactly<'a>(
+    env: Env<'a>,
+    t: &TableRes,
+    elems: &[Term<'a>],
+    enc: &mut TermEncoder,
+) -> Result<Prepared, EncodeError> {
+    enc.record(env, elems, t.keypos, t.core.kind().is_bag())?;
+    prepare_encoded(t, enc, false)
+}
+
 /// [`prepare_object`] of a tuple already checked by `record_elems`, read in
 /// place.
-fn prepare_tuple<'a>(
+pub(crate) fn prepare_tuple<'a>(
     env: Env<'a>,
     t: &TableRes,
     obj: Term<'a>,
@@ -644,7 +662,7 @@ fn delete_object_impl<'a>(
     }
     or_absent!(
         env,
-        crate::select::delete_exact(env, &t, &mut enc, obj)?,
+        crate::select::delete_exact(env, &t, &mut enc, obj, crate::select::Same::Equal)?,
         true
     );
     Ok(true.encode(env))
@@ -913,6 +931,21 @@ fn step_key<'a>(
     })
 }
 
+/// The cursor of a walk that stopped at `key` (in the form the chunk NIFs
+/// return and take): select/3 resumes after the last key it used.
+fn key_cursor_impl<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    tab: Term<'a>,
+    key: Term<'a>,
+) -> NifResult<Term<'a>> {
+    let t = open!(env, tab, sched, false);
+    let mut enc = TermEncoder::new(&t.atoms, sched.budget());
+    let k = encoded!(env, enc.key(env, key));
+    let hash = t.core.hash(&k);
+    Ok(encode_cursor(env, Some(Cursor { hash, key: k })))
+}
+
 /// The key a walk returns, of the record in `buf`: decoded from the index's
 /// canonical bytes, or, when those may have turned a -0.0 into 0.0, read
 /// from the record's object, so the walk gives back the key exactly as
@@ -944,7 +977,7 @@ fn walk_chunk<'a>(
     dir: Direction,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
-    chunk_of(env, sched, &t, &KeyRange::default(), cursor, max, dir)
+    chunk_of(env, sched, &t, &KeyRange::default(), cursor, max, dir, None)
 }
 
 /// `walk_chunk` within `range`, `{lo, hi}`: each `nil` or `{bound,
@@ -960,9 +993,25 @@ fn range_walk_chunk<'a>(
     dir: Direction,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
+    let range = match key_range(env, sched, &t, range)? {
+        Ok(r) => r,
+        Err(retry) => return Ok(retry),
+    };
+    chunk_of(env, sched, &t, &range, cursor, max, dir, None)
+}
+
+/// A key range `{lo, hi}` (each `nil` or `{bound, inclusive}`), `nil` for
+/// the whole table; `Err(retry marker)` for a bound too big to encode here.
+fn key_range<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    t: &TableRes,
+    range: Term<'a>,
+) -> NifResult<Result<KeyRange, Term<'a>>> {
+    if Atom::from_term(range).is_ok_and(|a| a == rustler::types::atom::nil()) {
+        return Ok(Ok(KeyRange::default()));
+    }
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
-    // Each end: `Ok(bound)`, or `Err(retry marker)` for a bound too big to
-    // encode here.
     let mut bound = |end: Term<'a>| -> NifResult<Result<Option<Bound>, Term<'a>>> {
         if Atom::from_term(end).is_ok_and(|a| a == rustler::types::atom::nil()) {
             return Ok(Ok(None));
@@ -972,13 +1021,46 @@ fn range_walk_chunk<'a>(
         Ok(retry_or(env, enc.key(env, key))?.map(|key| Some(Bound { key, inclusive })))
     };
     let (lo, hi): (Term, Term) = range.decode().map_err(|_| badarg("not a key range"))?;
-    let range = match (bound(lo)?, bound(hi)?) {
-        (Ok(lo), Ok(hi)) => KeyRange { lo, hi },
-        (Err(retry), _) | (_, Err(retry)) => return Ok(retry),
-    };
-    chunk_of(env, sched, &t, &range, cursor, max, dir)
+    Ok(match (bound(lo)?, bound(hi)?) {
+        (Ok(lo), Ok(hi)) => Ok(KeyRange { lo, hi }),
+        (Err(retry), _) | (_, Err(retry)) => Err(retry),
+    })
 }
 
+/// A chunk of a select's walk (lib/heft/select.ex): as `chunk` and
+/// `range_chunk` (`range` `nil` or `{lo, hi}`, `dir` `:forward` or
+/// `:backward`), keeping only the records `sieve` keeps (crate::sieve),
+/// so that the others are never decoded: `{objects, cursor}`. (A NIF's
+/// arguments, one a parameter.)
+#[allow(clippy::too_many_arguments)]
+fn sieve_chunk_impl<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    tab: Term<'a>,
+    sieve: Term<'a>,
+    range: Term<'a>,
+    cursor: Term<'a>,
+    max: Term<'a>,
+    dir: Term<'a>,
+) -> NifResult<Term<'a>> {
+    let t = open!(env, tab, sched, false);
+    let dir = match Atom::from_term(dir) {
+        Ok(a) if a == atoms::forward() => Direction::Forward,
+        Ok(a) if a == atoms::backward() => Direction::Backward,
+        _ => return Err(badarg("not a direction")),
+    };
+    let range = match key_range(env, sched, &t, range)? {
+        Ok(r) => r,
+        Err(retry) => return Ok(retry),
+    };
+    let sieve = match crate::sieve::decode(env, sched, &t, sieve)? {
+        Ok(s) => s,
+        Err(retry) => return Ok(retry),
+    };
+    chunk_of(env, sched, &t, &range, cursor, max, dir, Some(&sieve))
+}
+
+#[allow(clippy::too_many_arguments)]
 fn chunk_of<'a>(
     env: Env<'a>,
     sched: Sched,
@@ -987,6 +1069,7 @@ fn chunk_of<'a>(
     cursor: Term<'a>,
     max: Term<'a>,
     dir: Direction,
+    sieve: Option<&Sieve>,
 ) -> NifResult<Term<'a>> {
     let max: usize = max
         .decode()
@@ -996,18 +1079,52 @@ fn chunk_of<'a>(
     let after = decode_cursor(cursor)?;
     with_buf(|buf, scratch| {
         let budget = sched.decode_budget();
+        let Some(sieve) = sieve else {
+            let next = t
+                .core
+                .chunk_range(dir, range, after.as_ref(), max, budget, buf)
+                .map_err(errors::core)?;
+            let raw: usize = buf
+                .items()
+                .iter()
+                .map(|it| it.header.key_len + it.header.raw_len)
+                .sum();
+            if sched == Sched::Normal && raw > 2 * budget {
+                return Ok(retry_cpu(env));
+            }
+            let mut records = Vec::with_capacity(buf.len());
+            for it in buf.items() {
+                records.push(decode_item(env, t, buf, it, scratch)?);
+            }
+            return Ok((records, encode_cursor(env, next)).encode(env));
+        };
+        // The sieve runs as the walk reads each record, under the table's
+        // read lock: the records it drops are not even copied.
+        let names = t.core.atoms().read();
+        let name = |id: u32| names.name(id).unwrap_or("");
+        let dicts = t.core.dictionaries();
+        let mut unpacked = Vec::new();
+        let mut keep = |r: &Stored| {
+            let mut read_body = false;
+            let kept = sieve.keeps(
+                r.key(),
+                || {
+                    read_body = true;
+                    r.body(dicts, &mut unpacked).ok()
+                },
+                name,
+            );
+            if kept {
+                Kept::Yes { read_body }
+            } else {
+                Kept::No { read_body }
+            }
+        };
         let next = t
             .core
-            .chunk_range(dir, range, after.as_ref(), max, budget, buf)
+            .chunk_kept(dir, range, after.as_ref(), max, budget, buf, &mut keep)
             .map_err(errors::core)?;
-        let raw: usize = buf
-            .items()
-            .iter()
-            .map(|it| it.header.key_len + it.header.raw_len)
-            .sum();
-        if sched == Sched::Normal && raw > 2 * budget {
-            return Ok(retry_cpu(env));
-        }
+        drop(names);
         let mut records = Vec::with_capacity(buf.len());
         for it in buf.items() {
             records.push(decode_item(env, t, buf, it, scratch)?);

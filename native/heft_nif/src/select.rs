@@ -14,8 +14,8 @@ use rustler::{Encoder, Env, NifResult, Term};
 use crate::codec::{EncodeError, TermEncoder};
 use crate::errors::{self, badarg, retry_cpu};
 use crate::ops::{
-    decode_cursor, decode_item, encode_cursor, open, prepare_object, record_elems, resolve,
-    write_variants, Sched,
+    decode_cursor, decode_item, encode_cursor, open, prepare_object, prepare_object_exactly,
+    record_elems, resolve, write_variants, Sched,
 };
 use crate::resource::TableRes;
 
@@ -88,12 +88,34 @@ struct Seen {
     item: Option<Item>,
 }
 
+/// How an object given is compared with the stored ones.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Same {
+    /// `=:=`, as `delete_object/2` compares (on OTP 26 and older `0.0` and
+    /// `-0.0` are then equal).
+    Equal,
+    /// Bit for bit, the sign of a zero included: the object a match
+    /// specification matched (`select_delete`, `select_replace`), as ETS
+    /// acts on the very object its matcher saw.
+    Exactly,
+}
+
+impl Same {
+    fn holds<'a>(self, stored: Term<'a>, obj: Term<'a>) -> bool {
+        stored == obj
+            && (self == Same::Equal
+                || !crate::codec::holds_mergeable_zero(obj)
+                || stored.to_binary().as_slice() == obj.to_binary().as_slice())
+    }
+}
+
 /// Looks `obj` up by its key, copying the stored record into `buf`.
 fn find_exact<'a>(
     env: Env<'a>,
     t: &TableRes,
     enc: &mut TermEncoder,
     obj: Term<'a>,
+    how: Same,
     buf: &mut RecordBuf,
 ) -> NifResult<Result<Seen, EncodeError>> {
     let elems = record_elems(obj, t.keypos)?;
@@ -109,7 +131,7 @@ fn find_exact<'a>(
     let mut scratch = Vec::new();
     for it in buf.items() {
         let stored = decode_item(env, t, buf, it, &mut scratch)?;
-        if stored == obj {
+        if how.holds(stored, obj) {
             item = Some(*it);
             break;
         }
@@ -117,7 +139,7 @@ fn find_exact<'a>(
     Ok(Ok(Seen { key, hash, item }))
 }
 
-/// Deletes `obj` if the table holds it exactly (`=:=`), with a
+/// Deletes `obj` if the table holds it (compared `how`), with a
 /// compare-and-swap so that a concurrent rewrite is never undone (in a
 /// bag, every object of the key is compared under the table's lock; a
 /// duplicate_bag loses every copy); returns how many objects it deleted.
@@ -127,15 +149,19 @@ pub(crate) fn delete_exact<'a>(
     t: &TableRes,
     enc: &mut TermEncoder,
     obj: Term<'a>,
+    how: Same,
 ) -> NifResult<Result<usize, EncodeError>> {
     if t.core.kind().is_bag() {
         let elems = record_elems(obj, t.keypos)?;
-        let object = enc!(prepare_object(env, t, &elems, enc));
+        let object = enc!(match how {
+            Same::Equal => prepare_object(env, t, &elems, enc),
+            Same::Exactly => prepare_object_exactly(env, t, &elems, enc),
+        });
         return Ok(Ok(t.core.remove_object(&object).map_err(errors::core)?));
     }
     let mut buf = RecordBuf::new();
     loop {
-        let seen = enc!(find_exact(env, t, enc, obj, &mut buf)?);
+        let seen = enc!(find_exact(env, t, enc, obj, how, &mut buf)?);
         let Some(it) = seen.item else {
             return Ok(Ok(0));
         };
@@ -165,7 +191,7 @@ fn delete_objects_impl<'a>(
         // A log that needs a new segment first: make room here and go on
         // (running the whole list again would miscount).
         let done = loop {
-            match delete_exact(env, &t, &mut enc, obj) {
+            match delete_exact(env, &t, &mut enc, obj, Same::Exactly) {
                 Err(_) if errors::take_would_block() => crate::persist::make_room(&t)?,
                 r => break r?,
             }
@@ -197,7 +223,7 @@ fn replace_objects_impl<'a>(
         // Written as the table writes objects (canonically in a bag).
         let prepared = unbudgeted(prepare_object(env, &t, &elems, &mut enc))?;
         loop {
-            let seen = unbudgeted(find_exact(env, &t, &mut enc, old, &mut buf)?)?;
+            let seen = unbudgeted(find_exact(env, &t, &mut enc, old, Same::Exactly, &mut buf)?)?;
             if seen.key != prepared.key() {
                 return Err(badarg("a replacement changes the object's key"));
             }

@@ -1,0 +1,2830 @@
+//! A table: its key index and the arena behind one read/write lock.
+//!
+//! Four kinds, as in ETS ([`Kind`]): a set and a bag (or duplicate_bag)
+//! keep a hash index (see [`entries`]), a bag several entries a key in
+//! insertion order; an ordered_set keeps an ordered index whose keys
+//! compare in Erlang term order ([`crate::order`]).
+//!
+//! Callers encode and compress outside the lock ([`Table::prepare`]); under
+//! the write lock a change is an arena allocation, a copy and an index
+//! update. Readers copy a record's stored bytes out under the read lock and
+//! decompress and decode after releasing it, so no lock is held while
+//! (de)compressing (bag inserts may inflate a stored body to compare two
+//! objects, see [`objects`]). Updates that read, compute and write
+//! (counters, element updates) use [`Table::replace_if`], a compare-and-swap
+//! on the record's offset and bytes, and retry when another writer got there
+//! first.
+
+mod compact;
+mod entries;
+pub mod learn;
+mod objects;
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::io;
+
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::{
+    MappedRwLockReadGuard, MappedRwLockWriteGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
+
+use crate::arena::{Arena, Backing};
+use crate::atoms::AtomTable;
+use crate::codec;
+use crate::compress::{self, Codec, Compression, Packed};
+use crate::dict::Dictionaries;
+use crate::hash::KeyedHash;
+use crate::index::Slot;
+use crate::record::{self, Header};
+use entries::{Entries, Order, Pos};
+
+/// A table's kind, with ETS's semantics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// One object a key; keys match (`=:=`).
+    Set,
+    /// One object a key; keys compare equal (`==`, so `1` and `1.0` are one
+    /// key) and are kept in Erlang term order.
+    OrderedSet,
+    /// Any number of objects a key, but no two matching (`=:=`) ones; keys
+    /// match (`=:=`).
+    Bag,
+    /// Any number of objects a key, duplicates kept.
+    DuplicateBag,
+}
+
+impl Kind {
+    /// True for bag and duplicate_bag: several objects a key.
+    pub fn is_bag(self) -> bool {
+        matches!(self, Kind::Bag | Kind::DuplicateBag)
+    }
+}
+
+/// Which way a walk goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// First to last.
+    Forward,
+    /// Last to first: descending keys in an ordered_set; in a hash table
+    /// the keys in the order of `Forward` (as ETS's `last/1` and `prev/2`
+    /// are its `first/1` and `next/2` there), each key's objects last to
+    /// first (as ETS's `foldr/3`).
+    Backward,
+}
+
+/// How to build a table.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Where the arena keeps its pages.
+    pub backing: Backing,
+    /// How bodies are compressed.
+    pub compression: Compression,
+    /// Shown in /proc/PID/maps and in file arena names.
+    pub label: String,
+    /// The table's kind.
+    pub kind: Kind,
+}
+
+/// What a table operation can fail with.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The table has been deleted.
+    Deleted,
+    /// The arena could not grow (for a file arena: the disk is full), or
+    /// the journal could not log the change. The table is unchanged and
+    /// still readable.
+    Io(io::Error),
+    /// The journal refuses writes since a failed fsync (persist.rs); the
+    /// table is unchanged and still readable.
+    Poisoned,
+    /// The journal needs I/O that may block before it can log the change
+    /// (a new log segment); the table is unchanged. Retry where blocking
+    /// is allowed, after `Persisted::make_room`.
+    WouldBlock,
+    /// In a [`quick`] call: the change would take long (resize a large
+    /// index, or clear a large table); the table is unchanged. Retry
+    /// outside `quick`.
+    TooLong,
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Deleted => write!(f, "the table has been deleted"),
+            Error::Io(e) => write!(f, "i/o: {e}"),
+            Error::Poisoned => write!(f, "the table's log failed to sync; reopen it"),
+            Error::WouldBlock => write!(f, "the table's log needs a new segment first"),
+            Error::TooLong => write!(f, "the change would take too long for a quick call"),
+        }
+    }
+}
+
+/// Slots of a hash index that a quick call may resize (a resize handles
+/// each: about a tenth of a millisecond for these).
+const QUICK_RESIZE_SLOTS: usize = 1 << 15;
+/// Bytes of index and arena a quick call may clear (giving back 4 MiB of
+/// pages takes about as long).
+const QUICK_CLEAR_BYTES: u64 = 4 << 20;
+
+thread_local! {
+    /// Set inside [`quick`].
+    static QUICK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Compressed bodies on their way into a Prepared, reused per thread.
+    static PACKED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Tables whose storage (index and arena) is still allocated.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs `f` as a quick call, for callers with a time budget (the NIF's
+/// normal-scheduler variants): on this thread, a change that would take
+/// long, whatever the order of earlier changes made it (resizing a large
+/// index, clearing a large table), fails with [`Error::TooLong`] before
+/// anything is changed or logged, for the caller to make where long work
+/// is allowed.
+pub fn quick<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            QUICK.set(self.0);
+        }
+    }
+    let _restore = Restore(QUICK.replace(true));
+    f()
+}
+
+/// Number of tables, in this process, whose storage is still allocated:
+/// created and not yet deleted, or deleted with storage not yet freed.
+pub fn live_tables() -> usize {
+    LIVE.load(AtomicOrdering::Relaxed)
+}
+
+impl std::error::Error for Error {}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Self {
+        Error::Io(e)
+    }
+}
+
+// ---- Persistence hook (persist.rs): every change is shown to the journal
+// under the write lock, after its blocks are allocated and before it is
+// applied, so log order is apply order and a change the journal refuses is
+// not applied.
+
+/// One change as the journal sees it. Replaying a log applies each with
+/// the table kind's rule, as [`Table::bulk_finish`] does.
+#[derive(Clone, Copy, Debug)]
+pub enum Change<'a> {
+    /// A record as stored (header, key, body): it replaces the record of an
+    /// equal key (set, ordered_set) or joins its key's records, after them
+    /// (bag, duplicate_bag, which log a changed key whole: its `Delete`,
+    /// then a `Put` of each of its records).
+    Put(&'a [u8]),
+    /// The records of this encoded key (or, in an ordered_set, of an equal
+    /// key) are removed.
+    Delete(&'a [u8]),
+    /// Every record is removed.
+    Clear,
+}
+
+/// Logs changes before a table applies them (see persist.rs).
+pub trait Journal: Send + Sync {
+    /// Logs `changes`, which the table applies atomically once this returns
+    /// `Ok`. On error the table applies nothing and returns the error.
+    fn log(&self, changes: &[Change<'_>]) -> Result<(), Error>;
+
+    /// `records` were stored again another way (re-compressed), which is
+    /// not logged: the log and snapshot still hold them as they were, and
+    /// only the next dump stores them as they are now.
+    fn rewritten(&self, _records: u64) {}
+
+    /// The table made a zstd dictionary: the journal may log it now
+    /// rather than with the next write (called off the table's lock).
+    fn dictionary_added(&self) {}
+}
+// ---- end of persistence hook
+
+/// Records placed in the arena but not yet indexed, while a table is
+/// loaded in bulk (recovery.rs): [`Table::bulk_put`], then
+/// [`Table::bulk_finish`].
+#[derive(Default)]
+pub struct Bulk {
+    slots: Vec<Slot>,
+}
+
+impl Bulk {
+    /// Records placed and not yet indexed.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// True when nothing waits to be indexed.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}
+
+/// A record made ready for the table outside its lock.
+pub struct Prepared {
+    hash: u64,
+    key_len: usize,
+    header_len: usize,
+    raw_len: usize,
+    packed: Packed,
+    bytes: Vec<u8>,
+    /// Bag kinds: the uncompressed body, when `bytes` holds it compressed.
+    raw: Option<Vec<u8>>,
+    /// Bag kinds, for an object compared ignoring the sign of zero: its
+    /// canonical form with zeros normalized (see [`objects`]).
+    normalized: Option<Vec<u8>>,
+}
+
+impl Prepared {
+    /// The record as it will be stored (header, key, body).
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The key's hash.
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
+
+    /// The key's canonical encoding.
+    pub fn key(&self) -> &[u8] {
+        &self.bytes[self.header_len..self.header_len + self.key_len]
+    }
+
+    fn stored_body(&self) -> &[u8] {
+        &self.bytes[self.header_len + self.key_len..]
+    }
+
+    fn raw_body(&self) -> &[u8] {
+        self.raw.as_deref().unwrap_or_else(|| self.stored_body())
+    }
+}
+
+/// Records copied out of the table: their stored bytes, back to back.
+#[derive(Default)]
+pub struct RecordBuf {
+    bytes: Vec<u8>,
+    items: Vec<Item>,
+}
+
+/// One record in a [`RecordBuf`].
+#[derive(Clone, Copy, Debug)]
+pub struct Item {
+    /// The key's hash.
+    pub hash: u64,
+    /// Where the record was in the arena when copied.
+    pub loc: u64,
+    start: usize,
+    /// Its header.
+    pub header: Header,
+}
+
+impl RecordBuf {
+    /// An empty buffer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Forgets the records, keeping the allocation.
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.items.clear();
+    }
+
+    /// The records copied.
+    pub fn items(&self) -> &[Item] {
+        &self.items
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The stored bytes of record `it` (header, key, body).
+    pub fn record(&self, it: &Item) -> &[u8] {
+        &self.bytes[it.start..it.start + it.header.total_len()]
+    }
+
+    /// The key of record `it`.
+    pub fn key(&self, it: &Item) -> &[u8] {
+        let s = it.start + it.header.key_start();
+        &self.bytes[s..s + it.header.key_len]
+    }
+
+    /// The body of record `it`, decompressed into `scratch` if need be.
+    /// `dicts` are the dictionaries of the table it was copied from.
+    pub fn body<'a>(
+        &'a self,
+        it: &Item,
+        dicts: &Dictionaries,
+        scratch: &'a mut Vec<u8>,
+    ) -> Result<&'a [u8], compress::CorruptBody> {
+        let s = it.start + it.header.body_start();
+        let stored = &self.bytes[s..s + it.header.stored_len];
+        compress::unpack(&it.header, stored, dicts, scratch)
+    }
+
+    /// Reverses each run of records with one key, from item `from` on.
+    fn reverse_runs(&mut self, from: usize) {
+        let mut start = from;
+        while start < self.items.len() {
+            let same = |a: &Item, b: &Item| a.hash == b.hash && self.key(a) == self.key(b);
+            let first = self.items[start];
+            let len = self.items[start..]
+                .iter()
+                .take_while(|it| same(&first, it))
+                .count();
+            self.items[start..start + len].reverse();
+            start += len;
+        }
+    }
+
+    fn push(&mut self, hash: u64, loc: u64, header: Header, bytes: &[u8]) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(bytes);
+        self.items.push(Item {
+            hash,
+            loc,
+            start,
+            header,
+        });
+    }
+}
+
+/// A stored record as [`Table::chunk_kept`]'s filter sees it.
+pub struct Stored<'a> {
+    header: Header,
+    bytes: &'a [u8],
+}
+
+impl Stored<'_> {
+    /// The record's key, encoded.
+    pub fn key(&self) -> &[u8] {
+        &self.bytes[self.header.key_start()..self.header.body_start()]
+    }
+
+    /// The record's body, uncompressed (into `scratch` if it was stored
+    /// compressed).
+    pub fn body<'s>(
+        &'s self,
+        dicts: &Dictionaries,
+        scratch: &'s mut Vec<u8>,
+    ) -> Result<&'s [u8], compress::CorruptBody> {
+        let s = self.header.body_start();
+        let stored = &self.bytes[s..s + self.header.stored_len];
+        compress::unpack(&self.header, stored, dicts, scratch)
+    }
+}
+
+/// What [`Table::chunk_kept`]'s filter says of a record, and whether it
+/// read its body (which costs as much as decoding it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kept {
+    Yes { read_body: bool },
+    No { read_body: bool },
+}
+
+/// Where a walk stopped: the last (hash, key) it returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cursor {
+    /// The key's hash.
+    pub hash: u64,
+    /// The key's encoding.
+    pub key: Vec<u8>,
+}
+
+/// One end of a key range: a bound for [`crate::order::compare_bound`] (a key
+/// encoding in which the atom [`crate::order::WILDCARD`] stands for any term) and
+/// whether keys equal to it lie in the range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bound {
+    /// The bound's encoding, made as a key's.
+    pub key: Vec<u8>,
+    /// Whether keys `Equal` to the bound are in the range.
+    pub inclusive: bool,
+}
+
+/// The keys of an ordered_set walk that [`Table::chunk_range`] visits:
+/// those not below `lo` and not above `hi` in term order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyRange {
+    /// The lower end, if any.
+    pub lo: Option<Bound>,
+    /// The upper end, if any.
+    pub hi: Option<Bound>,
+}
+
+impl KeyRange {
+    /// True if `key` lies before the range.
+    fn below(&self, key: &[u8], names: &AtomTable) -> bool {
+        past(self.lo.as_ref(), key, names, Ordering::Less)
+    }
+
+    /// True if `key` lies after the range.
+    fn above(&self, key: &[u8], names: &AtomTable) -> bool {
+        past(self.hi.as_ref(), key, names, Ordering::Greater)
+    }
+}
+
+/// True if `key` lies beyond `end` on the `side` of it (`Less`: below a
+/// lower end, `Greater`: above an upper one); never for no end.
+fn past(end: Option<&Bound>, key: &[u8], names: &AtomTable, side: Ordering) -> bool {
+    end.is_some_and(|b| {
+        let o = crate::order::compare_bound(key, &b.key, |id| names.name(id).unwrap_or(""));
+        o == side || (o == Ordering::Equal && !b.inclusive)
+    })
+}
+
+/// Figures about a table, all in bytes except `size`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Records in the table.
+    pub size: u64,
+    /// The key index: the hash index's slot array, or the ordered index's
+    /// pages in use and directory (see each index's `heap_bytes`).
+    pub index_bytes: u64,
+    /// Other heap memory: the atom dictionary (estimated from capacities),
+    /// the arena's free lists and the zstd dictionaries.
+    pub meta_bytes: u64,
+    /// The zstd dictionaries (their bytes and digests; part of
+    /// `meta_bytes`).
+    pub dictionary_bytes: u64,
+    /// Length of the arena mapping.
+    pub arena_mapped_bytes: u64,
+    /// Arena bytes handed out: live blocks, freed blocks awaiting reuse, and
+    /// an 8-byte head; pages given back to the kernel are not counted.
+    pub arena_used_bytes: u64,
+    /// Arena bytes in blocks holding records, size-class slack included.
+    pub arena_live_bytes: u64,
+    /// Arena bytes in freed blocks awaiting reuse.
+    pub arena_free_bytes: u64,
+    /// Sum over records of key plus uncompressed body.
+    pub payload_raw_bytes: u64,
+    /// Sum over records of header, key and body as stored.
+    pub payload_stored_bytes: u64,
+    /// Start address of the arena mapping (to find it in smaps).
+    pub arena_address: u64,
+    /// Start address of the index's mapping (slot array or pages).
+    pub index_address: u64,
+}
+
+/// A table's storage. Dropping it frees the index and unmaps the arena.
+pub struct State {
+    entries: Entries,
+    /// The table's dictionaries (the same as [`Table::dictionaries`]), for
+    /// comparing compressed bag objects under the lock.
+    dicts: Arc<Dictionaries>,
+    arena: Arena,
+    raw_bytes: u64,
+    stored_bytes: u64,
+    /// Records by codec and by dictionary.
+    tally: learn::Tally,
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        LIVE.fetch_sub(1, AtomicOrdering::Relaxed);
+    }
+}
+
+impl State {
+    /// Bytes mapped by the arena (what dropping this state unmaps).
+    pub fn mapped_bytes(&self) -> u64 {
+        self.arena.mapped_bytes()
+    }
+}
+
+impl State {
+    fn record_at(&self, loc: u64) -> (Header, &[u8]) {
+        record_in(&self.arena, loc)
+    }
+
+    fn key_at(&self, loc: u64) -> &[u8] {
+        key_in(&self.arena, loc)
+    }
+
+    /// The first entry of `key` and how many it has.
+    fn find(&self, ord: Order, hash: u64, key: &[u8]) -> Option<(Pos, usize)> {
+        self.entries.find(&self.arena, ord, hash, key)
+    }
+
+    /// The locs of `key`'s records, in order.
+    fn key_locs(&self, ord: Order, hash: u64, key: &[u8]) -> Vec<u64> {
+        match self.find(ord, hash, key) {
+            Some((pos, n)) => (0..n)
+                .map(|i| self.entries.loc(Entries::nth(pos, i)))
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// In a [`quick`] call, refuses a change that adds `added()` entries
+    /// (at most `at_most`) and removes `removed` if it could resize a large
+    /// index; `added` is counted only where that could be so.
+    fn refuse_long(
+        &self,
+        at_most: usize,
+        added: impl FnOnce() -> usize,
+        removed: usize,
+    ) -> Result<(), Error> {
+        let long = QUICK.get()
+            && self
+                .entries
+                .would_resize_over(QUICK_RESIZE_SLOTS, at_most, added, removed);
+        if long {
+            return Err(Error::TooLong);
+        }
+        Ok(())
+    }
+
+    /// Removes the entry at `pos` and frees its record.
+    fn remove_at(&mut self, pos: Pos) {
+        let loc = self.entries.remove_at(pos);
+        self.release(loc);
+    }
+
+    fn release(&mut self, loc: u64) {
+        let h = self.record_at(loc).0;
+        self.raw_bytes -= (h.key_len + h.raw_len) as u64;
+        self.stored_bytes -= h.total_len() as u64;
+        self.tally.remove(h.codec, h.dict);
+        self.arena.free(loc);
+    }
+
+    /// Allocates and fills blocks for all of `recs`, or none of them.
+    fn place(&mut self, recs: &[&Prepared]) -> Result<Vec<u64>, Error> {
+        let mut locs = Vec::with_capacity(recs.len());
+        for r in recs {
+            match self.arena.alloc(r.bytes.len()) {
+                Ok(loc) => locs.push(loc),
+                Err(e) => {
+                    for loc in &locs {
+                        self.arena.free(*loc);
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
+        for (loc, r) in locs.iter().zip(recs) {
+            let dst = self
+                .arena
+                .get_mut(*loc, r.bytes.len())
+                .expect("a block just allocated lies inside the arena");
+            dst.copy_from_slice(&r.bytes);
+            self.raw_bytes += (r.key_len + r.raw_len) as u64;
+            self.stored_bytes += r.bytes.len() as u64;
+            self.tally.add(r.packed.codec, r.packed.dict);
+        }
+        Ok(locs)
+    }
+
+    /// Indexes the record `r` placed at `loc`: after its key's objects in a
+    /// bag, else replacing the object of an equal key.
+    fn link(&mut self, kind: Kind, ord: Order, r: &Prepared, loc: u64) {
+        let State { entries, arena, .. } = self;
+        if let Some(old) = entries.add(arena, ord, kind.is_bag(), r.hash, r.key(), loc) {
+            self.release(old);
+        }
+    }
+
+    /// Of `recs`, in order, those a bag stores: each unless an object of
+    /// its key, stored or earlier in `recs`, matches it.
+    fn new_objects<'r>(
+        &self,
+        ord: Order,
+        recs: impl Iterator<Item = &'r Prepared>,
+    ) -> Vec<&'r Prepared> {
+        let mut keys: HashMap<(u64, &[u8]), objects::KeyObjects, ByHash> =
+            HashMap::with_capacity_and_hasher(recs.size_hint().0, ByHash);
+        let mut kept = Vec::new();
+        for r in recs {
+            let objs = keys
+                .entry((r.hash, r.key()))
+                .or_insert_with(|| objects::KeyObjects::new(self.key_locs(ord, r.hash, r.key())));
+            if objs.add(&self.arena, &self.dicts, r) {
+                kept.push(r);
+            }
+        }
+        kept
+    }
+
+    /// Frees blocks `place` filled, when the change is not applied after all.
+    fn unplace(&mut self, recs: &[&Prepared], locs: &[u64]) {
+        for (r, loc) in recs.iter().zip(locs) {
+            self.raw_bytes -= (r.key_len + r.raw_len) as u64;
+            self.stored_bytes -= r.bytes.len() as u64;
+            self.tally.remove(r.packed.codec, r.packed.dict);
+            self.arena.free(*loc);
+        }
+    }
+
+    fn copy_out(&self, pos: Pos, out: &mut RecordBuf) {
+        let loc = self.entries.loc(pos);
+        let (h, bytes) = self.record_at(loc);
+        let hash = self.entries.hash_of(&bytes[h.key_start()..h.body_start()]);
+        out.push(hash, loc, h, bytes);
+    }
+
+    /// [`State::copy_out`] of an entry whose key hash the caller knows.
+    fn copy_out_as(&self, pos: Pos, hash: u64, out: &mut RecordBuf) {
+        let loc = self.entries.loc(pos);
+        let (h, bytes) = self.record_at(loc);
+        out.push(hash, loc, h, bytes);
+    }
+
+    /// Copies out the record whose key a walk reports for the key at `pos`:
+    /// that key's last entry (ETS reports a bag key's last object's key).
+    fn copy_key_record(&self, pos: Pos, out: &mut RecordBuf) {
+        self.copy_out(self.entries.last_of_key(&self.arena, pos), out);
+    }
+}
+
+/// The record at an indexed offset. The index only ever points at records
+/// this table wrote, so a bad header is a bug, not bad input.
+fn record_in(arena: &Arena, loc: u64) -> (Header, &[u8]) {
+    let h = Header::parse_prefix(arena.tail(loc, record::MAX_HEADER))
+        .expect("valid record header at an indexed offset");
+    let bytes = arena
+        .get(loc, h.total_len())
+        .expect("indexed record lies inside the arena");
+    (h, bytes)
+}
+
+fn key_in(arena: &Arena, loc: u64) -> &[u8] {
+    let (h, bytes) = record_in(arena, loc);
+    &bytes[h.key_start()..h.body_start()]
+}
+
+/// What [`Table::slot`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slotted {
+    /// The slot's records (possibly none) are in the buffer.
+    Records,
+    /// The slot number is the number of slots: past the last one.
+    End,
+    /// The slot number is beyond that; the table has `slots` slots.
+    OutOfRange {
+        /// How many slots the table has.
+        slots: usize,
+    },
+}
+
+/// A table.
+pub struct Table {
+    hasher: KeyedHash,
+    /// How new writes are compressed, and what the table learns
+    /// (table/learn.rs).
+    learner: learn::Learner,
+    dicts: Arc<Dictionaries>,
+    kind: Kind,
+    state: RwLock<Option<State>>,
+    atoms: Arc<RwLock<AtomTable>>,
+    backing: Backing,
+    journal: OnceLock<Arc<dyn Journal>>,
+}
+
+impl Table {
+    /// Creates an empty table.
+    pub fn new(opts: &Options) -> io::Result<Table> {
+        let arena = Arena::new(&opts.backing, &opts.label)?;
+        LIVE.fetch_add(1, AtomicOrdering::Relaxed);
+        let hasher = KeyedHash::random();
+        let level = match opts.compression {
+            Compression::Zstd { level, .. } => level,
+            _ => compress::ZSTD_DEFAULT_LEVEL,
+        };
+        let dicts = Arc::new(Dictionaries::new(level));
+        Ok(Table {
+            hasher,
+            learner: learn::Learner::new(opts.compression),
+            dicts: dicts.clone(),
+            kind: opts.kind,
+            state: RwLock::new(Some(State {
+                entries: Entries::new(opts.kind, &opts.label, hasher),
+                dicts,
+                arena,
+                raw_bytes: 0,
+                stored_bytes: 0,
+                tally: learn::Tally::default(),
+            })),
+            atoms: Arc::new(RwLock::new(AtomTable::new())),
+            backing: opts.backing.clone(),
+            journal: OnceLock::new(),
+        })
+    }
+
+    fn read(&self) -> Result<MappedRwLockReadGuard<'_, State>, Error> {
+        RwLockReadGuard::try_map(self.state.read(), Option::as_ref).map_err(|_| Error::Deleted)
+    }
+
+    fn write(&self) -> Result<MappedRwLockWriteGuard<'_, State>, Error> {
+        RwLockWriteGuard::try_map(self.state.write(), Option::as_mut).map_err(|_| Error::Deleted)
+    }
+
+    /// Marks the table deleted and hands back its storage, for the caller to
+    /// drop where unmapping a large arena does no harm. Every later call
+    /// fails with [`Error::Deleted`]. `None` if it was already deleted.
+    pub fn take_storage(&self) -> Option<State> {
+        self.state.write().take()
+    }
+
+    /// True once the table has been deleted.
+    pub fn is_deleted(&self) -> bool {
+        self.state.read().is_none()
+    }
+
+    /// The table's atom dictionary.
+    pub fn atoms(&self) -> &Arc<RwLock<AtomTable>> {
+        &self.atoms
+    }
+
+    /// Where the arena lives.
+    pub fn backing(&self) -> &Backing {
+        &self.backing
+    }
+
+    /// The arena file, for a file arena.
+    pub fn arena_path(&self) -> Option<std::path::PathBuf> {
+        let st = self.read().ok()?;
+        st.arena.path().map(|p| p.to_path_buf())
+    }
+
+    /// The table's key hash.
+    pub fn hasher(&self) -> KeyedHash {
+        self.hasher
+    }
+
+    /// Replaces the key hash of a table that holds nothing yet (a
+    /// persistent table takes the key it stored). False, and nothing
+    /// changed, if the table holds records.
+    pub fn set_hasher(&mut self, hasher: KeyedHash) -> bool {
+        let empty = self.len().is_ok_and(|n| n == 0);
+        if empty {
+            self.hasher = hasher;
+            if let Some(st) = self.state.get_mut() {
+                st.entries.set_hasher(hasher);
+            }
+        }
+        empty
+    }
+
+    /// The hash of an encoded key.
+    pub fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash(key)
+    }
+
+    /// Makes `journal` log every later change (persist.rs). A table has at
+    /// most one journal: false if it had one already.
+    pub fn set_journal(&self, journal: Arc<dyn Journal>) -> bool {
+        self.journal.set(journal).is_ok()
+    }
+
+    fn log(&self, changes: &[Change<'_>]) -> Result<(), Error> {
+        match self.journal.get() {
+            Some(j) => j.log(changes),
+            None => Ok(()),
+        }
+    }
+
+    fn log_puts(&self, recs: &[&Prepared]) -> Result<(), Error> {
+        if self.journal.get().is_none() {
+            return Ok(());
+        }
+        let changes: Vec<Change> = recs.iter().map(|r| Change::Put(&r.bytes)).collect();
+        self.log(&changes)
+    }
+
+    /// Makes room in the arena for about `bytes` of records that a bulk
+    /// load is about to place (see [`Arena::reserve`]).
+    pub fn bulk_reserve(&self, bytes: u64) -> Result<(), Error> {
+        Ok(self.write()?.arena.reserve(bytes)?)
+    }
+
+    /// Logs what a bag's keys hold once `recs` join them:
+    /// [`Table::log_bag_key`] for each key, in one batch.
+    fn log_bag_keys(&self, st: &State, ord: Order, recs: &[&Prepared]) -> Result<(), Error> {
+        if self.journal.get().is_none() {
+            return Ok(());
+        }
+        // The records of each key, keys in the order they first come.
+        let mut keys: Vec<Vec<&Prepared>> = Vec::new();
+        let mut at: HashMap<(u64, &[u8]), usize, ByHash> =
+            HashMap::with_capacity_and_hasher(recs.len(), ByHash);
+        for r in recs {
+            let i = *at.entry((r.hash, r.key())).or_insert_with(|| {
+                keys.push(Vec::new());
+                keys.len() - 1
+            });
+            keys[i].push(r);
+        }
+        let mut changes = Vec::new();
+        for joining in &keys {
+            let r = joining[0];
+            let stored = st.key_locs(ord, r.hash, r.key());
+            key_whole(&mut changes, st, r.key(), &stored, |_| None);
+            changes.extend(joining.iter().map(|j| Change::Put(&j.bytes)));
+        }
+        self.log(&changes)
+    }
+
+    /// Logs a bag's key whole: its `Delete`, then a `Put` of each record it
+    /// holds after the change, in order: the records at `locs`, each as
+    /// stored or as `swap` replaces it. A bag's put adds a record, so
+    /// replaying it over a dump that already saw it would add it twice; a
+    /// key put back whole replays to the same state whatever the dump saw
+    /// (snapshot.rs), at the price of logging every record of a key each
+    /// time it changes.
+    fn log_bag_key<'r>(
+        &self,
+        st: &'r State,
+        key: &'r [u8],
+        locs: &[u64],
+        swap: impl Fn(u64) -> Option<&'r Vec<u8>>,
+    ) -> Result<(), Error> {
+        if self.journal.get().is_none() {
+            return Ok(());
+        }
+        let mut changes = Vec::new();
+        key_whole(&mut changes, st, key, locs, swap);
+        self.log(&changes)
+    }
+
+    /// Places records read back from disk (header, key, body as stored,
+    /// each with its header as `Header::parse` gave it, checked by the
+    /// caller to span the record's bytes exactly, and its key's
+    /// [hash](Table::hash)) in the arena without indexing them: nobody may
+    /// use the table until [`Table::bulk_finish`]. Not logged.
+    pub fn bulk_put<'r>(
+        &self,
+        recs: impl ExactSizeIterator<Item = (Header, &'r [u8], u64)>,
+        bulk: &mut Bulk,
+    ) -> Result<(), Error> {
+        let mut st = self.write()?;
+        bulk.slots.reserve(recs.len());
+        for (h, bytes, hash) in recs {
+            let loc = st.arena.alloc(bytes.len())?;
+            let dst = st
+                .arena
+                .get_mut(loc, bytes.len())
+                .expect("a block just allocated lies inside the arena");
+            dst.copy_from_slice(bytes);
+            st.raw_bytes += (h.key_len + h.raw_len) as u64;
+            st.stored_bytes += bytes.len() as u64;
+            st.tally.add(h.codec, h.dict);
+            bulk.slots.push(Slot { hash, loc });
+        }
+        Ok(())
+    }
+
+    /// Indexes what [`Table::bulk_put`] placed, in placing order, with the
+    /// kind's rule ([`Change::Put`]): in a set or ordered_set the last
+    /// record placed of equal keys wins (and replaces one already
+    /// indexed); a bag or duplicate_bag keeps them all, in order, after
+    /// those already indexed.
+    pub fn bulk_finish(&self, bulk: &mut Bulk) -> Result<(), Error> {
+        let mut st = self.write()?;
+        let names = self.names();
+        let ord = order(&names);
+        let mut slots = std::mem::take(&mut bulk.slots);
+        let bag = self.kind.is_bag();
+        if st.entries.len() > 0 || self.kind == Kind::OrderedSet {
+            for s in slots {
+                let State { entries, arena, .. } = &mut *st;
+                let key = key_in(arena, s.loc);
+                if let Some(old) = entries.add(arena, ord, bag, s.hash, key, s.loc) {
+                    st.release(old);
+                }
+            }
+            return Ok(());
+        }
+        // Into an empty hash index at once: sorted by (hash, key, placing
+        // order), keys compared only on equal hashes.
+        if sort_by_hash(&mut slots) {
+            {
+                let arena = &st.arena;
+                for run in slots.chunk_by_mut(|a, b| a.hash == b.hash) {
+                    if run.len() > 1 {
+                        run.sort_by(|a, b| key_in(arena, a.loc).cmp(key_in(arena, b.loc)));
+                    }
+                }
+            }
+            if !bag {
+                // Of equal keys, keep the last placed.
+                let mut kept = 0usize;
+                for i in 0..slots.len() {
+                    let s = slots[i];
+                    match kept.checked_sub(1).map(|k| slots[k]) {
+                        Some(last)
+                            if last.hash == s.hash && st.key_at(last.loc) == st.key_at(s.loc) =>
+                        {
+                            slots[kept - 1] = s;
+                            st.release(last.loc);
+                        }
+                        _ => {
+                            slots[kept] = s;
+                            kept += 1;
+                        }
+                    }
+                }
+                slots.truncate(kept);
+            }
+        }
+        st.entries.build_sorted(&slots);
+        Ok(())
+    }
+
+    /// Places and indexes `recs` in order, all or none, logging what it
+    /// stores first; a bag keeps only new objects.
+    fn store(&self, st: &mut State, ord: Order, recs: &[Prepared]) -> Result<(), Error> {
+        let recs: Vec<&Prepared> = match self.kind {
+            Kind::Bag => st.new_objects(ord, recs.iter()),
+            _ => recs.iter().collect(),
+        };
+        if recs.is_empty() {
+            return Ok(());
+        }
+        // Entries the records add: all in a bag, those of new keys else.
+        let added = || match self.kind {
+            Kind::Set => recs
+                .iter()
+                .filter(|r| st.find(ord, r.hash, r.key()).is_none())
+                .count(),
+            _ => recs.len(),
+        };
+        st.refuse_long(recs.len(), added, 0)?;
+        let locs = st.place(&recs)?;
+        let logged = if self.kind.is_bag() {
+            self.log_bag_keys(st, ord, &recs)
+        } else {
+            self.log_puts(&recs)
+        };
+        if let Err(e) = logged {
+            st.unplace(&recs, &locs);
+            return Err(e);
+        }
+        for (r, loc) in recs.iter().zip(locs) {
+            st.link(self.kind, ord, r, loc);
+        }
+        self.learner.count(st.entries.len());
+        Ok(())
+    }
+
+    /// The table's kind.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// How the table compresses new bodies (for `compression: :auto`,
+    /// what it chose, or uses until it chooses).
+    pub fn compression(&self) -> Compression {
+        self.learner.mode()
+    }
+
+    /// The table's zstd dictionaries (dict.rs).
+    pub fn dictionaries(&self) -> &Arc<Dictionaries> {
+        &self.dicts
+    }
+
+    /// The atom dictionary, read-locked, for an ordered_set, whose keys
+    /// compare by atom names. Always taken after the state lock (the NIF
+    /// takes the dictionary's write lock only while holding neither).
+    fn names(&self) -> Option<RwLockReadGuard<'_, AtomTable>> {
+        (self.kind == Kind::OrderedSet).then(|| self.atoms.read())
+    }
+
+    /// Compresses and frames a record (no lock taken). `body` is the
+    /// encoded record, `key` its key's canonical encoding. For a bag or
+    /// duplicate_bag, `body` must be written canonically (no
+    /// back-references, maps sorted; see [`codec::canonical`]).
+    pub fn prepare(&self, key: &[u8], body: &[u8]) -> Prepared {
+        PACKED.with(|cell| {
+            let mut packed = cell.borrow_mut();
+            self.prepare_with(key, body, &mut packed)
+        })
+    }
+
+    fn prepare_with(&self, key: &[u8], body: &[u8], packed: &mut Vec<u8>) -> Prepared {
+        let how = compress::compress(body, self.learner.mode(), &self.dicts, packed);
+        let stored: &[u8] = match how.codec {
+            Codec::Raw => body,
+            _ => packed,
+        };
+        let mut bytes = Vec::new();
+        record::write(&mut bytes, how, key, stored, body.len());
+        let keep_raw = self.kind.is_bag() && how.codec != Codec::Raw;
+        Prepared {
+            hash: self.hash(key),
+            key_len: key.len(),
+            header_len: record::header_len(how, key.len(), stored.len(), body.len()),
+            raw_len: body.len(),
+            packed: how,
+            bytes,
+            raw: keep_raw.then(|| body.to_vec()),
+            normalized: None,
+        }
+    }
+
+    /// [`Table::prepare`] for an object of a bag or duplicate_bag that holds
+    /// a float zero, on a VM where `0.0 =:= -0.0`: it matches objects that
+    /// differ from it only in the sign of zeros.
+    pub fn prepare_ignoring_zero_sign(&self, key: &[u8], body: &[u8]) -> Prepared {
+        let mut p = self.prepare(key, body);
+        p.normalized = codec::canonical(body, Some(key), true).ok();
+        p
+    }
+
+    /// Inserts all records, in order. In a set or ordered_set a record
+    /// replaces the one of an equal key (a later record of a batch wins);
+    /// a duplicate_bag keeps every record; a bag takes the batch in order
+    /// and skips records whose object matches one of its key already there
+    /// or earlier in the batch (ETS before OTP 27 takes a bag's batch last
+    /// object first: the caller reverses it there). All or nothing: on
+    /// error none is inserted.
+    pub fn insert(&self, recs: &[Prepared]) -> Result<(), Error> {
+        let mut st = self.write()?;
+        let names = self.names();
+        self.store(&mut st, order(&names), recs)
+    }
+
+    /// Inserts all records (as [`Table::insert`]) if none of their keys is
+    /// present; returns false (inserting nothing) otherwise.
+    pub fn insert_new(&self, recs: &[Prepared]) -> Result<bool, Error> {
+        let mut st = self.write()?;
+        let names = self.names();
+        let ord = order(&names);
+        if recs.iter().any(|r| st.find(ord, r.hash, r.key()).is_some()) {
+            return Ok(false);
+        }
+        self.store(&mut st, ord, recs)?;
+        Ok(true)
+    }
+
+    /// Copies the records with this key into `out` (appending; several in a
+    /// bag, in insertion order); false if there are none.
+    pub fn get(&self, hash: u64, key: &[u8], out: &mut RecordBuf) -> Result<bool, Error> {
+        let st = self.read()?;
+        let names = self.names();
+        let Some(f) = st.entries.find_record(&st.arena, order(&names), hash, key) else {
+            return Ok(false);
+        };
+        out.push(f.hash, f.loc, f.header, f.bytes);
+        (1..f.n).for_each(|i| st.copy_out_as(Entries::nth(f.pos, i), hash, out));
+        Ok(true)
+    }
+
+    /// True if the key is present.
+    pub fn contains(&self, hash: u64, key: &[u8]) -> Result<bool, Error> {
+        let st = self.read()?;
+        let names = self.names();
+        Ok(st.find(order(&names), hash, key).is_some())
+    }
+
+    /// Removes every record with the key; copies them into `out` when
+    /// given. Returns whether there were any.
+    pub fn remove(
+        &self,
+        hash: u64,
+        key: &[u8],
+        out: Option<&mut RecordBuf>,
+    ) -> Result<bool, Error> {
+        let mut st = self.write()?;
+        let names = self.names();
+        let Some((pos, n)) = st.find(order(&names), hash, key) else {
+            return Ok(false);
+        };
+        st.refuse_long(0, || 0, n)?;
+        self.log(&[Change::Delete(key)])?;
+        if let Some(out) = out {
+            (0..n).for_each(|i| st.copy_out_as(Entries::nth(pos, i), hash, out));
+        }
+        for loc in st.entries.remove_where(pos, n, |_| true) {
+            st.release(loc);
+        }
+        Ok(true)
+    }
+
+    /// Removes from a bag or duplicate_bag the objects of `r`'s key that
+    /// match `r`'s object (`=:=`): in a bag the one, in a duplicate_bag
+    /// every copy. Returns how many were removed.
+    pub fn remove_object(&self, r: &Prepared) -> Result<usize, Error> {
+        let mut st = self.write()?;
+        let names = self.names();
+        let Some((pos, n)) = st.find(order(&names), r.hash, r.key()) else {
+            return Ok(0);
+        };
+        let every = self.kind == Kind::DuplicateBag;
+        let locs: Vec<u64> = (0..n)
+            .map(|i| st.entries.loc(Entries::nth(pos, i)))
+            .collect();
+        let mut gone: Vec<u64> = Vec::new();
+        for &loc in &locs {
+            if (every || gone.is_empty()) && objects::same_stored(&st.arena, &st.dicts, loc, r) {
+                gone.push(loc);
+            }
+        }
+        if gone.is_empty() {
+            return Ok(0);
+        }
+        gone.sort_unstable();
+        let goes = |loc: &u64| gone.binary_search(loc).is_ok();
+        // The log knows keys, not objects: the key goes, and what stays of
+        // it comes back, in order.
+        let stay: Vec<u64> = locs.iter().copied().filter(|l| !goes(l)).collect();
+        st.refuse_long(0, || 0, gone.len())?;
+        self.log_bag_key(&st, r.key(), &stay, |_| None)?;
+        let removed = st.entries.remove_where(pos, n, |loc| goes(&loc));
+        for &loc in &removed {
+            st.release(loc);
+        }
+        Ok(removed.len())
+    }
+
+    /// Removes, of up to about `max` records after the key of `after` in
+    /// walk order (from the start when `None`; a bag key's records are
+    /// never split), those whose uncompressed body `doomed` picks; returns
+    /// how many it removed and where to resume, `None` once the walk
+    /// reached the end. For deletes by a record's shape (select_delete's
+    /// `{_, _}`), with no term decoded: one pass under the write lock,
+    /// logged in one batch first (a bag key that keeps records is logged
+    /// whole).
+    pub fn remove_chunk(
+        &self,
+        after: Option<&Cursor>,
+        max: usize,
+        doomed: impl Fn(&[u8]) -> bool,
+    ) -> Result<(usize, Option<Cursor>), Error> {
+        let mut st = self.write()?;
+        let names = self.names();
+        let ord = order(&names);
+        // The keys that lose records (hash, key's range in `key_bytes`,
+        // entries, range of the locs it keeps in `stay`), and every loc
+        // that goes: flat, as most keys lose their one record.
+        let mut keys: Vec<(u64, std::ops::Range<usize>, usize, std::ops::Range<usize>)> =
+            Vec::new();
+        let (mut key_bytes, mut gone, mut stay) = (Vec::new(), Vec::new(), Vec::new());
+        let mut next = {
+            let (e, a) = (&st.entries, &st.arena);
+            match after {
+                None => e.first(),
+                Some(c) => e.seek(a, ord, Direction::Forward, c.hash, &c.key),
+            }
+        };
+        let mut last = None;
+        let mut seen = 0;
+        let mut scratch = Vec::new();
+        while let Some(pos) = next.filter(|_| seen < max) {
+            let (e, a, dicts) = (&st.entries, &st.arena, &st.dicts);
+            let key = key_in(a, e.loc(pos));
+            let hash = e.hash_of(key);
+            let n = match self.kind.is_bag() {
+                true => st.find(ord, hash, key).map_or(1, |(_, n)| n),
+                false => 1,
+            };
+            let (gone_before, stay_before) = (gone.len(), stay.len());
+            for i in 0..n {
+                let loc = e.loc(Entries::nth(pos, i));
+                match objects::with_raw_body(a, dicts, loc, &mut scratch, &doomed) {
+                    Some(true) => gone.push(loc),
+                    _ => stay.push(loc),
+                }
+            }
+            if gone.len() > gone_before {
+                let k = key_bytes.len()..key_bytes.len() + key.len();
+                key_bytes.extend_from_slice(key);
+                keys.push((hash, k, n, stay_before..stay.len()));
+            } else {
+                stay.truncate(stay_before);
+            }
+            seen += n;
+            last = Some(pos);
+            next = e.next(Entries::nth(pos, n - 1));
+        }
+        let resume = match (next, last) {
+            (Some(_), Some(pos)) => {
+                let key = st.key_at(st.entries.loc(pos));
+                Some(Cursor {
+                    hash: st.entries.hash_of(key),
+                    key: key.to_vec(),
+                })
+            }
+            _ => None,
+        };
+        if self.journal.get().is_some() && !keys.is_empty() {
+            let mut changes = Vec::new();
+            for (_, k, _, kept) in &keys {
+                let key = &key_bytes[k.clone()];
+                match kept.is_empty() {
+                    true => changes.push(Change::Delete(key)),
+                    false => key_whole(&mut changes, &st, key, &stay[kept.clone()], |_| None),
+                }
+            }
+            self.log(&changes)?;
+        }
+        gone.sort_unstable();
+        let removed = gone.len();
+        for (hash, k, n, kept) in &keys {
+            let key = &key_bytes[k.clone()];
+            let Some((pos, _)) = st.find(ord, *hash, key) else {
+                continue;
+            };
+            if kept.is_empty() && *n == 1 {
+                st.remove_at(pos);
+                continue;
+            }
+            for loc in st
+                .entries
+                .remove_where(pos, *n, |l| gone.binary_search(&l).is_ok())
+            {
+                st.release(loc);
+            }
+        }
+        Ok((removed, resume))
+    }
+
+    /// How many records the key has (several in a bag: what inserting into
+    /// a bag compares with, what removing the key frees). O(log n) reads.
+    pub fn count(&self, hash: u64, key: &[u8]) -> Result<usize, Error> {
+        let st = self.read()?;
+        let names = self.names();
+        Ok(st.find(order(&names), hash, key).map_or(0, |(_, n)| n))
+    }
+
+    /// Replaces (or with `new: None`, removes) the record `expected` names
+    /// (by offset; it must still hold the same bytes) among this key's, or
+    /// inserts `new` if `expected` is `None` and the key is still absent.
+    /// Returns false, changing nothing, if another writer changed it
+    /// meanwhile. In a bag the replacement takes the old record's place
+    /// among its key's.
+    pub fn replace_if(
+        &self,
+        hash: u64,
+        key: &[u8],
+        expected: Option<(&RecordBuf, &Item)>,
+        new: Option<&Prepared>,
+    ) -> Result<bool, Error> {
+        let mut st = self.write()?;
+        let names = self.names();
+        let ord = order(&names);
+        let found = st.find(ord, hash, key);
+        let (pos, same) = match (found, expected) {
+            (None, None) => (None, true),
+            (Some((first, n)), Some((buf, it))) => {
+                let pos = (0..n)
+                    .map(|i| Entries::nth(first, i))
+                    .find(|&p| st.entries.loc(p) == it.loc);
+                let same = pos.is_some_and(|_| st.record_at(it.loc).1 == buf.record(it));
+                (pos, same)
+            }
+            _ => (None, false),
+        };
+        if !same {
+            return Ok(false);
+        }
+        let bag = self.kind.is_bag();
+        // A new record adds an entry if the key was absent; none removes one.
+        match (pos, new) {
+            (None, Some(_)) => st.refuse_long(1, || 1, 0)?,
+            (Some(_), None) => st.refuse_long(0, || 0, 1)?,
+            // A new location may widen the index's packing.
+            (Some(_), Some(_)) => st.refuse_long(0, || 0, 0)?,
+            _ => {}
+        }
+        match (pos, new) {
+            (pos, Some(new)) => {
+                let locs = st.place(&[new])?;
+                let logged = match (bag, pos) {
+                    (true, Some(p)) => {
+                        let old = st.entries.loc(p);
+                        let after = st.key_locs(ord, hash, key);
+                        self.log_bag_key(&st, key, &after, |l| (l == old).then_some(&new.bytes))
+                    }
+                    _ => self.log_puts(&[new]),
+                };
+                if let Err(e) = logged {
+                    st.unplace(&[new], &locs);
+                    return Err(e);
+                }
+                match (bag, pos) {
+                    (true, Some(p)) => {
+                        let old = st.entries.loc(p);
+                        st.entries.set_loc(p, locs[0]);
+                        st.release(old);
+                    }
+                    _ => st.link(self.kind, ord, new, locs[0]),
+                }
+            }
+            (Some(p), None) => {
+                if bag {
+                    let old = st.entries.loc(p);
+                    let stay: Vec<u64> = st.key_locs(ord, hash, key);
+                    let stay: Vec<u64> = stay.into_iter().filter(|&l| l != old).collect();
+                    self.log_bag_key(&st, key, &stay, |_| None)?;
+                } else {
+                    self.log(&[Change::Delete(key)])?;
+                }
+                st.remove_at(p);
+            }
+            (None, None) => {}
+        }
+        Ok(true)
+    }
+
+    /// Removes every record; returns how many there were.
+    pub fn clear(&self) -> Result<usize, Error> {
+        let mut st = self.write()?;
+        if QUICK.get() && st.entries.heap_bytes() + st.arena.mapped_bytes() > QUICK_CLEAR_BYTES {
+            return Err(Error::TooLong);
+        }
+        self.log(&[Change::Clear])?;
+        st.arena.clear()?;
+        let n = st.entries.len();
+        st.entries.clear();
+        st.raw_bytes = 0;
+        st.stored_bytes = 0;
+        st.tally = learn::Tally::default();
+        Ok(n)
+    }
+
+    /// [`Table::chunk_in`] forward.
+    pub fn chunk(
+        &self,
+        after: Option<&Cursor>,
+        max_records: usize,
+        max_raw: usize,
+        out: &mut RecordBuf,
+    ) -> Result<Option<Cursor>, Error> {
+        self.chunk_in(Direction::Forward, after, max_records, max_raw, out)
+    }
+
+    /// Copies up to `max_records` records (stopping early once they hold
+    /// `max_raw` bytes of key plus uncompressed body, the measure of what
+    /// decoding them will cost) that come after the key of `after` in walk
+    /// order (from the start when `None`); see [`Direction`]. A bag's key
+    /// is never split between chunks: a chunk takes all of its last key's
+    /// records, beyond the limits if need be. Returns where to resume, or
+    /// `None` when the walk reached the end.
+    pub fn chunk_in(
+        &self,
+        dir: Direction,
+        after: Option<&Cursor>,
+        max_records: usize,
+        max_raw: usize,
+        out: &mut RecordBuf,
+    ) -> Result<Option<Cursor>, Error> {
+        self.chunk_range(dir, &KeyRange::default(), after, max_records, max_raw, out)
+    }
+
+    /// [`Table::chunk_in`] over the keys of `range` only. In an
+    /// ordered_set the walk starts at the range's first key in `dir` (found
+    /// by binary search, not by walking) and ends after its last; other
+    /// tables have no key order and ignore `range`.
+    pub fn chunk_range(
+        &self,
+        dir: Direction,
+        range: &KeyRange,
+        after: Option<&Cursor>,
+        max_records: usize,
+        max_raw: usize,
+        out: &mut RecordBuf,
+    ) -> Result<Option<Cursor>, Error> {
+        let every = &mut |_: &Stored| Kept::Yes { read_body: false };
+        self.chunk_kept(dir, range, after, max_records, max_raw, out, every)
+    }
+
+    /// [`Table::chunk_range`] that copies only the records `keep` keeps:
+    /// the others are walked (and counted against `max_records`, and
+    /// against `max_raw` by their key and, where `keep` read it, their
+    /// body) but not copied. Returns where to resume. `keep` runs under the
+    /// table's read lock.
+    #[allow(clippy::too_many_arguments)]
+    pub fn chunk_kept(
+        &self,
+        dir: Direction,
+        range: &KeyRange,
+        after: Option<&Cursor>,
+        max_records: usize,
+        max_raw: usize,
+        out: &mut RecordBuf,
+        keep: &mut dyn FnMut(&Stored) -> Kept,
+    ) -> Result<Option<Cursor>, Error> {
+        let st = self.read()?;
+        let names = self.names();
+        let ord = order(&names);
+        let back = dir == Direction::Backward;
+        let (e, a) = (&st.entries, &st.arena);
+        let range = names
+            .as_deref()
+            .filter(|_| *range != KeyRange::default())
+            .map(|n| (range, n));
+        let mut p = match (after, back, range) {
+            (None, false, Some((r, n))) => e.partition_point(|l| r.below(key_in(a, l), n)),
+            (None, true, Some((r, n))) => match e.partition_point(|l| !r.above(key_in(a, l), n)) {
+                Some(p) => e.prev(p),
+                None => e.last(),
+            },
+            (None, false, None) => e.first(),
+            (None, true, None) => e.last(),
+            (Some(c), _, _) => e.seek(a, ord, dir, c.hash, &c.key),
+        };
+        // Whether the walk has left the range (the end it walks towards).
+        let beyond = |pos: Pos| {
+            range.is_some_and(|(r, n)| {
+                let key = key_in(a, e.loc(pos));
+                if back {
+                    r.below(key, n)
+                } else {
+                    r.above(key, n)
+                }
+            })
+        };
+        p = p.filter(|&pos| !beyond(pos));
+        // Records lie scattered in the arena: the walk asks for the one
+        // `AHEAD` records on while it reads this one (most of a scan's time
+        // was spent waiting for each record's first cache line).
+        const AHEAD: usize = 8;
+        let step = |pos: Pos| if back { e.prev(pos) } else { e.next(pos) };
+        let mut ahead = p;
+        for _ in 0..AHEAD {
+            ahead = ahead.and_then(step);
+            if let Some(x) = ahead {
+                a.prefetch(e.loc(x));
+            }
+        }
+        let first = out.len();
+        let (mut raw, mut walked) = (0usize, 0usize);
+        // The location of the last record walked, kept or not.
+        let mut last: Option<u64> = None;
+        while let Some(pos) = p {
+            let full = walked >= max_records || raw >= max_raw;
+            let same_key = || last.is_some_and(|l| st.key_at(e.loc(pos)) == st.key_at(l));
+            if full && !(self.kind.is_bag() && same_key()) {
+                break;
+            }
+            let loc = e.loc(pos);
+            let (h, bytes) = st.record_at(loc);
+            raw += h.key_len;
+            match keep(&Stored { header: h, bytes }) {
+                Kept::Yes { read_body } => {
+                    raw += if read_body { 2 * h.raw_len } else { h.raw_len };
+                    st.copy_out(pos, out);
+                }
+                Kept::No { read_body } => {
+                    raw += if read_body { h.raw_len } else { 0 };
+                }
+            }
+            walked += 1;
+            last = Some(loc);
+            ahead = ahead.and_then(step);
+            if let Some(x) = ahead {
+                a.prefetch(e.loc(x));
+            }
+            p = step(pos);
+            p = p.filter(|&next| !beyond(next));
+        }
+        if back && self.kind.is_bag() {
+            out.reverse_runs(first);
+        }
+        if p.is_none() {
+            return Ok(None);
+        }
+        Ok(last.map(|l| {
+            let key = st.key_at(l);
+            Cursor {
+                hash: e.hash_of(key),
+                key: key.to_vec(),
+            }
+        }))
+    }
+
+    /// Copies into `out` the record that gives the key at one end of the
+    /// walk order: the first, or with `Backward` the last (the greatest key
+    /// of an ordered_set; the first of a hash table, as ETS's `last/1`).
+    /// In a bag that is the key's last object, whose key ETS reports (they
+    /// differ where `0.0 =:= -0.0`). False if the table is empty.
+    pub fn end_record(&self, dir: Direction, out: &mut RecordBuf) -> Result<bool, Error> {
+        let st = self.read()?;
+        let pos = match dir {
+            Direction::Forward => st.entries.first(),
+            Direction::Backward => st.entries.last(),
+        };
+        Ok(pos.map(|pos| st.copy_key_record(pos, out)).is_some())
+    }
+
+    /// Copies into `out` the record that gives the key after (`Forward`) or
+    /// before (`Backward`) `key` in walk order (as [`Table::end_record`]),
+    /// whether or not `key` is still in the table; false at the end. In a
+    /// hash table both directions give the next key, as ETS's `next/2` and
+    /// `prev/2` do.
+    pub fn step_record(
+        &self,
+        dir: Direction,
+        hash: u64,
+        key: &[u8],
+        out: &mut RecordBuf,
+    ) -> Result<bool, Error> {
+        let st = self.read()?;
+        let names = self.names();
+        let ord = order(&names);
+        let pos = st.entries.seek(&st.arena, ord, dir, hash, key);
+        Ok(pos.map(|pos| st.copy_key_record(pos, out)).is_some())
+    }
+
+    /// Copies into `out` the records of slot `i`, as ETS's `slot/2`
+    /// numbers them: in a set or bag, slot `i` holds the records whose key
+    /// hash begins with the bits of `i` (a bag key's records are all in
+    /// one); in an ordered_set, the `i`-th record in key order.
+    ///
+    /// A hash table has `2^bits` slots, `bits` being
+    /// [`Table::slot_bits`] now, or the value given (what it was when the
+    /// table was fixed): slots so numbered stay the same however the index
+    /// grows or shrinks, so walking them visits every record present
+    /// throughout exactly once even while others write. Ignored by an
+    /// ordered_set, whose slots shift as keys come and go.
+    pub fn slot(&self, i: usize, bits: Option<u32>, out: &mut RecordBuf) -> Result<Slotted, Error> {
+        let st = self.read()?;
+        let n = st.entries.slot_count(bits);
+        if i > n {
+            return Ok(Slotted::OutOfRange { slots: n });
+        }
+        if i == n {
+            return Ok(Slotted::End);
+        }
+        for pos in st.entries.slot_entries(&st.arena, i, bits) {
+            st.copy_out(pos, out);
+        }
+        Ok(Slotted::Records)
+    }
+
+    /// The bits of a key hash that number a hash table's slots now (see
+    /// [`Table::slot`]); `None` for an ordered_set.
+    pub fn slot_bits(&self) -> Result<Option<u32>, Error> {
+        Ok(self.read()?.entries.slot_bits())
+    }
+
+    /// The first key in walk order.
+    pub fn first_key(&self) -> Result<Option<Vec<u8>>, Error> {
+        let mut out = RecordBuf::new();
+        self.end_record(Direction::Forward, &mut out)?;
+        Ok(out.items().first().map(|it| out.key(it).to_vec()))
+    }
+
+    /// The key after `key` in walk order, whether or not `key` is still in
+    /// the table.
+    pub fn next_key(&self, hash: u64, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        let mut out = RecordBuf::new();
+        self.step_record(Direction::Forward, hash, key, &mut out)?;
+        Ok(out.items().first().map(|it| out.key(it).to_vec()))
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> Result<usize, Error> {
+        Ok(self.read()?.entries.len())
+    }
+
+    /// True when the table holds no records.
+    pub fn is_empty(&self) -> Result<bool, Error> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Current figures.
+    pub fn stats(&self) -> Result<Stats, Error> {
+        let st = self.read()?;
+        Ok(Stats {
+            size: st.entries.len() as u64,
+            index_bytes: st.entries.heap_bytes(),
+            meta_bytes: self.atoms.read().heap_bytes()
+                + st.arena.overhead_bytes()
+                + self.dicts.memory() as u64,
+            dictionary_bytes: self.dicts.memory() as u64,
+            arena_mapped_bytes: st.arena.mapped_bytes(),
+            arena_used_bytes: st.arena.used_bytes(),
+            arena_live_bytes: st.arena.live_bytes(),
+            arena_free_bytes: st.arena.free_bytes(),
+            payload_raw_bytes: st.raw_bytes,
+            payload_stored_bytes: st.stored_bytes,
+            arena_address: st.arena.address() as u64,
+            index_address: st.entries.address() as u64,
+        })
+    }
+}
+
+/// Sorts slots by hash, keeping slots of equal hash in their order
+/// (stable), in linear time for the uniform hashes a keyed hasher gives:
+/// two counting passes on the hash's top bits (the lower digit first, each
+/// with a histogram small enough for the L1 cache), then an insertion pass
+/// that orders the few slots sharing those bits. A comparison sort of a
+/// million slots took a quarter of the time to reopen a table. Returns
+/// whether two slots have the same hash.
+fn sort_by_hash(v: &mut [Slot]) -> bool {
+    let n = v.len();
+    // A snapshot is written in index order, and a persistent table keeps
+    // its hash key (persist.rs): loaded, its slots come sorted. One pass
+    // checks that and notes equal hashes.
+    let mut equal = false;
+    if v.windows(2).all(|w| {
+        equal |= w[0].hash == w[1].hash;
+        w[0].hash <= w[1].hash
+    }) {
+        return equal;
+    }
+    if n < 4096 {
+        v.sort_by_key(|s| s.hash);
+        return v.windows(2).any(|w| w[0].hash == w[1].hash);
+    }
+    // About two slots share the top `bits` bits.
+    let bits = (usize::BITS - 1 - n.leading_zeros()).min(24);
+    let lo = bits / 2;
+    let mut tmp = vec![Slot::default(); n];
+    scatter(v, &mut tmp, lo, |h| {
+        (h >> (64 - bits)) as usize & ((1 << lo) - 1)
+    });
+    scatter(&tmp, v, bits - lo, |h| (h >> (64 - (bits - lo))) as usize);
+    let mut equal = false;
+    for i in 1..n {
+        let x = v[i];
+        let mut j = i;
+        while j > 0 && v[j - 1].hash > x.hash {
+            v[j] = v[j - 1];
+            j -= 1;
+        }
+        v[j] = x;
+        equal |= j > 0 && v[j - 1].hash == x.hash;
+    }
+    equal
+}
+
+/// One stable counting pass: `src` into `dst` ordered by a `bits`-bit
+/// digit of the hash.
+fn scatter(src: &[Slot], dst: &mut [Slot], bits: u32, digit: impl Fn(u64) -> usize) {
+    let mut at = vec![0usize; 1 << bits];
+    for s in src {
+        at[digit(s.hash)] += 1;
+    }
+    let mut sum = 0;
+    for a in at.iter_mut() {
+        let count = *a;
+        *a = sum;
+        sum += count;
+    }
+    for s in src {
+        let d = digit(s.hash);
+        dst[at[d]] = *s;
+        at[d] += 1;
+    }
+}
+
+/// Pushes a bag key's `Delete` and a `Put` of each of the records at
+/// `locs` (or of what `swap` puts in one's place) onto `changes`.
+fn key_whole<'r>(
+    changes: &mut Vec<Change<'r>>,
+    st: &'r State,
+    key: &'r [u8],
+    locs: &[u64],
+    swap: impl Fn(u64) -> Option<&'r Vec<u8>>,
+) {
+    changes.push(Change::Delete(key));
+    for &l in locs {
+        match swap(l) {
+            Some(bytes) => changes.push(Change::Put(bytes)),
+            None => changes.push(Change::Put(st.record_at(l).1)),
+        }
+    }
+}
+
+/// Hashes `(key hash, key)` map keys by the key hash they start with,
+/// already a keyed hash of the key: nothing is hashed again.
+#[derive(Clone, Copy, Default)]
+struct ByHash;
+
+impl std::hash::BuildHasher for ByHash {
+    type Hasher = FirstWord;
+    fn build_hasher(&self) -> FirstWord {
+        FirstWord(None)
+    }
+}
+
+/// Keeps the first u64 written; ignores the rest.
+struct FirstWord(Option<u64>);
+
+impl std::hash::Hasher for FirstWord {
+    fn finish(&self) -> u64 {
+        self.0.unwrap_or(0)
+    }
+    fn write(&mut self, _bytes: &[u8]) {}
+    fn write_u64(&mut self, n: u64) {
+        self.0.get_or_insert(n);
+    }
+}
+
+/// How keys compare, given the dictionary [`Table::names`] gave.
+fn order<'a>(names: &'a Option<RwLockReadGuard<'_, AtomTable>>) -> Order<'a> {
+    match names {
+        Some(n) => Order::Term(n),
+        None => Order::Bytes,
+    }
+}
+
+/// Orders two encoded keys the way the index breaks hash ties.
+pub fn key_order(a: &[u8], b: &[u8]) -> Ordering {
+    a.cmp(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records as recovery hands them to [`Table::bulk_put`]: each with its
+    /// parsed header and its key's hash.
+    fn loaded<'r>(
+        t: &Table,
+        recs: impl IntoIterator<Item = &'r [u8]>,
+    ) -> std::vec::IntoIter<(Header, &'r [u8], u64)> {
+        let v: Vec<_> = recs
+            .into_iter()
+            .map(|r| {
+                let h = Header::parse(r).unwrap();
+                (h, r, t.hash(&r[h.key_start()..h.body_start()]))
+            })
+            .collect();
+        v.into_iter()
+    }
+    use crate::codec::Value;
+
+    fn table(compression: Compression) -> Table {
+        table_of(Kind::Set, compression)
+    }
+
+    fn table_of(kind: Kind, compression: Compression) -> Table {
+        Table::new(&Options {
+            backing: Backing::Memory,
+            compression,
+            label: "test".into(),
+            kind,
+        })
+        .unwrap()
+    }
+
+    fn key(i: i64) -> Vec<u8> {
+        Value::Int(i).to_bytes()
+    }
+
+    fn body(i: i64, fill: usize) -> Vec<u8> {
+        Value::Tuple(vec![Value::Int(i), Value::Binary(vec![b'x'; fill])]).to_bytes()
+    }
+
+    fn get_body(t: &Table, k: &[u8]) -> Option<Vec<u8>> {
+        let mut buf = RecordBuf::new();
+        if !t.get(t.hash(k), k, &mut buf).unwrap() {
+            return None;
+        }
+        let it = buf.items()[0];
+        assert_eq!(buf.key(&it), k);
+        let mut scratch = Vec::new();
+        Some(
+            buf.body(&it, t.dictionaries(), &mut scratch)
+                .unwrap()
+                .to_vec(),
+        )
+    }
+
+    #[test]
+    fn insert_get_replace_remove() {
+        for compression in [Compression::None, Compression::Zlib(6)] {
+            let t = table(compression);
+            let recs: Vec<Prepared> = (0..1000)
+                .map(|i| t.prepare(&key(i), &body(i, 200)))
+                .collect();
+            t.insert(&recs).unwrap();
+            assert_eq!(t.len().unwrap(), 1000);
+            assert_eq!(get_body(&t, &key(7)), Some(body(7, 200)));
+            t.insert(&[t.prepare(&key(7), &body(70, 3))]).unwrap();
+            assert_eq!(get_body(&t, &key(7)), Some(body(70, 3)));
+            assert_eq!(t.len().unwrap(), 1000);
+            assert!(t.remove(t.hash(&key(7)), &key(7), None).unwrap());
+            assert!(!t.remove(t.hash(&key(7)), &key(7), None).unwrap());
+            assert_eq!(get_body(&t, &key(7)), None);
+            assert_eq!(t.len().unwrap(), 999);
+            let s = t.stats().unwrap();
+            if compression != Compression::None {
+                assert!(s.payload_stored_bytes < s.payload_raw_bytes / 4, "{s:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn insert_new_is_all_or_nothing() {
+        let t = table(Compression::None);
+        t.insert(&[t.prepare(&key(1), &body(1, 1))]).unwrap();
+        let batch = [
+            t.prepare(&key(2), &body(2, 1)),
+            t.prepare(&key(1), &body(9, 1)),
+        ];
+        assert!(!t.insert_new(&batch).unwrap());
+        assert_eq!(t.len().unwrap(), 1);
+        assert_eq!(get_body(&t, &key(1)), Some(body(1, 1)));
+        let batch = [
+            t.prepare(&key(2), &body(2, 1)),
+            t.prepare(&key(2), &body(3, 1)),
+        ];
+        assert!(t.insert_new(&batch).unwrap());
+        assert_eq!(
+            get_body(&t, &key(2)),
+            Some(body(3, 1)),
+            "last of a batch wins"
+        );
+    }
+
+    #[test]
+    fn overwriting_the_same_keys_does_not_grow_the_arena() {
+        let t = table(Compression::Zlib(1));
+        // Record sizes vary from round to round but not in distribution.
+        let round_of = |round: i64| -> Vec<Prepared> {
+            (0..2000)
+                .map(|i| {
+                    t.prepare(
+                        &key(i),
+                        &body((i * 7 + round) % 2000, 100 + (round % 3) as usize),
+                    )
+                })
+                .collect()
+        };
+        // The free lists settle within ~130 rounds here (2-byte classes
+        // below 64 bytes: a few sizes are first met only after a while);
+        // from then on the arena does not grow at all.
+        for round in 0..200 {
+            t.insert(&round_of(round)).unwrap();
+        }
+        let used = t.stats().unwrap().arena_used_bytes;
+        for round in 200..600 {
+            t.insert(&round_of(round)).unwrap();
+        }
+        assert_eq!(t.stats().unwrap().arena_used_bytes, used);
+    }
+
+    #[test]
+    fn replace_if_detects_a_concurrent_change() {
+        let t = table(Compression::None);
+        let k = key(5);
+        let h = t.hash(&k);
+        t.insert(&[t.prepare(&k, &body(1, 10))]).unwrap();
+        let mut seen = RecordBuf::new();
+        assert!(t.get(h, &k, &mut seen).unwrap());
+        let it = seen.items()[0];
+        // Someone else writes first.
+        t.insert(&[t.prepare(&k, &body(2, 10))]).unwrap();
+        let mine = t.prepare(&k, &body(3, 10));
+        assert!(!t
+            .replace_if(h, &k, Some((&seen, &it)), Some(&mine))
+            .unwrap());
+        assert_eq!(get_body(&t, &k), Some(body(2, 10)));
+        // Read again and win.
+        seen.clear();
+        assert!(t.get(h, &k, &mut seen).unwrap());
+        let it = seen.items()[0];
+        assert!(t
+            .replace_if(h, &k, Some((&seen, &it)), Some(&mine))
+            .unwrap());
+        assert_eq!(get_body(&t, &k), Some(body(3, 10)));
+        // Insert-if-absent form.
+        let k2 = key(6);
+        let new = t.prepare(&k2, &body(6, 1));
+        assert!(t.replace_if(t.hash(&k2), &k2, None, Some(&new)).unwrap());
+        assert!(!t.replace_if(t.hash(&k2), &k2, None, Some(&new)).unwrap());
+    }
+
+    #[test]
+    fn chunks_visit_every_record_once() {
+        let t = table(Compression::Zlib(6));
+        let recs: Vec<Prepared> = (0..5000)
+            .map(|i| t.prepare(&key(i), &body(i, 50)))
+            .collect();
+        t.insert(&recs).unwrap();
+        let mut keys = Vec::new();
+        let mut cursor = None;
+        loop {
+            let mut buf = RecordBuf::new();
+            let next = t.chunk(cursor.as_ref(), 333, usize::MAX, &mut buf).unwrap();
+            keys.extend(buf.items().iter().map(|it| buf.key(it).to_vec()));
+            match next {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        assert_eq!(keys.len(), 5000);
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), 5000);
+        // first/next agree with chunks.
+        assert_eq!(walked_keys(&t), 5000);
+    }
+
+    #[test]
+    fn a_deleted_table_refuses_every_call() {
+        let t = table(Compression::None);
+        t.insert(&[t.prepare(&key(1), &body(1, 1))]).unwrap();
+        let storage = t.take_storage().expect("storage of a live table");
+        assert!(storage.mapped_bytes() > 0);
+        drop(storage);
+        assert!(t.is_deleted());
+        assert!(matches!(t.len(), Err(Error::Deleted)));
+        assert!(matches!(
+            t.get(t.hash(&key(1)), &key(1), &mut RecordBuf::new()),
+            Err(Error::Deleted)
+        ));
+        assert!(matches!(
+            t.insert(&[t.prepare(&key(2), &body(2, 1))]),
+            Err(Error::Deleted)
+        ));
+        assert!(t.take_storage().is_none());
+    }
+
+    #[test]
+    fn sort_by_hash_is_stable_and_reports_equal_hashes() {
+        for (n, distinct) in [
+            (10u64, 10u64),
+            (10, 4),
+            (5000, 5000),
+            (70_000, 70_000),
+            (70_000, 9000),
+        ] {
+            // A bijective scramble: top bits spread like a real hash's.
+            let mut v: Vec<Slot> = (0..n)
+                .map(|i| Slot {
+                    hash: (i % distinct).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                    loc: i + 1,
+                })
+                .collect();
+            let equal = sort_by_hash(&mut v);
+            assert_eq!(equal, distinct < n, "n {n}");
+            for w in v.windows(2) {
+                assert!(w[0].hash < w[1].hash || (w[0].hash == w[1].hash && w[0].loc < w[1].loc));
+            }
+            let mut locs: Vec<u64> = v.iter().map(|s| s.loc).collect();
+            locs.sort_unstable();
+            assert!(locs.iter().copied().eq(1..=n));
+            // Sorted input (a snapshot's) stays as it is, equal hashes
+            // still reported.
+            let sorted: Vec<(u64, u64)> = v.iter().map(|s| (s.hash, s.loc)).collect();
+            assert_eq!(sort_by_hash(&mut v), equal);
+            assert!(v.iter().map(|s| (s.hash, s.loc)).eq(sorted));
+        }
+    }
+
+    #[test]
+    fn a_bulk_load_keeps_the_last_record_of_each_key() {
+        let t = table(Compression::None);
+        let load = |round: i64, range: std::ops::Range<i64>| {
+            let recs: Vec<Vec<u8>> = range
+                .map(|i| t.prepare(&key(i % 3000), &body(i + round, 3)).bytes)
+                .collect();
+            let mut bulk = Bulk::default();
+            t.bulk_put(loaded(&t, recs.iter().map(Vec::as_slice)), &mut bulk)
+                .unwrap();
+            t.bulk_finish(&mut bulk).unwrap();
+        };
+        // Keys 0..3000 placed over and over: the last placed wins.
+        load(0, 0..10_000);
+        assert_eq!(t.len().unwrap(), 3000);
+        assert_eq!(get_body(&t, &key(5)), Some(body(9005, 3)));
+        assert_eq!(get_body(&t, &key(2999)), Some(body(8999, 3)));
+        // A second load into the indexed table replaces what is there.
+        load(1_000_000, 0..100);
+        assert_eq!(t.len().unwrap(), 3000);
+        assert_eq!(get_body(&t, &key(5)), Some(body(1_000_005, 3)));
+        assert_eq!(get_body(&t, &key(2999)), Some(body(8999, 3)));
+        // Replaced records were released: the figures count the kept ones.
+        let last = |k: i64| {
+            if k < 100 {
+                1_000_000 + k
+            } else {
+                9000 + k - (k >= 1000) as i64 * 3000
+            }
+        };
+        let kept: u64 = (0..3000)
+            .map(|k| t.prepare(&key(k), &body(last(k), 3)).bytes.len() as u64)
+            .sum();
+        assert_eq!(get_body(&t, &key(1500)), Some(body(last(1500), 3)));
+        assert_eq!(t.stats().unwrap().payload_stored_bytes, kept);
+    }
+
+    #[test]
+    fn clear_frees_everything() {
+        let t = table(Compression::None);
+        let recs: Vec<Prepared> = (0..5000)
+            .map(|i| t.prepare(&key(i), &body(i, 500)))
+            .collect();
+        t.insert(&recs).unwrap();
+        assert!(t.stats().unwrap().arena_used_bytes > 2_500_000);
+        t.clear().unwrap();
+        let s = t.stats().unwrap();
+        assert_eq!((s.size, s.arena_live_bytes, s.payload_raw_bytes), (0, 0, 0));
+        assert!(s.arena_used_bytes < 100);
+        assert!(t.first_key().unwrap().is_none());
+    }
+
+    /// How many keys a first/next walk visits.
+    fn walked_keys(t: &Table) -> usize {
+        let mut n = 0;
+        let mut k = t.first_key().unwrap();
+        while let Some(key) = k {
+            n += 1;
+            k = t.next_key(t.hash(&key), &key).unwrap();
+        }
+        n
+    }
+
+    fn float_key(f: f64) -> Vec<u8> {
+        Value::Float(f).to_bytes()
+    }
+
+    /// Calls `f` on every record, in walk order, read in chunks of `n`.
+    fn each_record(t: &Table, dir: Direction, n: usize, f: impl FnMut(&RecordBuf, &Item)) {
+        each_record_in(t, dir, &KeyRange::default(), n, f)
+    }
+
+    /// [`each_record`] over the keys of `range`.
+    fn each_record_in(
+        t: &Table,
+        dir: Direction,
+        range: &KeyRange,
+        n: usize,
+        mut f: impl FnMut(&RecordBuf, &Item),
+    ) {
+        let mut cursor = None;
+        loop {
+            let mut buf = RecordBuf::new();
+            let next = t
+                .chunk_range(dir, range, cursor.as_ref(), n, usize::MAX, &mut buf)
+                .unwrap();
+            buf.items().iter().for_each(|it| f(&buf, it));
+            match next {
+                Some(c) => cursor = Some(c),
+                None => return,
+            }
+        }
+    }
+
+    /// All records as (key, body) in walk order, in chunks of `n`.
+    fn walk(t: &Table, dir: Direction, n: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut scratch = Vec::new();
+        each_record(t, dir, n, |buf, it| {
+            let body = buf
+                .body(it, t.dictionaries(), &mut scratch)
+                .unwrap()
+                .to_vec();
+            out.push((buf.key(it).to_vec(), body));
+        });
+        out
+    }
+
+    /// The keys of all records in walk order, in chunks of `n`.
+    fn walk_keys(t: &Table, dir: Direction, n: usize) -> Vec<Vec<u8>> {
+        walk(t, dir, n).into_iter().map(|r| r.0).collect()
+    }
+
+    pub(super) fn all_bodies(t: &Table, k: &[u8]) -> Vec<Vec<u8>> {
+        let mut buf = RecordBuf::new();
+        t.get(t.hash(k), k, &mut buf).unwrap();
+        let mut scratch = Vec::new();
+        buf.items()
+            .iter()
+            .map(|it| {
+                buf.body(it, t.dictionaries(), &mut scratch)
+                    .unwrap()
+                    .to_vec()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_ordered_set_walks_in_term_order_both_ways() {
+        let t = table_of(Kind::OrderedSet, Compression::Zlib(1));
+        // Interleaved integers and floats, inserted shuffled.
+        let mut keys: Vec<Vec<u8>> = (0..3000)
+            .map(|i| {
+                if i % 2 == 0 {
+                    key(i * 7919 % 6000 - 3000)
+                } else {
+                    float_key((i * 7919 % 6000 - 3000) as f64 + 0.5)
+                }
+            })
+            .collect();
+        let recs: Vec<Prepared> = keys.iter().map(|k| t.prepare(k, &body(0, 10))).collect();
+        t.insert(&recs).unwrap();
+        let names = |_| "";
+        keys.sort_by(|a, b| crate::order::compare(a, b, names));
+        let fwd: Vec<Vec<u8>> = walk_keys(&t, Direction::Forward, 77);
+        assert_eq!(fwd, keys);
+        let mut back: Vec<Vec<u8>> = walk_keys(&t, Direction::Backward, 50);
+        back.reverse();
+        assert_eq!(back, keys);
+        // first/last/next/prev, including from keys that are not there.
+        assert_eq!(t.first_key().unwrap().as_ref(), keys.first());
+        let mut last = RecordBuf::new();
+        assert!(t.end_record(Direction::Backward, &mut last).unwrap());
+        assert_eq!(Some(&last.key(&last.items()[0]).to_vec()), keys.last());
+        let k = float_key(10.25);
+        let step = |dir| {
+            let mut out = RecordBuf::new();
+            assert!(t.step_record(dir, 0, &k, &mut out).unwrap());
+            out.key(&out.items()[0]).to_vec()
+        };
+        let (next, prev) = (step(Direction::Forward), step(Direction::Backward));
+        assert_eq!(crate::order::compare(&next, &k, names), Ordering::Greater);
+        assert_eq!(crate::order::compare(&prev, &k, names), Ordering::Less);
+        let i = keys.iter().position(|x| x == &next).unwrap();
+        assert_eq!(keys[i - 1], prev);
+    }
+
+    #[test]
+    fn an_ordered_set_key_compares_with_equality_and_keeps_the_last_key_given() {
+        let t = table_of(Kind::OrderedSet, Compression::None);
+        t.insert(&[t.prepare(&float_key(1.0), &body(1, 1))])
+            .unwrap();
+        t.insert(&[t.prepare(&key(1), &body(2, 1))]).unwrap();
+        assert_eq!(t.len().unwrap(), 1);
+        let mut buf = RecordBuf::new();
+        assert!(t.get(0, &float_key(1.0), &mut buf).unwrap());
+        assert_eq!(buf.key(&buf.items()[0]), key(1).as_slice());
+        assert!(t.contains(0, &key(1)).unwrap());
+        // insert_new sees 1.0 as present; a batch's last equal key wins.
+        assert!(!t
+            .insert_new(&[t.prepare(&float_key(1.0), &body(3, 1))])
+            .unwrap());
+        let batch = [
+            t.prepare(&key(2), &body(4, 1)),
+            t.prepare(&float_key(2.0), &body(5, 1)),
+        ];
+        assert!(t.insert_new(&batch).unwrap());
+        assert_eq!(all_bodies(&t, &key(2)), vec![body(5, 1)]);
+        // A compare-and-swap finds the record by an equal key.
+        let mut seen = RecordBuf::new();
+        t.get(0, &float_key(2.0), &mut seen).unwrap();
+        let it = seen.items()[0];
+        let new = t.prepare(&float_key(2.0), &body(6, 1));
+        assert!(t
+            .replace_if(0, &key(2), Some((&seen, &it)), Some(&new))
+            .unwrap());
+        assert_eq!(all_bodies(&t, &key(2)), vec![body(6, 1)]);
+        assert!(t.remove(0, &float_key(1.0), None).unwrap());
+        assert_eq!(t.len().unwrap(), 1);
+        assert!(t.stats().unwrap().index_bytes >= 4096);
+    }
+
+    #[test]
+    fn an_ordered_set_orders_atoms_by_name_not_id() {
+        let t = table_of(Kind::OrderedSet, Compression::None);
+        let names = ["zebra", "apple", "mango"];
+        for n in names {
+            t.atoms().write().intern(n);
+        }
+        let recs: Vec<Prepared> = (0..3u32)
+            .map(|id| t.prepare(&Value::Atom(id).to_bytes(), &body(0, 0)))
+            .collect();
+        t.insert(&recs).unwrap();
+        let order: Vec<Vec<u8>> = walk_keys(&t, Direction::Forward, 10);
+        let want: Vec<Vec<u8>> = [1u32, 2, 0]
+            .iter()
+            .map(|&id| Value::Atom(id).to_bytes())
+            .collect();
+        assert_eq!(order, want);
+    }
+
+    #[test]
+    fn a_range_walk_visits_exactly_the_keys_of_its_range_both_ways() {
+        let t = table_of(Kind::OrderedSet, Compression::None);
+        let wild = t.atoms().write().intern(crate::order::WILDCARD);
+        let user = t.atoms().write().intern("user");
+        let tag = |id| Value::Atom(id);
+        // {group, i} for groups 0..10 (integers) and {user, i}, plus plain
+        // integers: {user, _} is a run in the middle of the order.
+        let mut keys: Vec<Value> = Vec::new();
+        for i in 0..300i64 {
+            keys.push(Value::Tuple(vec![Value::Int(i % 10), Value::Int(i)]));
+            keys.push(Value::Tuple(vec![tag(user), Value::Float(i as f64 / 3.0)]));
+            keys.push(Value::Int(i * 3 - 400));
+        }
+        let recs: Vec<Prepared> = keys
+            .iter()
+            .map(|k| t.prepare(&k.to_bytes(), &body(0, 3)))
+            .collect();
+        t.insert(&recs).unwrap();
+        let all: Vec<Vec<u8>> = walk_keys(&t, Direction::Forward, 1000);
+        let bound = |v: Value, inclusive| {
+            Some(Bound {
+                key: v.to_bytes(),
+                inclusive,
+            })
+        };
+        let ranges = [
+            // {user, _}
+            KeyRange {
+                lo: bound(Value::Tuple(vec![tag(user), tag(wild)]), true),
+                hi: bound(Value::Tuple(vec![tag(user), tag(wild)]), true),
+            },
+            // {3, _}, and everything from it on
+            KeyRange {
+                lo: bound(Value::Tuple(vec![Value::Int(3), tag(wild)]), true),
+                hi: bound(Value::Tuple(vec![Value::Int(3), tag(wild)]), true),
+            },
+            KeyRange {
+                lo: bound(Value::Tuple(vec![Value::Int(3), tag(wild)]), true),
+                hi: None,
+            },
+            // -100 < k =< 50.0, and k < -390
+            KeyRange {
+                lo: bound(Value::Int(-100), false),
+                hi: bound(Value::Float(50.0), true),
+            },
+            KeyRange {
+                lo: None,
+                hi: bound(Value::Int(-390), false),
+            },
+            // Nothing: {user, _} with nothing at or above 7 but below 2.
+            KeyRange {
+                lo: bound(Value::Int(7), true),
+                hi: bound(Value::Int(2), true),
+            },
+        ];
+        let in_range = |r: &KeyRange| -> Vec<Vec<u8>> {
+            let names = t.atoms().read();
+            all.iter()
+                .filter(|k| !r.below(k, &names) && !r.above(k, &names))
+                .cloned()
+                .collect()
+        };
+        for range in &ranges {
+            let want = in_range(range);
+            for n in [1, 7, 1000] {
+                for dir in [Direction::Forward, Direction::Backward] {
+                    let mut got = Vec::new();
+                    each_record_in(&t, dir, range, n, |buf, it| got.push(buf.key(it).to_vec()));
+                    if dir == Direction::Backward {
+                        got.reverse();
+                    }
+                    assert_eq!(got, want, "{range:?} {dir:?} in chunks of {n}");
+                }
+            }
+        }
+        // The runs are what they should be: 300 {user, _} keys, 30 {3, _}.
+        assert_eq!(in_range(&ranges[0]).len(), 300);
+        assert_eq!(in_range(&ranges[1]).len(), 30);
+        assert_eq!(in_range(&ranges[2]).len(), 30 * 7 + 300);
+        assert!(in_range(&ranges[5]).is_empty());
+    }
+
+    #[test]
+    fn a_bag_keeps_distinct_objects_in_insertion_order() {
+        for compression in [Compression::None, Compression::Zlib(6)] {
+            let t = table_of(Kind::Bag, compression);
+            let k = key(1);
+            let obj = |v: i64| body(v, 100);
+            t.insert(&[t.prepare(&k, &obj(1))]).unwrap();
+            // One batch: taken in order, duplicates dropped.
+            let batch: Vec<Prepared> = [2, 3, 1, 2, 4]
+                .iter()
+                .map(|&v| t.prepare(&k, &obj(v)))
+                .collect();
+            t.insert(&batch).unwrap();
+            assert_eq!(all_bodies(&t, &k), vec![obj(1), obj(2), obj(3), obj(4)]);
+            assert_eq!(t.len().unwrap(), 4);
+            // Re-inserting an object keeps its place.
+            t.insert(&[t.prepare(&k, &obj(2))]).unwrap();
+            assert_eq!(all_bodies(&t, &k), vec![obj(1), obj(2), obj(3), obj(4)]);
+            // insert_new is false once the key has any object.
+            assert!(!t.insert_new(&[t.prepare(&k, &obj(9))]).unwrap());
+            // Objects of other keys stay apart.
+            t.insert(&[t.prepare(&key(2), &obj(1))]).unwrap();
+            assert_eq!(all_bodies(&t, &key(2)), vec![obj(1)]);
+            // remove_object takes the one matching object.
+            assert_eq!(t.remove_object(&t.prepare(&k, &obj(4))).unwrap(), 1);
+            assert_eq!(t.remove_object(&t.prepare(&k, &obj(4))).unwrap(), 0);
+            assert_eq!(all_bodies(&t, &k), vec![obj(1), obj(2), obj(3)]);
+            // remove takes them all, and gives them back in order.
+            let mut out = RecordBuf::new();
+            assert!(t.remove(t.hash(&k), &k, Some(&mut out)).unwrap());
+            assert_eq!(out.len(), 3);
+            assert_eq!(t.len().unwrap(), 1);
+            let s = t.stats().unwrap();
+            assert_eq!(s.size, 1);
+            assert_eq!(s.payload_raw_bytes, (key(2).len() + obj(1).len()) as u64);
+        }
+    }
+
+    #[test]
+    fn a_bag_batch_keeps_its_order_in_an_empty_table_and_a_filled_one() {
+        for filled in [false, true] {
+            let t = table_of(Kind::Bag, Compression::None);
+            if filled {
+                t.insert(&[t.prepare(&key(9), &body(9, 0))]).unwrap();
+            }
+            let k = key(1);
+            let batch: Vec<Prepared> = [3, 1, 2, 1]
+                .iter()
+                .map(|&v| t.prepare(&k, &body(v, 10)))
+                .collect();
+            t.insert(&batch).unwrap();
+            let want: Vec<Vec<u8>> = [3, 1, 2].iter().map(|&v| body(v, 10)).collect();
+            assert_eq!(all_bodies(&t, &k), want, "filled: {filled}");
+        }
+    }
+
+    #[test]
+    fn a_bag_batch_of_many_objects_keeps_each_new_one_once_in_order() {
+        for compression in [Compression::None, Compression::Zlib(6)] {
+            let t = table_of(Kind::Bag, compression);
+            // 50,000 distinct keys, and 5,000 objects twice in the batch.
+            let batch: Vec<Prepared> = (0..50_000)
+                .chain(0..5_000)
+                .map(|i| t.prepare(&key(i), &body(i, 0)))
+                .collect();
+            t.insert(&batch).unwrap();
+            assert_eq!(t.len().unwrap(), 50_000);
+            assert_eq!(all_bodies(&t, &key(4_999)), vec![body(4_999, 0)]);
+            // Ten keys of 2,000 objects each (compressible, so compared
+            // inflated), half of them stored by a first batch.
+            let objs = |range: std::ops::Range<i64>| -> Vec<Prepared> {
+                range
+                    .map(|i| t.prepare(&key(-1 - i % 10), &body(i, 100)))
+                    .collect()
+            };
+            t.insert(&objs(0..10_000)).unwrap();
+            t.insert(&objs(0..20_000)).unwrap();
+            assert_eq!(t.len().unwrap(), 70_000);
+            let expected: Vec<Vec<u8>> = (0..2000).map(|j| body(j * 10 + 3, 100)).collect();
+            assert_eq!(all_bodies(&t, &key(-4)), expected);
+            // Nothing of a batch already stored is added again.
+            t.insert(&objs(5_000..20_000)).unwrap();
+            assert_eq!(t.len().unwrap(), 70_000);
+        }
+    }
+
+    /// Runs `op` in quick calls until one is refused; returns how many
+    /// went through.
+    fn quick_until_refused(mut op: impl FnMut(usize) -> Result<(), Error>) -> usize {
+        for i in 0.. {
+            match quick(|| op(i)) {
+                Ok(()) => {}
+                Err(Error::TooLong) => return i,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        unreachable!()
+    }
+
+    #[test]
+    fn a_quick_call_refuses_to_resize_a_large_index_and_changes_nothing() {
+        for kind in [Kind::Set, Kind::Bag] {
+            let t = table_of(kind, Compression::None);
+            let n = 40_000;
+            let recs: Vec<Prepared> = (0..n).map(|i| t.prepare(&key(i), &body(i, 200))).collect();
+            t.insert(&recs).unwrap();
+            // Deleting: the call that would shrink the index is refused.
+            let deleted = quick_until_refused(|i| {
+                let k = key(i as i64);
+                let removed = match kind {
+                    Kind::Bag => t.remove_object(&t.prepare(&k, &body(i as i64, 200)))? == 1,
+                    _ => t.remove(t.hash(&k), &k, None)?,
+                };
+                assert!(removed);
+                Ok(())
+            });
+            assert!(deleted > 0 && deleted < n as usize);
+            let k = key(deleted as i64);
+            assert_eq!(
+                t.len().unwrap(),
+                n as usize - deleted,
+                "the refused call removed nothing"
+            );
+            assert!(t.contains(t.hash(&k), &k).unwrap());
+            assert!(
+                t.remove(t.hash(&k), &k, None).unwrap(),
+                "done outside quick"
+            );
+            let left = t.len().unwrap();
+            // Inserting: the one that would grow the index is refused; a
+            // set's replacement, which adds no entry, is not.
+            let added = quick_until_refused(|i| {
+                let i = n + i as i64;
+                t.insert(&[t.prepare(&key(i), &body(i, 200))])
+            });
+            assert!(added > 0);
+            assert_eq!(t.len().unwrap(), left + added);
+            let k = key(n + added as i64);
+            assert!(!t.contains(t.hash(&k), &k).unwrap());
+            if kind == Kind::Set {
+                let k = key(n - 1);
+                quick(|| t.insert(&[t.prepare(&k, &body(0, 1))])).unwrap();
+            }
+            t.insert(&[t.prepare(&k, &body(0, 1))]).unwrap();
+            // Clearing a large table is refused, and done outside quick.
+            assert!(matches!(quick(|| t.clear()), Err(Error::TooLong)));
+            assert_eq!(t.len().unwrap(), left + added + 1);
+            t.clear().unwrap();
+            assert!(t.is_empty().unwrap());
+            // A small table is cleared and resized in quick calls.
+            quick(|| t.insert(&[t.prepare(&key(1), &body(1, 1))])).unwrap();
+            quick(|| t.clear()).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_duplicate_bag_keeps_copies_and_remove_object_takes_them_all() {
+        let t = table_of(Kind::DuplicateBag, Compression::Zlib(1));
+        let k = key(7);
+        let batch: Vec<Prepared> = [1, 2, 1, 1]
+            .iter()
+            .map(|&v| t.prepare(&k, &body(v, 80)))
+            .collect();
+        t.insert(&batch).unwrap();
+        assert_eq!(
+            all_bodies(&t, &k),
+            vec![body(1, 80), body(2, 80), body(1, 80), body(1, 80)]
+        );
+        assert_eq!(t.remove_object(&t.prepare(&k, &body(1, 80))).unwrap(), 3);
+        assert_eq!(all_bodies(&t, &k), vec![body(2, 80)]);
+    }
+
+    #[test]
+    fn a_bag_ignores_the_sign_of_zero_only_when_asked() {
+        let t = table_of(Kind::Bag, Compression::None);
+        let k = key(1);
+        let zero = |f: f64| Value::Tuple(vec![Value::Int(1), Value::Float(f)]).to_bytes();
+        t.insert(&[t.prepare(&k, &zero(-0.0))]).unwrap();
+        // Where 0.0 =:= -0.0 the NIF asks to ignore the sign: a match.
+        t.insert(&[t.prepare_ignoring_zero_sign(&k, &zero(0.0))])
+            .unwrap();
+        assert_eq!(all_bodies(&t, &k), vec![zero(-0.0)], "the first one stays");
+        // Where they differ it does not ask.
+        t.insert(&[t.prepare(&k, &zero(0.0))]).unwrap();
+        assert_eq!(all_bodies(&t, &k), vec![zero(-0.0), zero(0.0)]);
+        assert_eq!(
+            t.remove_object(&t.prepare_ignoring_zero_sign(&k, &zero(0.0)))
+                .unwrap(),
+            1
+        );
+    }
+
+    #[test]
+    fn bag_chunks_never_split_a_key() {
+        let t = table_of(Kind::DuplicateBag, Compression::None);
+        let recs: Vec<Prepared> = (0..300)
+            .flat_map(|k| (0..(k % 5 + 1)).map(move |v| (k, v)))
+            .map(|(k, v)| t.prepare(&key(k), &body(v, 4)))
+            .collect();
+        t.insert(&recs).unwrap();
+        let total = recs.len();
+        let mut cursor = None;
+        let mut seen = Vec::new();
+        loop {
+            let mut buf = RecordBuf::new();
+            let next = t.chunk(cursor.as_ref(), 7, usize::MAX, &mut buf).unwrap();
+            let keys: Vec<Vec<u8>> = buf.items().iter().map(|it| buf.key(it).to_vec()).collect();
+            // A chunk's keys never reappear later.
+            for k in &keys {
+                assert!(!seen.contains(k) || seen.last() == Some(k));
+            }
+            seen.extend(keys);
+            match next {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        assert_eq!(seen.len(), total);
+        let mut distinct = seen.clone();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 300);
+        // first/next visit each key once.
+        assert_eq!(walked_keys(&t), 300);
+    }
+
+    /// Keeps every change a table logs.
+    #[derive(Default)]
+    struct Recorder(parking_lot::Mutex<Vec<Owned>>);
+
+    enum Owned {
+        Put(Vec<u8>),
+        Delete(Vec<u8>),
+        Clear,
+    }
+
+    impl Journal for Recorder {
+        fn log(&self, changes: &[Change<'_>]) -> Result<(), Error> {
+            let mut log = self.0.lock();
+            for c in changes {
+                log.push(match c {
+                    Change::Put(r) => Owned::Put(r.to_vec()),
+                    Change::Delete(k) => Owned::Delete(k.to_vec()),
+                    Change::Clear => Owned::Clear,
+                });
+            }
+            Ok(())
+        }
+    }
+
+    /// Every record's bytes, a key's records together and in order, keys
+    /// sorted (hash order differs between tables).
+    fn records_by_key(t: &Table) -> Vec<Vec<Vec<u8>>> {
+        let mut keys: Vec<Vec<Vec<u8>>> = Vec::new();
+        each_record(t, Direction::Forward, 64, |buf, it| match keys.last_mut() {
+            Some(run) if run[0] == buf.key(it) => run.push(buf.record(it).to_vec()),
+            _ => keys.push(vec![buf.key(it).to_vec(), buf.record(it).to_vec()]),
+        });
+        keys.sort();
+        keys
+    }
+
+    /// Replays `log` over `t` as recovery.rs does.
+    fn replay(t: &Table, log: &[Owned]) {
+        let mut bulk = Bulk::default();
+        for c in log {
+            match c {
+                Owned::Put(r) => t.bulk_put(loaded(t, [r.as_slice()]), &mut bulk).unwrap(),
+                Owned::Delete(k) => {
+                    t.bulk_finish(&mut bulk).unwrap();
+                    t.remove(t.hash(k), k, None).unwrap();
+                }
+                Owned::Clear => {
+                    t.bulk_finish(&mut bulk).unwrap();
+                    t.clear().unwrap();
+                }
+            }
+        }
+        t.bulk_finish(&mut bulk).unwrap();
+    }
+
+    #[test]
+    fn a_bag_compare_and_swap_replaces_the_record_it_names_in_place() {
+        let t = table_of(Kind::DuplicateBag, Compression::Zlib(1));
+        let k = key(1);
+        let h = t.hash(&k);
+        let objs: Vec<Prepared> = [1, 2, 1]
+            .iter()
+            .map(|&v| t.prepare(&k, &body(v, 60)))
+            .collect();
+        t.insert(&objs).unwrap();
+        let mut seen = RecordBuf::new();
+        t.get(h, &k, &mut seen).unwrap();
+        // The third record, a copy of the first: only it is replaced.
+        let third = seen.items()[2];
+        let new = t.prepare(&k, &body(7, 60));
+        assert!(t
+            .replace_if(h, &k, Some((&seen, &third)), Some(&new))
+            .unwrap());
+        assert_eq!(
+            all_bodies(&t, &k),
+            vec![body(1, 60), body(2, 60), body(7, 60)]
+        );
+        // Named by a record that is gone: nothing changes.
+        assert!(!t.replace_if(h, &k, Some((&seen, &third)), None).unwrap());
+        let second = seen.items()[1];
+        assert!(t.replace_if(h, &k, Some((&seen, &second)), None).unwrap());
+        assert_eq!(all_bodies(&t, &k), vec![body(1, 60), body(7, 60)]);
+        assert_eq!(t.len().unwrap(), 2);
+    }
+
+    #[test]
+    fn a_bag_log_replays_exactly_over_a_dump_that_already_saw_it() {
+        for kind in [Kind::Bag, Kind::DuplicateBag, Kind::Set, Kind::OrderedSet] {
+            let t = table_of(kind, Compression::None);
+            let rec = Arc::new(Recorder::default());
+            assert!(t.set_journal(rec.clone()));
+            let obj = |k: i64, v: i64| t.prepare(&key(k), &body(v, 3));
+            t.insert(&[obj(1, 1), obj(1, 2), obj(2, 1)]).unwrap();
+            // The dump's segment starts here...
+            let from = rec.0.lock().len();
+            t.insert(&[obj(1, 3), obj(1, 2), obj(2, 2)]).unwrap();
+            t.insert(&[obj(3, 1)]).unwrap();
+            t.remove_object(&obj(1, 1)).ok();
+            t.remove(t.hash(&key(2)), &key(2), None).unwrap();
+            t.insert(&[obj(2, 5)]).unwrap();
+            // A compare-and-swap replaces a record (in a bag, in its place
+            // among its key's) and removes one.
+            let mut seen = RecordBuf::new();
+            t.get(t.hash(&key(1)), &key(1), &mut seen).unwrap();
+            let last = *seen.items().last().unwrap();
+            let h1 = t.hash(&key(1));
+            assert!(t
+                .replace_if(h1, &key(1), Some((&seen, &last)), Some(&obj(1, 9)))
+                .unwrap());
+            let mut seen = RecordBuf::new();
+            t.get(t.hash(&key(3)), &key(3), &mut seen).unwrap();
+            let it = seen.items()[0];
+            let h3 = t.hash(&key(3));
+            assert!(t.replace_if(h3, &key(3), Some((&seen, &it)), None).unwrap());
+            // ...and its fuzzy walk saw every one of those changes.
+            let dumped = table_of(kind, Compression::None);
+            let mut bulk = Bulk::default();
+            let now = records_by_key(&t);
+            for run in &now {
+                let recs: Vec<&[u8]> = run[1..].iter().map(Vec::as_slice).collect();
+                dumped.bulk_put(loaded(&dumped, recs), &mut bulk).unwrap();
+            }
+            dumped.bulk_finish(&mut bulk).unwrap();
+            replay(&dumped, &rec.0.lock()[from..]);
+            assert_eq!(records_by_key(&dumped), now, "{kind:?}");
+            // And from nothing, the whole log gives the same table.
+            let fresh = table_of(kind, Compression::None);
+            replay(&fresh, &rec.0.lock());
+            assert_eq!(records_by_key(&fresh), now, "{kind:?} from the log alone");
+        }
+    }
+
+    /// A record as (key, body).
+    type Kv = (Vec<u8>, Vec<u8>);
+
+    /// Every record of slots 0, 1, ... up to `Slotted::End` (numbered by
+    /// `bits`, as [`Table::slot`]), and how many slots there are.
+    fn all_slots(t: &Table, bits: Option<u32>) -> (Vec<Kv>, usize) {
+        let mut got = Vec::new();
+        let mut scratch = Vec::new();
+        for i in 0.. {
+            let mut buf = RecordBuf::new();
+            match t.slot(i, bits, &mut buf).unwrap() {
+                Slotted::Records => {
+                    for it in buf.items() {
+                        let body = buf
+                            .body(it, t.dictionaries(), &mut scratch)
+                            .unwrap()
+                            .to_vec();
+                        got.push((buf.key(it).to_vec(), body));
+                    }
+                }
+                Slotted::End => {
+                    let mut buf = RecordBuf::new();
+                    let past = Slotted::OutOfRange { slots: i };
+                    assert_eq!(t.slot(i + 1, bits, &mut buf).unwrap(), past);
+                    assert_eq!(t.slot(i + 1000, bits, &mut buf).unwrap(), past);
+                    return (got, i);
+                }
+                Slotted::OutOfRange { .. } => panic!("slot {i} out of range before the end"),
+            }
+        }
+        unreachable!()
+    }
+
+    #[test]
+    fn slots_hold_every_record_exactly_once_in_every_kind() {
+        for kind in [Kind::Set, Kind::OrderedSet, Kind::Bag, Kind::DuplicateBag] {
+            let t = table_of(kind, Compression::None);
+            let (empty, slots) = all_slots(&t, None);
+            assert!(empty.is_empty());
+            if kind == Kind::OrderedSet {
+                assert_eq!(slots, 0);
+            }
+            let mut want = Vec::new();
+            for i in 0..3000i64 {
+                // A bag gets three objects for some keys.
+                let copies = if kind.is_bag() && i % 7 == 0 { 3 } else { 1 };
+                for c in 0..copies {
+                    let (k, b) = (key(i), body(i * 10 + c, 5));
+                    t.insert(&[t.prepare(&k, &b)]).unwrap();
+                    want.push((k, b));
+                }
+            }
+            for i in (0..3000i64).step_by(3) {
+                t.remove(t.hash(&key(i)), &key(i), None).unwrap();
+                want.retain(|(k, _)| *k != key(i));
+            }
+            let (mut got, slots) = all_slots(&t, None);
+            if kind == Kind::OrderedSet {
+                // The i-th slot is the i-th record in key order.
+                assert_eq!(slots, want.len());
+                let order: Vec<_> = got.iter().map(|(k, _)| k.clone()).collect();
+                let mut walk = Vec::new();
+                let mut k = t.first_key().unwrap();
+                while let Some(key) = k {
+                    k = t.next_key(t.hash(&key), &key).unwrap();
+                    walk.push(key);
+                }
+                assert_eq!(order, walk, "{kind:?}: slots in key order");
+            } else {
+                assert!(
+                    slots.is_power_of_two() && slots >= want.len() / 2,
+                    "{slots} buckets"
+                );
+            }
+            got.sort();
+            want.sort();
+            assert_eq!(got, want, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn slots_numbered_at_fixation_stay_put_while_the_index_grows_and_shrinks() {
+        for kind in [Kind::Set, Kind::Bag, Kind::DuplicateBag] {
+            let t = table_of(kind, Compression::None);
+            let put = |i: i64| t.insert(&[t.prepare(&key(i), &body(i, 3))]).unwrap();
+            let remove = |i: i64| {
+                t.remove(t.hash(&key(i)), &key(i), None).unwrap();
+            };
+            (0..500).for_each(put);
+            let bits = t.slot_bits().unwrap();
+            let keys_of = |got: Vec<Kv>| {
+                let mut keys: Vec<_> = got.into_iter().map(|(k, _)| k).collect();
+                keys.sort();
+                keys
+            };
+            // Grown 40 times over: more buckets, same slots.
+            (500..20_000).for_each(put);
+            assert!(t.slot_bits().unwrap() > bits);
+            let (got, slots) = all_slots(&t, bits);
+            assert_eq!(slots, 1 << bits.unwrap());
+            let mut all: Vec<_> = (0..20_000).map(key).collect();
+            all.sort();
+            assert_eq!(keys_of(got), all, "{kind:?} grown");
+
+            // Shrunk below the size at fixation: fewer buckets, same slots.
+            (100..20_000).for_each(remove);
+            assert!(t.slot_bits().unwrap() < bits);
+            let (got, slots) = all_slots(&t, bits);
+            assert_eq!(slots, 1 << bits.unwrap());
+            let mut want: Vec<_> = (0..100).map(key).collect();
+            want.sort();
+            assert_eq!(keys_of(got), want, "{kind:?} shrunk");
+        }
+    }
+
+    #[test]
+    fn remove_chunk_takes_the_records_it_picks_in_resumable_logged_chunks() {
+        for kind in [Kind::Set, Kind::OrderedSet, Kind::Bag, Kind::DuplicateBag] {
+            for compression in [Compression::None, Compression::Zlib(6)] {
+                let t = table_of(kind, compression);
+                let rec = Arc::new(Recorder::default());
+                assert!(t.set_journal(rec.clone()));
+                // Keys 0..2999; pairs and triples (a bag key gets both).
+                let obj = |k: i64, v: i64| {
+                    let mut elems = vec![Value::Int(k), Value::Binary(vec![b'x'; 60])];
+                    if v % 2 == 1 {
+                        elems.push(Value::Int(v));
+                    }
+                    t.prepare(&key(k), &Value::Tuple(elems).to_bytes())
+                };
+                let recs: Vec<Prepared> = (0..6000).map(|i| obj(i % 2999, i)).collect();
+                t.insert(&recs).unwrap();
+                let before = records_by_key(&t);
+                let mut cursor = None;
+                let mut removed = 0;
+                let mut chunks = 0;
+                loop {
+                    let (n, next) = t
+                        .remove_chunk(cursor.as_ref(), 100, |b| codec::tuple_arity(b) == Some(2))
+                        .unwrap();
+                    removed += n;
+                    chunks += 1;
+                    match next {
+                        Some(c) => cursor = Some(c),
+                        None => break,
+                    }
+                }
+                assert!(chunks >= 30, "{kind:?}: {chunks} chunks");
+                // Only triples are left, in their order, every pair gone.
+                let left = records_by_key(&t);
+                let mut scratch = Vec::new();
+                let expected: Vec<Vec<Vec<u8>>> = before
+                    .iter()
+                    .map(|run| {
+                        let mut run = run.clone();
+                        run.retain(|r| {
+                            let h = Header::parse(r).map(|h| (h, r.as_slice()));
+                            h.map_or(true, |(h, r)| {
+                                let body = &r[h.body_start()..];
+                                let raw =
+                                    compress::unpack(&h, body, t.dictionaries(), &mut scratch)
+                                        .unwrap();
+                                codec::tuple_arity(raw) != Some(2)
+                            })
+                        });
+                        run
+                    })
+                    .filter(|run| run.len() > 1)
+                    .collect();
+                assert_eq!(left, expected, "{kind:?}");
+                assert_eq!(
+                    t.len().unwrap() + removed,
+                    6000.min(before.iter().map(|r| r.len() - 1).sum())
+                );
+                // The log replays to the same table.
+                let fresh = table_of(kind, compression);
+                replay(&fresh, &rec.0.lock());
+                assert_eq!(records_by_key(&fresh), left, "{kind:?} replayed");
+            }
+        }
+    }
+}
