@@ -92,11 +92,13 @@ defmodule Heft do
 
   A table belongs to the process that created it and is deleted when that
   process exits, unless an heir takes it: the heir then receives
-  `{:"HEFT-TRANSFER", tab, from_pid, heir_data}`. As in ETS, that has
-  happened by the time anyone receives the owner's `EXIT` or `DOWN`: the
-  name is free (a supervisor's restart of the owner creates it again),
-  `all/0`, `whereis/1` and `info/1` no longer know the table, its handles
-  raise, and the heir owns it. `:protected` (the
+  `{:"HEFT-TRANSFER", tab, from_pid, heir_data}`. As in ETS, the table
+  has been deleted or handed over by the time anyone receives the owner's
+  `EXIT` or `DOWN`: the name is free (a supervisor's restart of the owner
+  creates it again), `all/0`, `whereis/1` and `info/1` no longer know the
+  table, its handles raise, or the heir owns it (its transfer message,
+  though, may arrive after that `EXIT` or `DOWN`: see "Differences from
+  ETS"). `:protected` (the
   default) lets every process read and only the owner write, `:private`
   lets only the owner do either, `:public` lets everyone do both.
 
@@ -123,7 +125,8 @@ defmodule Heft do
   > - `next/2` accepts a key that is no longer in the table and continues
   >   from where it was (ETS raises unless the table is fixed), so a
   >   `first/next` walk is safe while other processes write, whether or
-  >   not the table is fixed with `safe_fixtable/2`.
+  >   not the table is fixed with `safe_fixtable/2`. (The key
+  >   `:"$end_of_table"` raises, as in ETS.)
   > - `info(tab, :heir)` is `:none` once the heir has exited (OTP 25's ETS
   >   still names the dead process).
   > - `slot/2` numbers the hash index's buckets (set and bags), so a table
@@ -132,8 +135,8 @@ defmodule Heft do
   > - `init_table/2` raises `ArgumentError` where ETS exits (an object
   >   that does not fit, a fun's bad answer), and refuses a non-function
   >   before deleting anything.
-  > - `tabfile_info/1` reads Heft's table files (see `tab2file/3`), and
-  >   answers `file2tab/2`'s error reasons. `i/0` lists Heft tables, with
+  > - `tabfile_info/1` of a Heft table file (see `tab2file/3`) answers
+  >   `file2tab/2`'s error reasons (of a file of ETS's, ETS's). `i/0` lists Heft tables, with
   >   their memory in bytes; `i/0` and `i/1` print terms with `inspect/1`.
   > - Counters (`update_counter/3,4`) work up to ±2^127; ETS has no limit
   >   (`ArgumentError` naming the limit beyond, for an operand or a stored
@@ -157,12 +160,16 @@ defmodule Heft do
   >   took its name and even with results already buffered (ETS continues
   >   a named ordered_set's walk in the new table), and it keeps working
   >   after `rename/2`.
+  > - A chunk of `select/3` and its family that fills its limit at the end
+  >   of a set or bag answers a continuation, and the next call
+  >   `:"$end_of_table"`. ETS answers `:"$end_of_table"` at once when that
+  >   end falls in its hash table's last bucket: Heft hashes keys with a
+  >   random key per table, so there that end would come by chance.
   > - Bad file names and options of `tab2file/3`, `file2tab/2` and
   >   `open/2` raise `ArgumentError` (ETS's `tab2file` and `file2tab`
   >   return some of them as `{:error, reason}`). `insert/3` and
   >   `insert_new/3` with `sync: :commit` raise, before writing, on a table
   >   that is not persistent.
-  > - `setopts/2` sets only the heir (ETS also takes `{:protection, p}`).
   > - A bag compares a new object with each object of its key, inflating
   >   compressed ones of the same size, while holding the table's write
   >   lock: keys with thousands of objects make inserts slow (in ETS too,
@@ -178,13 +185,20 @@ defmodule Heft do
   >   `:ordered_set`, guards that bound the key variable (`k >= 100 and
   >   k < 200`) make it walk only that key range, as ETS does for a key
   >   bound in part (`{{:user, :_}, :_}`), which Heft walks as a range too.
-  > - `tab2file/3` writes Heft's own checksummed format (docs/tab-file.md),
-  >   and `file2tab/2` reads only that, not ETS's files.
+  > - `tab2file/3` writes Heft's own format (docs/tab-file.md), which
+  >   `:ets.file2tab/2` cannot read: it carries the table's compression
+  >   and zstd dictionaries, so that the table read back compresses as the
+  >   one written did, and checksums every frame. `file2tab/2` reads both
+  >   Heft's files and ETS's (a `disk_log`), so a table dumped by ETS loads
+  >   into Heft.
   > - When the owner dies, an heir linked to it may receive the owner's
   >   `EXIT` before the `:"HEFT-TRANSFER"` message (ETS queues its
-  >   `:"ETS-TRANSFER"` first). ETS hands the tables over inside the VM
-  >   before it sends the owner's `EXIT` signals; a NIF learns of the death
-  >   only from a monitor, which the VM fires after the links' `EXIT`s. The
+  >   `:"ETS-TRANSFER"` first), and an heir monitoring it, its `DOWN`, if
+  >   that monitor is older than the owner's ownership (a table given away
+  >   to a process the heir already monitored). ETS hands the tables over
+  >   inside the VM before it sends the owner's `EXIT` signals; a NIF
+  >   learns of the death only from a monitor, which the VM fires after the
+  >   links' `EXIT`s, in the order the monitors were set. The
   >   heir owns the tables when it sees the `EXIT` all the same (every call
   >   on a table whose owner has died hands it over first), and the message
   >   follows. A heir that relies on the order should `receive` the transfer
@@ -194,6 +208,38 @@ defmodule Heft do
   >   hold the table's lock only to copy bytes, not to encode or compress.
   >   `info/2` answers what is true of Heft (`true`, `false`, `false`),
   >   and `:compressed` is `true` unless `compression: :none`.
+  > - `lookup_element/4` (ETS: OTP 26 and later), `update_element/4`,
+  >   `first_lookup/1`, `next_lookup/2`, `last_lookup/1` and
+  >   `prev_lookup/2` (OTP 27 and later) are Heft's on every release. A
+  >   `*_lookup` step is a walk step followed by `lookup/2` (a key deleted
+  >   between the two is passed over), not one atomic read as in ETS.
+  > - What ETS does inside its own tables, which OTP's ets_SUITE checks
+  >   and Heft does otherwise (test/otp_ets/README.md runs that suite
+  >   against Heft on OTP 25, 27 and 29; these are the cases it fails on
+  >   every release): the memory of tables and objects in words, per lock
+  >   and per object (`memory`, `write_concurrency`); the
+  >   reference-counted binaries a table shares with processes
+  >   (`info(tab, :binary)`, always `[]`: `info`, `info_binary_stress`);
+  >   objects deleted from a fixed hash table kept until it is released,
+  >   and counted by `info(tab, :stats)`, which Heft does not have (it
+  >   deletes at once: `t_delete_object`, `t_delete_all_objects`,
+  >   `grow_pseudo_deleted`, `shrink_pseudo_deleted`, `smp_fixed_delete`,
+  >   `smp_unfix_fix`); its hash buckets' load and order (`smp_insert`,
+  >   `match2`); a large delete, `delete_all_objects/1` or owner exit
+  >   carried out in slices the caller is rescheduled between (Heft hands
+  >   a large arena to a thread of its own: `delete_large_tab`,
+  >   `t_delete_all_objects_trap`, `exit_large_table_owner`,
+  >   `exit_many_large_table_owner`, `exit_many_tables_owner`,
+  >   `exit_many_many_tables_owner`); decentralized counters
+  >   (`test_decentralized_counters_setting`); the `error_info` of its
+  >   exceptions and its tables' references (`error_info`); the layout of
+  >   its continuations, which the suite edits (`t_repair_continuation`:
+  >   Heft's `select/1` also recompiles a lost match specification itself
+  >   instead of raising). The differences above account for `default`
+  >   (`:compressed`), `tab2file` (`:write_concurrency`, and bad options
+  >   raising), `tabfile_ext1` to `tabfile_ext4` and `badfile` (they read
+  >   `tab2file/3`'s file with `disk_log`), `fixtable_insert` (`next/2`)
+  >   and `heir` and `give_away` (the transfer message's order).
 
   ## Compression
 
@@ -669,6 +715,35 @@ defmodule Heft do
     element
   end
 
+  @doc """
+  `lookup_element/3`, but returns `default` if there is no such key, as
+  `:ets.lookup_element/4` (OTP 26+). Raises `ArgumentError` if `pos` is not
+  a positive integer, or an object of the key has no element `pos`.
+  """
+  @spec lookup_element(tab, term, pos_integer, term) :: term
+  def lookup_element(tab, key, pos, default) do
+    unless is_integer(pos) and pos >= 1 do
+      raise ArgumentError, "the position is not a positive integer: #{inspect(pos)}"
+    end
+
+    # One NIF call when the key is there; when it is not (or an object is
+    # too short), the objects looked up decide, consistently.
+    try do
+      lookup_element(tab, key, pos)
+    rescue
+      e in ArgumentError ->
+        case lookup(tab, key) do
+          [] ->
+            default
+
+          objects ->
+            unless Enum.all?(objects, &(tuple_size(&1) >= pos)), do: reraise(e, __STACKTRACE__)
+            elements = Enum.map(objects, &elem(&1, pos - 1))
+            if info(tab, :type) in [:bag, :duplicate_bag], do: elements, else: hd(elements)
+        end
+    end
+  end
+
   @doc "True if the key is in the table."
   @spec member(tab, term) :: boolean
   def member(tab, key) do
@@ -790,6 +865,48 @@ defmodule Heft do
   end
 
   @doc """
+  `update_element/3`, but if the key is missing inserts `default` (a
+  tuple, its key element replaced by `key`) with the elements replaced,
+  as `:ets.update_element/4` (OTP 27+). Returns `true`. Raises
+  `ArgumentError` as `update_element/3` does, if `default` is not a tuple,
+  and, when it is inserted, if it has no element at the keypos or at a
+  position to replace.
+
+  Atomic as ETS's: either the object of the key was updated, or no object
+  had the key and the updated default was inserted (`insert_new/2`; if
+  another process inserted the key meanwhile, its object is updated).
+  """
+  @spec update_element(tab, term, {pos_integer, term} | [{pos_integer, term}], tuple) :: true
+  def update_element(tab, key, element_spec, default) when is_tuple(default) do
+    if update_element(tab, key, element_spec) do
+      true
+    else
+      keypos = info(tab, :keypos)
+      specs = List.wrap(element_spec)
+
+      fits? = fn
+        {p, _} -> is_integer(p) and p >= 1 and p <= tuple_size(default) and p != keypos
+        _ -> false
+      end
+
+      if tuple_size(default) < keypos or not Enum.all?(specs, fits?) do
+        raise ArgumentError,
+              "update_element/4: the default #{inspect(default)} does not fit #{inspect(element_spec)}"
+      end
+
+      object =
+        Enum.reduce(specs, put_elem(default, keypos - 1, key), fn {p, v}, o ->
+          put_elem(o, p - 1, v)
+        end)
+
+      insert_new(tab, object) or update_element(tab, key, element_spec, default)
+    end
+  end
+
+  def update_element(_tab, _key, _element_spec, default),
+    do: raise(ArgumentError, "update_element/4 needs a default tuple, got: #{inspect(default)}")
+
+  @doc """
   The first key of a walk over the table, or `:"$end_of_table"`: the
   smallest key of an ordered_set; in other tables the order is unspecified
   but stable while the table exists.
@@ -804,13 +921,27 @@ defmodule Heft do
   The key after `key` in a walk, or `:"$end_of_table"`. Works even if
   `key` has been deleted meanwhile (ETS would raise, except for an
   ordered_set): every key present for the whole walk is visited exactly
-  once. In an ordered_set, the smallest key greater than `key`.
+  once. In an ordered_set, the smallest key greater than `key`. Raises
+  `ArgumentError` for the key `:"$end_of_table"`, as ETS does, in an
+  ordered_set and in a set or bag that does not hold it.
   """
   @spec next(tab, term) :: term | :"$end_of_table"
   def next(tab, key) do
     ref = ref(tab)
+    end_of_table_key!(ref, key, "next/2")
     call(next(ref, key))
   end
+
+  # As in ETS, next/2 and prev/2 raise for the key :"$end_of_table" (what
+  # a walk that has ended returns) in an ordered_set, and in a set or bag
+  # unless it holds that key.
+  defp end_of_table_key!(ref, :"$end_of_table" = key, fun) do
+    if Native.info(ref).type == :ordered_set or not call(member(ref, key)) do
+      raise ArgumentError, "Heft.#{fun}: the walk has ended (:\"$end_of_table\")"
+    end
+  end
+
+  defp end_of_table_key!(_ref, _key, _fun), do: :ok
 
   @doc """
   The greatest key of an ordered_set, or `:"$end_of_table"`; in other
@@ -825,12 +956,53 @@ defmodule Heft do
   @doc """
   The greatest key smaller than `key` in an ordered_set (`key` need not be
   in the table), or `:"$end_of_table"`; in other tables the same as
-  `next/2`, as in ETS.
+  `next/2`, as in ETS. Raises for the key `:"$end_of_table"` as `next/2`
+  does.
   """
   @spec prev(tab, term) :: term | :"$end_of_table"
   def prev(tab, key) do
     ref = ref(tab)
+    end_of_table_key!(ref, key, "prev/2")
     call(prev(ref, key))
+  end
+
+  @doc """
+  The first key of a walk with its objects, `{key, objects}`, or
+  `:"$end_of_table"`, as `:ets.first_lookup/1` (OTP 27+): `first/1`
+  followed by `lookup/2`; a key deleted between the two is passed over.
+  """
+  @spec first_lookup(tab) :: {term, [object]} | :"$end_of_table"
+  def first_lookup(tab), do: with_objects(tab, first(tab), &next/2, true)
+
+  @doc "`next/2` with the objects of the key it answers, as `:ets.next_lookup/2`."
+  @spec next_lookup(tab, term) :: {term, [object]} | :"$end_of_table"
+  def next_lookup(tab, key), do: with_objects(tab, next(tab, key), &next/2, false)
+
+  @doc "`last/1` with the objects of its key, as `:ets.last_lookup/1`."
+  @spec last_lookup(tab) :: {term, [object]} | :"$end_of_table"
+  def last_lookup(tab), do: with_objects(tab, last(tab), &prev/2, true)
+
+  @doc "`prev/2` with the objects of the key it answers, as `:ets.prev_lookup/2`."
+  @spec prev_lookup(tab, term) :: {term, [object]} | :"$end_of_table"
+  def prev_lookup(tab, key), do: with_objects(tab, prev(tab, key), &prev/2, false)
+
+  # {key, objects} for the key a walk step answered; if it was deleted
+  # since, the step after it. At the start of a walk, :"$end_of_table" may
+  # be a key (as first_lookup/1 of ETS tells apart).
+  defp with_objects(tab, :"$end_of_table", _step, true) do
+    case lookup(tab, :"$end_of_table") do
+      [] -> :"$end_of_table"
+      objects -> {:"$end_of_table", objects}
+    end
+  end
+
+  defp with_objects(_tab, :"$end_of_table", _step, false), do: :"$end_of_table"
+
+  defp with_objects(tab, key, step, _start) do
+    case lookup(tab, key) do
+      [] -> with_objects(tab, step.(tab, key), step, false)
+      objects -> {key, objects}
+    end
   end
 
   @doc """
@@ -1001,10 +1173,13 @@ defmodule Heft do
   @doc """
   Like `select/2`, but returns at most `limit` results at a time:
   `{results, continuation}`, or `:"$end_of_table"` when there are none
-  left. Pass the continuation to `select/1` for the next results. When the
-  last results are returned with them, the continuation is
-  `:"$end_of_table"` (as ETS does). Raises `ArgumentError` if `limit` is
-  not a positive integer.
+  left. Pass the continuation to `select/1` for the next results. As in
+  ETS, the last results come with the continuation `:"$end_of_table"` when
+  the walk ends short of `limit`; a call that fills `limit` answers a
+  continuation even if nothing is left (the next call answers
+  `:"$end_of_table"`, or raises once the table is deleted), unless the
+  spec binds its keys in its heads, which are looked up. Raises
+  `ArgumentError` if `limit` is not a positive integer.
   """
   @spec select(tab, match_spec, pos_integer) :: {[term], continuation} | :"$end_of_table"
   def select(tab, spec, limit), do: Heft.Select.select_limit(ref(tab), spec, limit)
@@ -1191,9 +1366,10 @@ defmodule Heft do
   end
 
   @doc """
-  Reads a table written by `tab2file/3` and creates it again, owned by
-  the caller, with its stored options. Returns `{:ok, tab}` (the name for
-  a named table), or `{:error, reason}` without creating anything:
+  Reads a table written by `tab2file/3`, or by ETS's `:ets.tab2file/2,3`,
+  and creates it again, owned by the caller, with its stored options.
+  Returns `{:ok, tab}` (the name for a named table), or `{:error, reason}`
+  without creating anything:
 
     * a POSIX atom (`:enoent`, `:eacces`, `:eisdir`...) - the file cannot
       be read.
@@ -1209,11 +1385,22 @@ defmodule Heft do
       a bag's object).
 
   Options: `arena: :memory | {:file, dir}` for the new table (default
-  `:memory`, as for `new/2`); `verify: boolean` is accepted for
-  compatibility with `:ets.file2tab/2` and ignored, since every frame is
-  always verified.
+  `:memory`, as for `new/2`); `verify: boolean` (default `false`) checks
+  a file of ETS's as `:ets.file2tab/2` does, and is ignored for Heft's
+  files, whose every frame is always verified.
+
+  A file of ETS's (a `disk_log` of terms: the table's options, its objects,
+  and with `extended_info` an object count and an MD5 digest) gives the
+  new table its name, type, keypos, protection and whether it is named,
+  with Heft's default compression. Its errors are ETS's: `:badfile` (no
+  header with the table's options, or with `verify: true` damaged bytes
+  or a missing count or digest the header promised),
+  `{:read_error, reason}` (`disk_log` could not open it),
+  `{:unsupported_file_version, {major, minor}}`, `:cannot_create_table`,
+  and with `verify: true`, `:invalid_object_count` and `:checksum_error`.
+  Without `verify: true` a damaged term is skipped, as ETS does.
   """
-  @spec file2tab(Path.t(), keyword) :: {:ok, tab} | {:error, Heft.TabFile.reason()}
+  @spec file2tab(Path.t(), keyword) :: {:ok, tab} | {:error, Heft.TabFile.reason() | term}
   def file2tab(filename, opts \\ []) do
     filename = Heft.Args.filename!(filename, "Heft.file2tab/2")
 
@@ -1479,8 +1666,13 @@ defmodule Heft do
   `file2tab/2` verifies the rest. Returns `{:error, reason}` with the
   reasons of `file2tab/2`: a POSIX atom, `:badfile`,
   `{:unsupported_version, v}`, `{:truncated, offset}`, `{:corrupt, offset}`.
+
+  For a file of ETS's `:ets.tab2file/2,3`, answers what
+  `:ets.tabfile_info/1` does: its header's items (`:size` as the table had
+  it, `:extended_info` as written) and `:version`, or `:badfile` or
+  `{:read_error, reason}`.
   """
-  @spec tabfile_info(Path.t()) :: {:ok, keyword} | {:error, Heft.TabFile.reason()}
+  @spec tabfile_info(Path.t()) :: {:ok, keyword} | {:error, Heft.TabFile.reason() | term}
   def tabfile_info(filename) do
     unless is_binary(filename) or is_list(filename) or is_atom(filename) do
       raise ArgumentError, "tabfile_info/1 needs a file name, got: #{inspect(filename)}"
@@ -1928,7 +2120,7 @@ defmodule Heft do
       end
 
     renamed = Native.rename(ref(tab), name)
-    Heft.Persist.renamed(resource, name)
+    Heft.Persist.stored(resource, :name, name)
     renamed
   end
 
@@ -1936,38 +2128,59 @@ defmodule Heft do
     do: raise(ArgumentError, "rename/2 needs an atom, got: #{inspect(name)}")
 
   @doc """
-  Sets the table's heir: `{:heir, pid, data}` or `{:heir, :none}` (a list
-  of them is accepted too, as by `:ets.setopts/2`). Owner only.
+  Sets table options, as `:ets.setopts/2`: the heir (`{:heir, pid, data}`
+  or `{:heir, :none}`) and the protection (`{:protection, :public |
+  :protected | :private}`), one option or a list of them, each at most
+  once, all checked before any is set. Owner only. A persistent table
+  stores its new protection in its directory, so `open/2` reopens it with
+  it; raises `Heft.Error` if that write fails (the protection is changed
+  in the VM all the same).
   """
   @spec setopts(tab, tuple | [tuple]) :: true
   def setopts(tab, opts) do
     ref = ref(tab)
-    heirs = opts |> List.wrap() |> heir_options!(opts)
+    opts = opts |> List.wrap() |> table_options!(opts)
 
     # Nothing to set: the caller must still own the table (it exists).
-    if heirs == [] and Native.info(ref).owner != self() do
+    if opts == [] and Native.info(ref).owner != self() do
       raise ArgumentError, "only the owner may set the table's options"
     end
 
-    Enum.each(heirs, &Native.set_heir(ref, &1))
+    Enum.each(opts, fn
+      {:heir, heir} -> Native.set_heir(ref, heir)
+      {:protection, p} -> Native.set_protection(ref, p)
+    end)
+
+    with {:ok, p} <- Keyword.fetch(opts, :protection),
+         do: Heft.Persist.stored(ref, :protection, p)
+
     true
   end
 
-  # `{:heir, :none}` and `{:heir, pid, data}` options, as :none or
-  # {pid, data}, all checked before any is set.
-  defp heir_options!(list, opts) do
+  # setopts/2's options, as {:heir, :none | {pid, data} | pid} and
+  # {:protection, p}, each at most once (as in ETS), all checked before
+  # any is set.
+  defp table_options!(list, opts) do
     unless Heft.Args.proper_list?(list) do
       raise ArgumentError, "Heft.setopts/2 expects options, got: #{inspect(opts)}"
     end
 
     without_data = Heft.VM.fact(:heir_without_data)
 
-    Enum.map(list, fn
-      {:heir, :none} -> :none
-      {:heir, pid, data} when is_pid(pid) and node(pid) == node() -> {pid, data}
-      {:heir, pid} when is_pid(pid) and node(pid) == node() and without_data -> pid
-      opt -> raise ArgumentError, "Heft.setopts/2: unknown option #{inspect(opt)}"
-    end)
+    parsed =
+      Enum.map(list, fn
+        {:heir, :none} -> {:heir, :none}
+        {:heir, pid, data} when is_pid(pid) and node(pid) == node() -> {:heir, {pid, data}}
+        {:heir, pid} when is_pid(pid) and node(pid) == node() and without_data -> {:heir, pid}
+        {:protection, p} when p in [:public, :protected, :private] -> {:protection, p}
+        opt -> raise ArgumentError, "Heft.setopts/2: unknown option #{inspect(opt)}"
+      end)
+
+    if parsed |> Keyword.keys() |> Enum.frequencies() |> Enum.any?(fn {_, n} -> n > 1 end) do
+      raise ArgumentError, "Heft.setopts/2: an option given twice in #{inspect(opts)}"
+    end
+
+    parsed
   end
 
   ## Persistence

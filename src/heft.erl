@@ -16,10 +16,11 @@
 
 -export([new/1, new/2,
          insert/2, insert/3, insert_new/2, insert_new/3,
-         lookup/2, lookup_element/3, member/2, take/2,
+         lookup/2, lookup_element/3, lookup_element/4, member/2, take/2,
          delete/1, delete/2, delete_object/2, delete_all_objects/1,
-         update_counter/3, update_counter/4, update_element/3,
+         update_counter/3, update_counter/4, update_element/3, update_element/4,
          first/1, next/2, last/1, prev/2,
+         first_lookup/1, next_lookup/2, last_lookup/1, prev_lookup/2,
          foldl/3, foldr/3, tab2list/1, stream/1,
          select/1, select/2, select/3,
          select_reverse/1, select_reverse/2, select_reverse/3,
@@ -87,7 +88,8 @@ give_away(Tab, Pid, Data) -> ?H:give_away(Tab, Pid, Data).
 -spec rename(tab(), atom()) -> tab().
 rename(Tab, Name) -> ?H:rename(Tab, Name).
 
-%% @doc Sets the heir: `{heir, Pid, Data}' or `{heir, none}', or a list.
+%% @doc Sets the heir (`{heir, Pid, Data}' or `{heir, none}') and the
+%% protection (`{protection, P}'), one option or a list.
 -spec setopts(tab(), tuple() | [tuple()]) -> true.
 setopts(Tab, Opts) -> ?H:setopts(Tab, Opts).
 
@@ -136,6 +138,13 @@ update_counter(Tab, Key, Op, Default) -> ?H:update_counter(Tab, Key, Op, Default
           boolean() | {error, atom()}.
 update_element(Tab, Key, ElementSpec) -> ?H:update_element(Tab, Key, ElementSpec).
 
+%% @doc `update_element/3', inserting `Default' (with the key) updated if
+%% the key is missing, as `ets:update_element/4'.
+-spec update_element(tab(), term(), {pos_integer(), term()} | [{pos_integer(), term()}],
+                     tuple()) -> true.
+update_element(Tab, Key, ElementSpec, Default) ->
+    ?H:update_element(Tab, Key, ElementSpec, Default).
+
 %%% Reads
 
 %% @doc The objects with the key.
@@ -145,6 +154,11 @@ lookup(Tab, Key) -> ?H:lookup(Tab, Key).
 %% @doc Element `Pos' of the key's object (a list of them in a bag).
 -spec lookup_element(tab(), term(), pos_integer()) -> term().
 lookup_element(Tab, Key, Pos) -> ?H:lookup_element(Tab, Key, Pos).
+
+%% @doc `lookup_element/3', or `Default' if there is no such key, as
+%% `ets:lookup_element/4'.
+-spec lookup_element(tab(), term(), pos_integer(), term()) -> term().
+lookup_element(Tab, Key, Pos, Default) -> ?H:lookup_element(Tab, Key, Pos, Default).
 
 %% @doc True if the key is in the table.
 -spec member(tab(), term()) -> boolean().
@@ -171,6 +185,23 @@ last(Tab) -> ?H:last(Tab).
 %% @doc The key before `Key' in an ordered_set (`next/2' elsewhere).
 -spec prev(tab(), term()) -> term().
 prev(Tab, Key) -> ?H:prev(Tab, Key).
+
+%% @doc `{Key, Objects}' of the first key, or `'$end_of_table'', as
+%% `ets:first_lookup/1'.
+-spec first_lookup(tab()) -> {term(), [object()]} | '$end_of_table'.
+first_lookup(Tab) -> ?H:first_lookup(Tab).
+
+%% @doc `{Key, Objects}' of the key after `Key', as `ets:next_lookup/2'.
+-spec next_lookup(tab(), term()) -> {term(), [object()]} | '$end_of_table'.
+next_lookup(Tab, Key) -> ?H:next_lookup(Tab, Key).
+
+%% @doc `{Key, Objects}' of the last key, as `ets:last_lookup/1'.
+-spec last_lookup(tab()) -> {term(), [object()]} | '$end_of_table'.
+last_lookup(Tab) -> ?H:last_lookup(Tab).
+
+%% @doc `{Key, Objects}' of the key before `Key', as `ets:prev_lookup/2'.
+-spec prev_lookup(tab(), term()) -> {term(), [object()]} | '$end_of_table'.
+prev_lookup(Tab, Key) -> ?H:prev_lookup(Tab, Key).
 
 %% @doc Folds `Fun(Object, Acc)' over every object.
 -spec foldl(fun((object(), Acc) -> Acc), Acc, tab()) -> Acc.
@@ -264,16 +295,17 @@ tab2file(Tab, Filename) -> ?H:tab2file(Tab, Filename).
 -spec tab2file(tab(), file:name_all(), list()) -> ok | {error, atom()}.
 tab2file(Tab, Filename, Opts) -> ?H:tab2file(Tab, Filename, Opts).
 
-%% @doc Reads a table written by `tab2file/2,3'.
+%% @doc Reads a table written by `tab2file/2,3', or by `ets:tab2file/2,3'.
 -spec file2tab(file:name_all()) -> {ok, tab()} | {error, term()}.
 file2tab(Filename) -> ?H:file2tab(Filename).
 
-%% @doc Reads a table written by `tab2file/2,3', with options.
+%% @doc Reads a table written by `tab2file/2,3' or `ets:tab2file/2,3', with
+%% options.
 -spec file2tab(file:name_all(), list()) -> {ok, tab()} | {error, term()}.
 file2tab(Filename, Opts) -> ?H:file2tab(Filename, Opts).
 
-%% @doc What a file written by `tab2file/2,3' holds, without loading it,
-%% as `ets:tabfile_info/1'.
+%% @doc What a file written by `tab2file/2,3' (or `ets:tab2file/2,3')
+%% holds, without loading it, as `ets:tabfile_info/1'.
 -spec tabfile_info(file:name_all()) -> {ok, [{atom(), term()}]} | {error, term()}.
 tabfile_info(Filename) -> ?H:tabfile_info(Filename).
 

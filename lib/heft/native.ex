@@ -156,6 +156,7 @@ defmodule Heft.Native do
   def delete_table(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
   def give_away(_tab, _pid, _data), do: :erlang.nif_error(:heft_nif_not_loaded)
   def set_heir(_tab, _heir), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def set_protection(_tab, _protection), do: :erlang.nif_error(:heft_nif_not_loaded)
   def rename(_tab, _name), do: :erlang.nif_error(:heft_nif_not_loaded)
   def whereis(_name), do: :erlang.nif_error(:heft_nif_not_loaded)
   def all, do: :erlang.nif_error(:heft_nif_not_loaded)

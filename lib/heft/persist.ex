@@ -264,22 +264,23 @@ defmodule Heft.Persist do
     ArgumentError -> {:error, {:corrupt, "META", 0}}
   end
 
-  # After Heft.rename/2: stores the new name in META, so that Heft.open/2
-  # reopens the table under it. Raises Heft.Error if it cannot.
-  def renamed(ref, name) do
+  # After Heft.rename/2 (`:name`) and Heft.setopts/2 (`:protection`):
+  # stores the table's new `key` in META, so that Heft.open/2 reopens the
+  # table with it. Raises Heft.Error if it cannot.
+  def stored(ref, key, value) when key in [:name, :protection] do
     case Native.persist_info(ref) do
       nil -> :ok
-      %{persist: dir} -> rename_meta(ref, dir, name)
+      %{persist: dir} -> store_meta(ref, dir, key, value)
     end
   end
 
-  defp rename_meta(ref, dir, name) do
+  defp store_meta(ref, dir, key, value) do
     with {:ok, blob} <- Native.persist_meta_io(dir),
          {:ok, meta} <- decode_meta(blob),
-         :ok <- Native.persist_write_meta_io(ref, :erlang.term_to_binary(%{meta | name: name})) do
+         :ok <- Native.persist_write_meta_io(ref, :erlang.term_to_binary(%{meta | key => value})) do
       :ok
     else
-      {:error, reason} -> raise Heft.Error, reason: reason, action: "store the table's new name"
+      {:error, reason} -> raise Heft.Error, reason: reason, action: "store the table's #{key}"
     end
   end
 

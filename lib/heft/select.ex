@@ -182,7 +182,7 @@ defmodule Heft.Select do
 
     {results, source, pending} =
       if ordered,
-        do: ordered_chunk(walk, source, []),
+        do: ordered_chunk(walk, source, [], first? and match?({:keys, [_]}, source)),
         else: hash_chunk(walk, source, pending, length(pending), first?)
 
     case {results, source, pending} do
@@ -193,37 +193,51 @@ defmodule Heft.Select do
   end
 
   # {results, source, []}: `acc` holds the results so far, last first.
-  defp ordered_chunk(_walk, :done, acc), do: {Enum.reverse(acc), :done, []}
+  # ETS looks up a `lone` key the spec binds (and ends there); between
+  # several it walks, and a full chunk resumes.
+  defp ordered_chunk(_walk, :done, acc, _lone), do: {Enum.reverse(acc), :done, []}
 
-  defp ordered_chunk({ref, ms, keypos, limit} = walk, source, acc) do
-    {objects, rest, _dropped} = batch(ref, one_key_at_a_time(source))
+  defp ordered_chunk({ref, ms, keypos, limit} = walk, source, acc, lone) do
+    {objects, rest} = batch(ref, one_key_at_a_time(source))
     tagged = MatchSpec.run(objects, ms)
     wanted = limit - length(acc)
 
     if length(tagged) < wanted do
       acc = Enum.reduce(tagged, acc, fn {result, _object}, acc -> [result | acc] end)
-      ordered_chunk(walk, rest, acc)
+      ordered_chunk(walk, rest, acc, lone)
     else
       {now, _beyond} = Enum.split(tagged, wanted)
       {_, last} = List.last(now)
       results = Enum.reverse(acc, Enum.map(now, &elem(&1, 0)))
-      # A full chunk of a walk continues, even at the end of the table, as
-      # ETS's does: the next call sees keys inserted after it meanwhile.
-      {results, resume_after(ref, keypos, source, {rest, 0}, objects, last, true), []}
+
+      case resume_after(ref, keypos, source, rest, last) do
+        :done when not lone -> {results, {:keys, []}, []}
+        source -> {results, source, []}
+      end
     end
   end
 
   # {results, source, pending}: `m` holds the results gathered, `got` of
   # them, in ETS's match list order.
+  #
+  # Keys the spec binds are all looked up, whatever the limit, as ETS
+  # walks every bucket they name (erl_db_hash.c stops at a limit only
+  # between the buckets of a whole walk): the end comes with the last.
+  defp hash_chunk({ref, ms, keypos, _limit} = walk, {:keys, _} = source, m, got, first?) do
+    {objects, rest} = batch(ref, source)
+    {m, got, nil} = take_keys(MatchSpec.run(objects, ms), keypos, m, got, :all)
+    hash_chunk(walk, rest, m, got, first?)
+  end
+
   defp hash_chunk({ref, ms, keypos, limit} = walk, source, m, got, first?)
        when got < limit and source != :done do
-    {objects, rest, dropped} = batch(ref, one_key_at_a_time(source))
+    {objects, rest} = batch(ref, source)
     {m, got, stop} = take_keys(MatchSpec.run(objects, ms), keypos, m, got, limit)
 
     source =
       case stop do
         nil -> rest
-        object -> resume_after(ref, keypos, source, {rest, dropped}, objects, object, false)
+        object -> resume_after(ref, keypos, source, rest, object)
       end
 
     hash_chunk(walk, source, m, got, first?)
@@ -237,9 +251,9 @@ defmodule Heft.Select do
   defp hash_chunk(_walk, source, m, _got, _first?), do: {m, source, []}
 
   # Puts the tagged results of a batch in front of `m`, a key's at a time,
-  # up to the key that brings them to `limit`: {m, got, nil} if the batch
-  # ran out first, else {m, got, an object of that key}. A key's objects
-  # are next to each other in a batch.
+  # up to the key that brings them to `limit` (never with `:all`): {m, got,
+  # nil} if the batch ran out first, else {m, got, an object of that key}.
+  # A key's objects are next to each other in a batch.
   defp take_keys([], _keypos, m, got, _limit), do: {m, got, nil}
 
   defp take_keys([{_, object} | _] = tagged, keypos, m, got, limit) do
@@ -247,36 +261,28 @@ defmodule Heft.Select do
     {mine, others} = Enum.split_while(tagged, fn {_, o} -> elem(o, keypos - 1) === key end)
     m = Enum.map(mine, &elem(&1, 0)) ++ m
     got = got + length(mine)
-    if got >= limit, do: {m, got, object}, else: take_keys(others, keypos, m, got, limit)
+
+    if limit != :all and got >= limit,
+      do: {m, got, object},
+      else: take_keys(others, keypos, m, got, limit)
   end
 
   # Lookups one key at a time, so that a chunk can stop after any of them.
   defp one_key_at_a_time({:keys, [key | keys]}), do: {:key, key, keys}
   defp one_key_at_a_time(source), do: source
 
-  # Where a walk that used `objects` of `source` (leaving `rest`, after
-  # `dropped` records its sieve dropped past the last object) resumes when
-  # it stops after the key of `object`; at the end of the table :done,
-  # unless `past_end?`.
-  defp resume_after(_ref, _keypos, {:keys, _}, {rest, _}, _objects, _object, _past_end?),
-    do: rest
+  # Where a walk that stopped after the key of `object` resumes (`rest`:
+  # what its last batch left). Keys looked up go on with those left. A walk
+  # that filled its limit resumes even at the end of the table, as ETS's
+  # does (the next call sees keys inserted meanwhile, or that the table is
+  # gone). ETS's hash walk ends instead when the limit falls in its last
+  # bucket (erl_db_hash.c), a matter of where its hash puts the key; Heft
+  # hashes with a random key per table, so such an end would come by chance,
+  # and its walk always resumes (the next call answers :"$end_of_table").
+  defp resume_after(_ref, _keypos, {:keys, _}, rest, _object), do: rest
 
-  defp resume_after(
-         ref,
-         keypos,
-         {:scan, dir, range, _, sieve},
-         {rest, dropped},
-         objects,
-         object,
-         past_end?
-       ) do
-    key = elem(object, keypos - 1)
-
-    if rest == :done and dropped == 0 and not past_end? and
-         elem(List.last(objects), keypos - 1) === key,
-       do: :done,
-       else: {:scan, dir, range, call(key_cursor(ref, key)), sieve}
-  end
+  defp resume_after(ref, keypos, {:scan, dir, range, _, sieve}, _rest, object),
+    do: {:scan, dir, range, call(key_cursor(ref, elem(object, keypos - 1))), sieve}
 
   # ETS takes a limit that is a positive small integer (below 2^59 on a
   # 64-bit VM, 2^27 on a 32-bit one) and raises badarg for a bignum.
@@ -452,7 +458,7 @@ defmodule Heft.Select do
 
   # The next batch of objects and what is left, counted in `stats/0`.
   defp batch(ref, source) do
-    {objects, rest, dropped} = fetch(ref, source)
+    {objects, rest} = fetch(ref, source)
     kind = if match?({:scan, _, _, _, _}, source), do: :chunks, else: :lookups
 
     case Process.get(@stats) do
@@ -463,15 +469,13 @@ defmodule Heft.Select do
         :ok
     end
 
-    {objects, rest, dropped}
+    {objects, rest}
   end
 
-  # {objects, rest, dropped}: `dropped` counts the records after the last
-  # object that a sieve dropped.
   defp fetch(ref, {:scan, dir, range, cursor, nil}) do
     case walk(ref, dir, range, cursor, @chunk) do
-      {objects, :"$end_of_table"} -> {objects, :done, 0}
-      {objects, cursor} -> {objects, {:scan, dir, range, cursor, nil}, 0}
+      {objects, :"$end_of_table"} -> {objects, :done}
+      {objects, cursor} -> {objects, {:scan, dir, range, cursor, nil}}
     end
   end
 
@@ -479,18 +483,18 @@ defmodule Heft.Select do
   # (heft_core's sieve.rs); a chunk walks more of them.
   defp fetch(ref, {:scan, dir, range, cursor, sieve}) do
     case call(sieve_chunk(ref, sieve, range, cursor, @sieved_chunk, dir)) do
-      {objects, :"$end_of_table", dropped} -> {objects, :done, dropped}
-      {objects, cursor, dropped} -> {objects, {:scan, dir, range, cursor, sieve}, dropped}
+      {objects, :"$end_of_table"} -> {objects, :done}
+      {objects, cursor} -> {objects, {:scan, dir, range, cursor, sieve}}
     end
   end
 
   defp fetch(ref, {:key, key, keys}),
-    do: {call(lookup(ref, key)), if(keys == [], do: :done, else: {:keys, keys}), 0}
+    do: {call(lookup(ref, key)), if(keys == [], do: :done, else: {:keys, keys})}
 
   defp fetch(ref, {:keys, keys}) do
     {now, later} = Enum.split(keys, @chunk)
     objects = Enum.flat_map(now, fn key -> call(lookup(ref, key)) end)
-    {objects, if(later == [], do: :done, else: {:keys, later}), 0}
+    {objects, if(later == [], do: :done, else: {:keys, later})}
   end
 
   defp walk(ref, :forward, nil, cursor, size), do: call(chunk(ref, cursor, size))
@@ -503,7 +507,7 @@ defmodule Heft.Select do
   defp fold(_ref, :done, acc, _fun), do: acc
 
   defp fold(ref, source, acc, fun) do
-    {objects, source, _dropped} = batch(ref, source)
+    {objects, source} = batch(ref, source)
     fold(ref, source, fun.(objects, acc), fun)
   end
 

@@ -16,6 +16,8 @@ defmodule Heft.TabFile do
   alias Heft.Native
 
   @magic "HEFT-TAB"
+  # disk_log's magic, which begins a file ETS's tab2file wrote.
+  @ets_magic <<1, 2, 3, 4>>
   # Version 1: no dictionary frames. Version 2 (written only when the
   # table has zstd dictionaries): dictionary frames after the meta frame.
   @version 2
@@ -126,14 +128,22 @@ defmodule Heft.TabFile do
 
   ## Reading
 
-  @spec read(Path.t(), keyword) :: {:ok, Heft.tab()} | {:error, reason}
+  # A file ETS's tab2file/2,3 wrote (a disk_log) is read by
+  # Heft.EtsTabFile.
+  @spec read(Path.t(), keyword) :: {:ok, Heft.tab()} | {:error, reason | term}
   def read(filename, opts) do
-    with {:ok, io} <- :file.open(filename, [:read, :raw, :binary, {:read_ahead, 1 <<< 20}]) do
-      try do
-        read_all(io, opts)
-      after
-        :file.close(io)
+    result =
+      with {:ok, io} <- :file.open(filename, [:read, :raw, :binary, {:read_ahead, 1 <<< 20}]) do
+        try do
+          read_all(io, opts)
+        after
+          :file.close(io)
+        end
       end
+
+    case result do
+      {:error, :ets_file} -> Heft.EtsTabFile.read(filename, opts)
+      result -> result
     end
   end
 
@@ -163,8 +173,15 @@ defmodule Heft.TabFile do
 
   # The head, the meta frame and the end frame (the file's last bytes),
   # each checked; the objects frames between are not read.
-  @spec info(Path.t()) :: {:ok, keyword} | {:error, reason}
+  @spec info(Path.t()) :: {:ok, keyword} | {:error, reason | term}
   def info(filename) do
+    case heft_info(filename) do
+      {:error, :ets_file} -> Heft.EtsTabFile.info(filename)
+      result -> result
+    end
+  end
+
+  defp heft_info(filename) do
     with {:ok, io} <- :file.open(filename, [:read, :raw, :binary]) do
       try do
         with {:ok, version} <- read_head(io),
@@ -220,6 +237,7 @@ defmodule Heft.TabFile do
       {:ok, <<@magic, 0::little-16>>} -> {:error, {:corrupt, byte_size(@magic)}}
       {:ok, <<@magic, v::little-16>>} -> {:error, {:unsupported_version, v}}
       {:ok, <<@magic, _::binary>>} -> {:error, {:truncated, byte_size(@magic)}}
+      {:ok, <<@ets_magic::binary, _::binary>>} -> {:error, :ets_file}
       {:ok, _} -> {:error, :badfile}
       :eof -> {:error, :badfile}
       {:error, _} = error -> error

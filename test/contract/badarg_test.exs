@@ -551,7 +551,9 @@ defmodule Heft.Contract.BadargTest do
     t = Heft.new(:setopts_true, [])
     assert Heft.setopts(t, []) == true
     assert Heft.setopts(t, {:heir, :none}) == true
-    assert Heft.setopts(t, [{:heir, self(), :d}, {:heir, :none}]) == true
+    assert Heft.setopts(t, [{:heir, self(), :d}, {:protection, :protected}]) == true
+    # As in ETS, an option given twice is refused.
+    assert_raise ArgumentError, fn -> Heft.setopts(t, [{:heir, self(), :d}, {:heir, :none}]) end
     other = in_other_process(fn -> Heft.new(:setopts_foreign, [:public]) end)
     assert_raise ArgumentError, fn -> Heft.setopts(other, []) end
     Heft.delete(t)

@@ -248,6 +248,63 @@ defmodule Heft.Contract.OwnershipTest do
     end
   end
 
+  describe "setopts/2 of the protection" do
+    # What another process may do after the owner changes the protection
+    # from each level to each other.
+    for from <- [:public, :protected, :private], to <- [:public, :protected, :private] do
+      contract "#{from} set to #{to}: others' reads and writes follow" do
+        tab = new_with(m, [{1, 1}], [unquote(from)])
+        assert m.setopts(tab, {:protection, unquote(to)}) == true
+        assert m.info(tab, :protection) == unquote(to)
+        read = in_other_process(fn -> m.lookup(tab, 1) end)
+        write = in_other_process(fn -> m.insert(tab, {2, 2}) end)
+
+        case unquote(to) do
+          :public -> assert {{:ok, [{1, 1}]}, {:ok, true}} = {read, write}
+          :protected -> assert {{:ok, [{1, 1}]}, {:raise, ArgumentError}} = {read, write}
+          :private -> assert {{:raise, ArgumentError}, {:raise, ArgumentError}} = {read, write}
+        end
+      end
+    end
+
+    contract "a list of options; a bad one, or one given twice, sets none" do
+      tab = new(m, [:private])
+      assert m.setopts(tab, [{:heir, self(), :data}, {:protection, :protected}])
+      assert {m.info(tab, :protection), m.info(tab, :heir)} == {:protected, self()}
+
+      assert_raise ArgumentError, fn ->
+        m.setopts(tab, [{:protection, :public}, {:protection}])
+      end
+
+      assert_raise ArgumentError, fn -> m.setopts(tab, [{:protection, :public}, :x]) end
+
+      assert_raise ArgumentError, fn ->
+        m.setopts(tab, [{:protection, :public}, {:protection, :private}])
+      end
+
+      assert_raise ArgumentError, fn -> m.setopts(tab, [{:heir, :none}, {:heir, :none}]) end
+      assert {m.info(tab, :protection), m.info(tab, :heir)} == {:protected, self()}
+
+      for bad <- [
+            {:protection},
+            {:protection, false},
+            {:protection, :private, false},
+            :protection
+          ] do
+        assert_raise ArgumentError, fn -> m.setopts(tab, bad) end
+      end
+    end
+
+    contract "only the owner may change it, even of a public table" do
+      tab = new(m, [:public])
+
+      assert {:raise, ArgumentError} =
+               in_other_process(fn -> m.setopts(tab, {:protection, :private}) end)
+
+      assert m.info(tab, :protection) == :public
+    end
+  end
+
   describe "named tables across processes" do
     contract "other processes reach a named table by name; whereis agrees" do
       name = unique_name()

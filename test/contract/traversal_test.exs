@@ -64,6 +64,60 @@ defmodule Heft.Contract.TraversalTest do
     assert m.tab2list(tab) == [{:"$end_of_table", :stored}]
   end
 
+  for type <- [:set, :ordered_set, :bag, :duplicate_bag] do
+    contract "#{type}: next/2 and prev/2 of :\"$end_of_table\" raise, unless a set or bag holds it" do
+      tab = new_with(m, [{1}, {:a}], [unquote(type)])
+      assert_raise ArgumentError, fn -> m.next(tab, :"$end_of_table") end
+      assert_raise ArgumentError, fn -> m.prev(tab, :"$end_of_table") end
+      m.insert(tab, {:"$end_of_table"})
+
+      if unquote(type) == :ordered_set do
+        assert_raise ArgumentError, fn -> m.next(tab, :"$end_of_table") end
+        assert_raise ArgumentError, fn -> m.prev(tab, :"$end_of_table") end
+      else
+        assert m.next(tab, :"$end_of_table") in [1, :a, :"$end_of_table"]
+        assert m.prev(tab, :"$end_of_table") == m.next(tab, :"$end_of_table")
+      end
+    end
+  end
+
+  for type <- [:set, :ordered_set, :bag, :duplicate_bag] do
+    contract "#{type}: first_lookup/next_lookup and last_lookup/prev_lookup walk keys with their objects",
+      functions: [first_lookup: 1, next_lookup: 2, last_lookup: 1, prev_lookup: 2] do
+      objects = for i <- 1..50, j <- 1..2, do: {i, j}
+      tab = new_with(m, objects, [unquote(type)])
+
+      for {first, step} <- [
+            {&m.first_lookup/1, &m.next_lookup/2},
+            {&m.last_lookup/1, &m.prev_lookup/2}
+          ] do
+        walk =
+          Stream.unfold(first.(tab), fn
+            :"$end_of_table" -> nil
+            {key, _objs} = item -> {item, step.(tab, key)}
+          end)
+          |> Enum.to_list()
+
+        assert length(walk) == 50
+
+        assert Enum.all?(walk, fn {key, objs} ->
+                 Enum.sort(objs) == Enum.sort(m.lookup(tab, key))
+               end)
+
+        assert Enum.sort(Enum.flat_map(walk, &elem(&1, 1))) == Enum.sort(m.tab2list(tab))
+      end
+
+      assert m.first_lookup(new(m, [unquote(type)])) == :"$end_of_table"
+    end
+  end
+
+  contract "first_lookup/1 of a table whose only key is :\"$end_of_table\"",
+    functions: [first_lookup: 1, next_lookup: 2] do
+    tab = new_with(m, {:"$end_of_table", :x})
+    assert m.first_lookup(tab) == {:"$end_of_table", [{:"$end_of_table", :x}]}
+    assert m.next_lookup(tab, :"$end_of_table") == :"$end_of_table"
+  end
+
   contract "foldl: an exception raised by the fun propagates" do
     tab = new_with(m, [{1}, {2}])
     assert_raise RuntimeError, "boom", fn -> m.foldl(fn _, _ -> raise "boom" end, 0, tab) end

@@ -273,4 +273,63 @@ defmodule Heft.Contract.UpdateTest do
       assert m.lookup(tab, :k) == [{:k, 0}]
     end
   end
+
+  # ETS has these from OTP 26 (lookup_element/4) and 27 (update_element/4);
+  # Heft on every release. On an older VM the :ets side is skipped.
+  describe "update_element/4 (default object)" do
+    contract "missing key: the default, its key replaced, is inserted updated",
+      functions: [update_element: 4] do
+      tab = new_with(m, {:k, 1, 2})
+      assert m.update_element(tab, :m1, {2, :x}, {:a, :b, :c}) == true
+      assert m.lookup(tab, :m1) == [{:m1, :x, :c}]
+      assert m.update_element(tab, :m2, [{2, :x}, {3, :y}, {2, :z}], {:a, :b, :c}) == true
+      assert m.lookup(tab, :m2) == [{:m2, :z, :y}]
+      assert m.update_element(tab, :m3, [], {:a, :b}) == true
+      assert m.lookup(tab, :m3) == [{:m3, :b}]
+    end
+
+    contract "existing key: updated, the default ignored (even a short one)",
+      functions: [update_element: 4] do
+      tab = new_with(m, {:k, 1, 2})
+      assert m.update_element(tab, :k, {2, :y}, {}) == true
+      assert m.update_element(tab, :k, {3, :z}, {:a, :b}) == true
+      assert m.lookup(tab, :k) == [{:k, :y, :z}]
+    end
+
+    contract "a default that does not fit, or is no tuple, raises and inserts nothing",
+      functions: [update_element: 4] do
+      tab = new_with(m, {:k, 1, 2})
+      assert_raise ArgumentError, fn -> m.update_element(tab, :m, {3, :x}, {:a, :b}) end
+      assert_raise ArgumentError, fn -> m.update_element(tab, :m, {1, :x}, {:a, :b}) end
+      assert_raise ArgumentError, fn -> m.update_element(tab, :m, {2, :x}, :nope) end
+      assert_raise ArgumentError, fn -> m.update_element(tab, :k, {2, :x}, :nope) end
+      assert m.tab2list(tab) == [{:k, 1, 2}]
+    end
+
+    contract "a bag raises", functions: [update_element: 4] do
+      tab = new_with(m, {:k, 1}, [:bag])
+      assert_raise ArgumentError, fn -> m.update_element(tab, :k, {2, 0}, {:a, :b}) end
+      assert_raise ArgumentError, fn -> m.update_element(tab, :m, {2, 0}, {:a, :b}) end
+    end
+  end
+
+  describe "lookup_element/4 (default)" do
+    contract "the default for a missing key, whatever the position",
+      functions: [lookup_element: 4] do
+      tab = new_with(m, {:k, 1, 2})
+      assert m.lookup_element(tab, :k, 2, :def) == 1
+      assert m.lookup_element(tab, :nokey, 2, :def) == :def
+      assert m.lookup_element(tab, :nokey, 99, :def) == :def
+      assert_raise ArgumentError, fn -> m.lookup_element(tab, :k, 99, :def) end
+      assert_raise ArgumentError, fn -> m.lookup_element(tab, :nokey, 0, :def) end
+      assert_raise ArgumentError, fn -> m.lookup_element(tab, :nokey, :x, :def) end
+    end
+
+    contract "a bag answers a list; one short object raises", functions: [lookup_element: 4] do
+      tab = new_with(m, [{:k, 1}, {:k, 2, 3}, {:one, 1}], [:bag])
+      assert Enum.sort(m.lookup_element(tab, :k, 2, :d)) == [1, 2]
+      assert m.lookup_element(tab, :one, 2, :d) == [1]
+      assert_raise ArgumentError, fn -> m.lookup_element(tab, :k, 3, :d) end
+    end
+  end
 end

@@ -113,6 +113,21 @@ defmodule Heft.PersistTest do
     :ok = Heft.close(u)
   end
 
+  test "setopts/2 stores the protection: open/2 reopens the table with it", ctx do
+    d = dir(ctx)
+    t = Heft.new(:guarded, persist: d)
+    assert Heft.setopts(t, {:protection, :private}) == true
+    :ok = Heft.close(t)
+    {:ok, t} = Heft.open(d)
+    assert Heft.info(t, :protection) == :private
+    assert %ArgumentError{} = Task.async(fn -> catch_error(Heft.lookup(t, 1)) end) |> Task.await()
+    assert Heft.setopts(t, [{:protection, :public}, {:heir, :none}]) == true
+    :ok = Heft.close(t)
+    {:ok, t} = Heft.open(d)
+    assert Heft.info(t, :protection) == :public
+    :ok = Heft.close(t)
+  end
+
   test "new/2 on a directory holding a table loads it; type and keypos must match", ctx do
     d = dir(ctx)
     t = Heft.new(:a, persist: d)

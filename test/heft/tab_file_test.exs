@@ -222,4 +222,134 @@ defmodule Heft.TabFileTest do
       assert Heft.file2tab(path) == {:error, {:corrupt, byte_size(bytes)}}
     end
   end
+
+  describe "files ETS's tab2file wrote" do
+    # Each file is read by :ets.file2tab/2 of this VM and by Heft: same
+    # answer, same objects, same options.
+    defp ets_file(dir, objects, opts, tab2file_opts \\ []) do
+      path = Path.join(dir, "ets-#{System.unique_integer([:positive])}.tab")
+      e = :ets.new(:ets_written, opts)
+      :ets.insert(e, objects)
+      assert :ets.tab2file(e, String.to_charlist(path), tab2file_opts) == :ok
+      :ets.delete(e)
+      path
+    end
+
+    # Both readers' answers to `path`, compared; the tables are deleted.
+    defp both_read(path, opts \\ []) do
+      ets = :ets.file2tab(String.to_charlist(path), opts)
+      heft = Heft.file2tab(path, opts)
+
+      case {ets, heft} do
+        {{:ok, e}, {:ok, h}} ->
+          assert Enum.sort(Heft.tab2list(h)) == Enum.sort(:ets.tab2list(e))
+
+          for item <- [:name, :named_table, :type, :keypos, :protection],
+              do: assert(Heft.info(h, item) == :ets.info(e, item), "#{item}")
+
+          :ets.delete(e)
+          Heft.delete(h)
+          :ok
+
+        {{:error, r}, {:error, r}} ->
+          {:error, r}
+
+        other ->
+          flunk("ETS and Heft disagree on #{path}: #{inspect(other)}")
+      end
+    end
+
+    test "every table type and option, with and without extended info", %{tmp_dir: dir} do
+      objects = for i <- 1..700, do: {i, "v#{i}", {:rec, [i]}, %{i: i}}
+
+      for type <- [:set, :ordered_set, :bag, :duplicate_bag],
+          opts <- [[], [:named_table, :private, {:keypos, 2}], [:public, :compressed]],
+          ext <- [[], [:object_count], [:md5sum], [:object_count, :md5sum]],
+          verify <- [false, true] do
+        path = ets_file(dir, objects, [type | opts], extended_info: ext)
+        assert both_read(path, verify: verify) == :ok, "#{type} #{inspect(opts)} #{inspect(ext)}"
+        assert Heft.tabfile_info(path) == :ets.tabfile_info(String.to_charlist(path))
+      end
+    end
+
+    test "an empty table", %{tmp_dir: dir} do
+      assert both_read(ets_file(dir, [], [:set]), verify: true) == :ok
+    end
+
+    test "a named table whose name is taken", %{tmp_dir: dir} do
+      path = ets_file(dir, [{1}], [:named_table])
+      e = :ets.new(:ets_written, [:named_table])
+      h = Heft.new(:ets_written, [:named_table])
+      assert both_read(path) == {:error, :cannot_create_table}
+      :ets.delete(e)
+      Heft.delete(h)
+    end
+
+    # Rewrites the file's terms with `fun` (a list: header, objects..., end).
+    defp rewrite(path, fun) do
+      log = make_ref()
+      file = String.to_charlist(path)
+      {:ok, ^log} = :disk_log.open(name: log, file: file, mode: :read_only)
+      terms = all_terms(log, :start, [])
+      :ok = :disk_log.close(log)
+      File.rm!(path)
+      {:ok, ^log} = :disk_log.open(name: log, file: file, mode: :read_write)
+      :ok = :disk_log.log_terms(log, fun.(terms))
+      :ok = :disk_log.close(log)
+    end
+
+    defp all_terms(log, cont, acc) do
+      case :disk_log.chunk(log, cont) do
+        :eof -> acc
+        {cont, terms} -> all_terms(log, cont, acc ++ terms)
+      end
+    end
+
+    test "a lost object: a count error only when verifying", %{tmp_dir: dir} do
+      objects = for i <- 1..10, do: {i, Integer.to_string(i)}
+
+      for ext <- [[], [:object_count]] do
+        path = ets_file(dir, objects, [:set], extended_info: ext)
+        rewrite(path, fn [header | rest] -> [header | List.keydelete(rest, 8, 0)] end)
+        assert both_read(path) == :ok
+        assert both_read(path, verify: true) == {:error, :invalid_object_count}
+      end
+    end
+
+    test "a changed object: a checksum error only when verifying", %{tmp_dir: dir} do
+      path = ets_file(dir, for(i <- 1..10, do: {i, "#{i}"}), [:set], extended_info: [:md5sum])
+      rewrite(path, fn [header | rest] -> [header | List.keyreplace(rest, 8, 0, {8, "9"})] end)
+      assert both_read(path) == :ok
+      assert both_read(path, verify: true) == {:error, :checksum_error}
+    end
+
+    test "a header without a mandatory item is a bad file", %{tmp_dir: dir} do
+      path = ets_file(dir, [{:a, 1}, {:b, 2}], [:set])
+
+      rewrite(path, fn [header | rest] ->
+        [header |> Tuple.to_list() |> List.keydelete(:protection, 0) |> List.to_tuple() | rest]
+      end)
+
+      assert both_read(path) == {:error, :badfile}
+      assert Heft.tabfile_info(path) == {:error, :badfile}
+      assert :ets.tabfile_info(String.to_charlist(path)) == {:error, :badfile}
+      assert :disk_log.all() == []
+    end
+
+    test "damaged bytes: loaded around when not verifying, refused when verifying",
+         %{tmp_dir: dir} do
+      objects = for i <- 1..10_000, do: {i, Integer.to_string(i)}
+      path = ets_file(dir, objects, [:set], extended_info: [:md5sum])
+      good = File.read!(path)
+
+      for at <- 700..800//10 do
+        <<before::binary-size(at), byte, rest::binary>> = good
+        File.write!(path, <<before::binary, rem(byte + 1, 255), rest::binary>>)
+        assert {:error, _} = Heft.file2tab(path, verify: true)
+        assert {:error, _} = :ets.file2tab(String.to_charlist(path), verify: true)
+      end
+
+      assert :disk_log.all() == []
+    end
+  end
 end

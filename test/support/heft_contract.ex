@@ -42,8 +42,18 @@ defmodule Heft.Contract do
   uses both backends at once (then the :ets variant waits for Heft too).
   """
   def skip_reason(:ets, requirements) do
-    if requirements[:needs_heft] && not heft_available?() do
-      "needs both backends, and Heft.new/2 is not implemented yet"
+    functions = Keyword.get(requirements, :functions, [])
+
+    cond do
+      requirements[:needs_heft] && not heft_available?() ->
+        "needs both backends, and Heft.new/2 is not implemented yet"
+
+      (missing = Enum.reject(functions, fn {f, a} -> function_exported?(:ets, f, a) end)) != [] ->
+        "the ETS of OTP #{System.otp_release()} has no " <>
+          Enum.map_join(missing, ", ", fn {f, a} -> "#{f}/#{a}" end)
+
+      true ->
+        nil
     end
   end
 

@@ -312,6 +312,18 @@ fn set_heir<'a>(env: Env<'a>, tab: Term<'a>, heir: Term<'a>) -> NifResult<bool> 
     Ok(true)
 }
 
+/// Sets the table's protection (`setopts/2`'s `{protection, p}`): owner
+/// only.
+#[rustler::nif]
+fn set_protection<'a>(env: Env<'a>, tab: Term<'a>, protection: Atom) -> NifResult<bool> {
+    let t = resolve(tab)?;
+    if !t.caller_is_owner(env) {
+        return Err(badarg("only the owner may set the table's protection"));
+    }
+    t.set_protection(protection_of(protection)?);
+    Ok(true)
+}
+
 /// Renames the table. A named table answers with its new name; an unnamed
 /// one (whose name only shows in info/1) with its identifier, as in ETS.
 #[rustler::nif]
@@ -380,7 +392,7 @@ fn info<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
         (atoms::heir().encode(env), heir),
         (
             atoms::protection().encode(env),
-            protection_atom(t.protection).encode(env),
+            protection_atom(t.protection()).encode(env),
         ),
         (atoms::keypos().encode(env), t.keypos.encode(env)),
         (atoms::size().encode(env), s.size.encode(env)),

@@ -177,7 +177,7 @@ pub(crate) fn open<'a>(
         t.may_read(env)
     };
     if !allowed {
-        return Err(badarg(match t.protection {
+        return Err(badarg(match t.protection() {
             Protection::Private => "the table is private: only its owner may read or write it",
             _ => "the table is protected: only its owner may write to it",
         }));
@@ -1031,9 +1031,8 @@ fn key_range<'a>(
 /// A chunk of a select's walk (lib/heft/select.ex): as `chunk` and
 /// `range_chunk` (`range` `nil` or `{lo, hi}`, `dir` `:forward` or
 /// `:backward`), keeping only the records `sieve` keeps (crate::sieve),
-/// so that the others are never decoded. `{objects, cursor, dropped}`:
-/// `dropped` counts the records after the last one kept that the sieve
-/// dropped. (A NIF's arguments, one a parameter.)
+/// so that the others are never decoded: `{objects, cursor}`. (A NIF's
+/// arguments, one a parameter.)
 #[allow(clippy::too_many_arguments)]
 fn sieve_chunk_impl<'a>(
     env: Env<'a>,
@@ -1096,24 +1095,25 @@ fn sieve_scan<'a>(
         return chunk_of(env, sched, &t, &range, cursor, max, dir, Some(&sieve));
     }
     let mut matched = 0u64;
-    let (records, next, _dropped) = sieved(
-        env,
-        sched,
-        &t,
-        &range,
-        cursor,
-        max,
-        dir,
-        &sieve,
-        |judged| match judged {
-            Judgement::Matches => {
-                matched += 1;
-                false
-            }
-            Judgement::Maybe => true,
-            Judgement::Drops => false,
-        },
-    )?;
+    let (records, next) =
+        sieved(
+            env,
+            sched,
+            &t,
+            &range,
+            cursor,
+            max,
+            dir,
+            &sieve,
+            |judged| match judged {
+                Judgement::Matches => {
+                    matched += 1;
+                    false
+                }
+                Judgement::Maybe => true,
+                Judgement::Drops => false,
+            },
+        )?;
     Ok((matched, records, next).encode(env))
 }
 
@@ -1130,8 +1130,8 @@ fn chunk_of<'a>(
 ) -> NifResult<Term<'a>> {
     if let Some(sieve) = sieve {
         let keep = |judged| judged != Judgement::Drops;
-        let (records, next, dropped) = sieved(env, sched, t, range, cursor, max, dir, sieve, keep)?;
-        return Ok((records, next, dropped).encode(env));
+        let (records, next) = sieved(env, sched, t, range, cursor, max, dir, sieve, keep)?;
+        return Ok((records, next).encode(env));
     }
     let max = chunk_size(max)?;
     let after = decode_cursor(cursor)?;
@@ -1166,8 +1166,8 @@ fn chunk_size(max: Term) -> NifResult<usize> {
 
 /// A chunk of the walk with the sieve run as it reads each record, under
 /// the table's read lock: only the records `copy` asks for (given the
-/// sieve's judgement) are copied and decoded. The decoded records, where
-/// to resume, and how many records after the last one copied were not.
+/// sieve's judgement) are copied and decoded. The decoded records and
+/// where to resume.
 #[allow(clippy::too_many_arguments)]
 fn sieved<'a>(
     env: Env<'a>,
@@ -1179,7 +1179,7 @@ fn sieved<'a>(
     dir: Direction,
     sieve: &Sieve,
     mut copy: impl FnMut(Judgement) -> bool,
-) -> NifResult<(Vec<Term<'a>>, Term<'a>, usize)> {
+) -> NifResult<(Vec<Term<'a>>, Term<'a>)> {
     let max = chunk_size(max)?;
     let after = decode_cursor(cursor)?;
     with_buf(|buf, scratch| {
@@ -1204,7 +1204,7 @@ fn sieved<'a>(
             }
         };
         let budget = sched.decode_budget();
-        let (next, dropped) = t
+        let next = t
             .core
             .chunk_kept(dir, range, after.as_ref(), max, budget, buf, &mut keep)
             .map_err(errors::core)?;
@@ -1213,7 +1213,7 @@ fn sieved<'a>(
         for it in buf.items() {
             records.push(decode_item(env, t, buf, it, scratch)?);
         }
-        Ok((records, encode_cursor(env, next), dropped))
+        Ok((records, encode_cursor(env, next)))
     })
 }
 

@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, LazyLock, Mutex as StdMutex};
 
@@ -58,6 +58,7 @@ mod atoms {
 
 /// Who may read and write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub enum Protection {
     /// Any process reads and writes.
     Public,
@@ -65,6 +66,16 @@ pub enum Protection {
     Protected,
     /// Only the owner reads and writes.
     Private,
+}
+
+impl Protection {
+    fn from_u8(b: u8) -> Protection {
+        match b {
+            0 => Protection::Public,
+            1 => Protection::Protected,
+            _ => Protection::Private,
+        }
+    }
 }
 
 /// The heir and the data it receives with the table.
@@ -248,7 +259,8 @@ pub struct TableRes {
     pub core: CoreArc<Table>,
     pub atoms: AtomCache,
     pub keypos: usize,
-    pub protection: Protection,
+    /// A [`Protection`], which `setopts/2` may change.
+    protection: AtomicU8,
     pub backing: Backing,
     /// The owner, as its `ErlNifPid` word ([`pid_word`]): read by every
     /// call, which a lock's two atomic read-modify-writes made slower by
@@ -288,7 +300,7 @@ impl TableRes {
             core,
             atoms,
             keypos,
-            protection,
+            protection: AtomicU8::new(protection as u8),
             backing,
             owner: AtomicUsize::new(pid_word(owner)),
             deleted: AtomicBool::new(false),
@@ -360,14 +372,24 @@ impl TableRes {
         env.pid() == self.owner()
     }
 
+    /// Who may read and write.
+    pub fn protection(&self) -> Protection {
+        Protection::from_u8(self.protection.load(Ordering::Acquire))
+    }
+
+    /// Changes who may read and write (`setopts/2`; owner only).
+    pub fn set_protection(&self, p: Protection) {
+        self.protection.store(p as u8, Ordering::Release);
+    }
+
     /// May the caller read?
     pub fn may_read(&self, env: Env) -> bool {
-        self.protection != Protection::Private || self.caller_is_owner(env)
+        self.protection() != Protection::Private || self.caller_is_owner(env)
     }
 
     /// May the caller write?
     pub fn may_write(&self, env: Env) -> bool {
-        self.protection == Protection::Public || self.caller_is_owner(env)
+        self.protection() == Protection::Public || self.caller_is_owner(env)
     }
 }
 

@@ -1403,15 +1403,13 @@ impl Table {
         out: &mut RecordBuf,
     ) -> Result<Option<Cursor>, Error> {
         let every = &mut |_: &Stored| Kept::Yes { read_body: false };
-        let (next, _) = self.chunk_kept(dir, range, after, max_records, max_raw, out, every)?;
-        Ok(next)
+        self.chunk_kept(dir, range, after, max_records, max_raw, out, every)
     }
 
     /// [`Table::chunk_range`] that copies only the records `keep` keeps:
     /// the others are walked (and counted against `max_records`, and
     /// against `max_raw` by their key and, where `keep` read it, their
-    /// body) but not copied. Returns where to resume and how many records
-    /// after the last one copied were dropped. `keep` runs under the
+    /// body) but not copied. Returns where to resume. `keep` runs under the
     /// table's read lock.
     #[allow(clippy::too_many_arguments)]
     pub fn chunk_kept(
@@ -1423,7 +1421,7 @@ impl Table {
         max_raw: usize,
         out: &mut RecordBuf,
         keep: &mut dyn FnMut(&Stored) -> Kept,
-    ) -> Result<(Option<Cursor>, usize), Error> {
+    ) -> Result<Option<Cursor>, Error> {
         let st = self.read()?;
         let names = self.names();
         let ord = order(&names);
@@ -1468,7 +1466,7 @@ impl Table {
             }
         }
         let first = out.len();
-        let (mut raw, mut walked, mut dropped) = (0usize, 0usize, 0usize);
+        let (mut raw, mut walked) = (0usize, 0usize);
         // The location of the last record walked, kept or not.
         let mut last: Option<u64> = None;
         while let Some(pos) = p {
@@ -1484,11 +1482,9 @@ impl Table {
                 Kept::Yes { read_body } => {
                     raw += if read_body { 2 * h.raw_len } else { h.raw_len };
                     st.copy_out(pos, out);
-                    dropped = 0;
                 }
                 Kept::No { read_body } => {
                     raw += if read_body { h.raw_len } else { 0 };
-                    dropped += 1;
                 }
             }
             walked += 1;
@@ -1504,18 +1500,15 @@ impl Table {
             out.reverse_runs(first);
         }
         if p.is_none() {
-            return Ok((None, dropped));
+            return Ok(None);
         }
-        Ok((
-            last.map(|l| {
-                let key = st.key_at(l);
-                Cursor {
-                    hash: e.hash_of(key),
-                    key: key.to_vec(),
-                }
-            }),
-            dropped,
-        ))
+        Ok(last.map(|l| {
+            let key = st.key_at(l);
+            Cursor {
+                hash: e.hash_of(key),
+                key: key.to_vec(),
+            }
+        }))
     }
 
     /// Copies into `out` the record that gives the key at one end of the
