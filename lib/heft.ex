@@ -878,21 +878,14 @@ defmodule Heft do
   """
   @spec update_element(tab, term, {pos_integer, term} | [{pos_integer, term}], tuple) :: true
   def update_element(tab, key, element_spec, default) when is_tuple(default) do
+    # OTP 29's ETS checks the default even when the key exists.
+    if Heft.VM.fact(:update_default_checked), do: fitting_default!(tab, element_spec, default)
+
     if update_element(tab, key, element_spec) do
       true
     else
-      keypos = info(tab, :keypos)
+      keypos = fitting_default!(tab, element_spec, default)
       specs = List.wrap(element_spec)
-
-      fits? = fn
-        {p, _} -> is_integer(p) and p >= 1 and p <= tuple_size(default) and p != keypos
-        _ -> false
-      end
-
-      if tuple_size(default) < keypos or not Enum.all?(specs, fits?) do
-        raise ArgumentError,
-              "update_element/4: the default #{inspect(default)} does not fit #{inspect(element_spec)}"
-      end
 
       object =
         Enum.reduce(specs, put_elem(default, keypos - 1, key), fn {p, v}, o ->
@@ -905,6 +898,23 @@ defmodule Heft do
 
   def update_element(_tab, _key, _element_spec, default),
     do: raise(ArgumentError, "update_element/4 needs a default tuple, got: #{inspect(default)}")
+
+  # The table's keypos, once `default` is known to fit `element_spec`.
+  defp fitting_default!(tab, element_spec, default) do
+    keypos = info(tab, :keypos)
+
+    fits? = fn
+      {p, _} -> is_integer(p) and p >= 1 and p <= tuple_size(default) and p != keypos
+      _ -> false
+    end
+
+    if tuple_size(default) < keypos or not Enum.all?(List.wrap(element_spec), fits?) do
+      raise ArgumentError,
+            "update_element/4: the default #{inspect(default)} does not fit #{inspect(element_spec)}"
+    end
+
+    keypos
+  end
 
   @doc """
   The first key of a walk over the table, or `:"$end_of_table"`: the

@@ -21,6 +21,9 @@ defmodule Heft.VM do
   #                         key are folded, then badarg: OTP 27's ordered_set)
   #   heir_without_data     {:heir, pid} is an option of new/2 and
   #                         setopts/2 (OTP 29)
+  #   update_default_checked  update_element/4 refuses a default that does
+  #                         not fit even when the key exists (OTP 29; OTP
+  #                         27 ignores it then)
   #
   # A persistent table records the rules that shape its stored keys
   # (neg_zero_is_zero) in its files, so that a table written under one rule
@@ -34,7 +37,8 @@ defmodule Heft.VM do
           bag_batch_reversed: boolean,
           map_key_is_pattern: boolean,
           fold_end_of_table: %{hash: fold, ordered: fold},
-          heir_without_data: boolean
+          heir_without_data: boolean,
+          update_default_checked: boolean
         }
   @type fold :: :stop | :visit | :raise
 
@@ -84,7 +88,8 @@ defmodule Heft.VM do
         hash: fold_end_of_table(:set),
         ordered: fold_end_of_table(:ordered_set)
       },
-      heir_without_data: heir_without_data?()
+      heir_without_data: heir_without_data?(),
+      update_default_checked: update_default_checked?()
     }
   end
 
@@ -96,6 +101,20 @@ defmodule Heft.VM do
     after
       :ets.delete(t)
     end
+  end
+
+  defp update_default_checked? do
+    with_table([:set], fn t ->
+      :ets.insert(t, {:k, 1})
+
+      try do
+        apply(:ets, :update_element, [t, :k, {2, :y}, {}])
+        false
+      rescue
+        ArgumentError -> true
+        UndefinedFunctionError -> false
+      end
+    end)
   end
 
   defp bag_batch_reversed? do

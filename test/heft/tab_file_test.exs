@@ -343,7 +343,7 @@ defmodule Heft.TabFileTest do
       good = File.read!(path)
 
       for at <- 700..800//10 do
-        <<before::binary-size(at), byte, rest::binary>> = good
+        {before, <<byte, rest::binary>>} = :erlang.split_binary(good, at)
         File.write!(path, <<before::binary, rem(byte + 1, 255), rest::binary>>)
         assert {:error, _} = Heft.file2tab(path, verify: true)
         assert {:error, _} = :ets.file2tab(String.to_charlist(path), verify: true)
