@@ -869,8 +869,8 @@ defmodule Heft do
   tuple, its key element replaced by `key`) with the elements replaced,
   as `:ets.update_element/4` (OTP 27+). Returns `true`. Raises
   `ArgumentError` as `update_element/3` does, if `default` is not a tuple,
-  and, when it is inserted, if it has no element at the keypos or at a
-  position to replace.
+  and, when it is inserted (on OTP 29 always, as its ETS does), if it has
+  no element at the keypos or at a position to replace.
 
   Atomic as ETS's: either the object of the key was updated, or no object
   had the key and the updated default was inserted (`insert_new/2`; if
