@@ -869,8 +869,9 @@ defmodule Heft do
   tuple, its key element replaced by `key`) with the elements replaced,
   as `:ets.update_element/4` (OTP 27+). Returns `true`. Raises
   `ArgumentError` as `update_element/3` does, if `default` is not a tuple,
-  and, when it is inserted (on OTP 29 always, as its ETS does), if it has
-  no element at the keypos or at a position to replace.
+  and, when it is inserted, if it has no element at the keypos or at a
+  position to replace (on OTP 29, as its ETS, one without an element at
+  the keypos raises even when the key exists).
 
   Atomic as ETS's: either the object of the key was updated, or no object
   had the key and the updated default was inserted (`insert_new/2`; if
@@ -878,8 +879,11 @@ defmodule Heft do
   """
   @spec update_element(tab, term, {pos_integer, term} | [{pos_integer, term}], tuple) :: true
   def update_element(tab, key, element_spec, default) when is_tuple(default) do
-    # OTP 29's ETS checks the default even when the key exists.
-    if Heft.VM.fact(:update_default_checked), do: fitting_default!(tab, element_spec, default)
+    # OTP 29's ETS checks that the default holds a key even when the key
+    # exists.
+    if Heft.VM.fact(:update_default_checked) and tuple_size(default) < info(tab, :keypos) do
+      raise ArgumentError, "update_element/4: the default #{inspect(default)} has no key element"
+    end
 
     if update_element(tab, key, element_spec) do
       true

@@ -21,9 +21,9 @@ defmodule Heft.VM do
   #                         key are folded, then badarg: OTP 27's ordered_set)
   #   heir_without_data     {:heir, pid} is an option of new/2 and
   #                         setopts/2 (OTP 29)
-  #   update_default_checked  update_element/4 refuses a default that does
-  #                         not fit even when the key exists (OTP 29; OTP
-  #                         27 ignores it then)
+  #   update_default_checked  update_element/4 refuses a default without
+  #                         an element at the keypos even when the key
+  #                         exists (OTP 29; OTP 27 ignores it then)
   #
   # A persistent table records the rules that shape its stored keys
   # (neg_zero_is_zero) in its files, so that a table written under one rule
