@@ -632,9 +632,31 @@ defmodule Heft.MatchSpec do
   @spec sieve(t, pos_integer) :: nil | [[tuple]]
   def sieve(spec, _keypos) do
     clauses = for clause <- spec, (tests = clause_tests(clause)) != :never, do: tests
-    if Enum.any?(clauses, &(&1 in [:all, []])), do: nil, else: clauses
+
+    if Enum.any?(clauses, &(&1 == :all or match?({[], _}, &1))),
+      do: nil,
+      else: Enum.map(clauses, &elem(&1, 0))
   end
 
+  @doc false
+  # Whether `sieve/2` states `spec` whole: every clause's body is `true`,
+  # its head a tuple of variables, `:_`, scalar literals (atoms, numbers,
+  # binaries, `[]`) and such tuples, and each of its guards a conjunction
+  # of tests `sieve/2` makes (comparisons of a head variable with a scalar
+  # constant, `=:=` of two head variables, type tests). Then a record the
+  # sieve finds matching for certain (heft_core's sieve.rs, `judge`) is
+  # one the spec returns `true` for.
+  @spec exact?(t) :: boolean
+  def exact?(spec) do
+    spec != [] and
+      Enum.all?(spec, fn
+        {_head, _guards, [true]} = clause -> match?({_tests, true}, clause_tests(clause))
+        _ -> false
+      end)
+  end
+
+  # :all (the head matches any object), :never (no tuple), or
+  # {tests, exact}: `exact` when the tests say all the head and guards say.
   defp clause_tests({head, guards, _body}) do
     cond do
       head == :_ or variable?(head) ->
@@ -644,37 +666,43 @@ defmodule Heft.MatchSpec do
         :never
 
       true ->
-        {tests, vars} = head_tests(head, [], %{})
-        tests ++ Enum.flat_map(guards, &guard_tests(&1, vars))
+        {tests, vars, exact} = head_tests(head, [], %{})
+
+        Enum.reduce(guards, {tests, exact}, fn guard, {tests, exact} ->
+          {more, whole} = guard_tests(guard, vars)
+          {tests ++ more, exact and whole}
+        end)
     end
   end
 
-  # {tests, vars}: `vars` maps a variable to the path of its first place.
-  defp head_tests(:_, _path, vars), do: {[], vars}
+  # {tests, vars, exact}: `vars` maps a variable to the path of its first
+  # place; `exact` when the tests say all the pattern says.
+  defp head_tests(:_, _path, vars), do: {[], vars, true}
 
   defp head_tests(t, path, vars) when is_tuple(t) do
     t
     |> Tuple.to_list()
     |> Enum.with_index()
-    |> Enum.reduce({[{:arity, path, tuple_size(t)}], vars}, fn {e, i}, {tests, vars} ->
-      {more, vars} = head_tests(e, path ++ [i], vars)
-      {tests ++ more, vars}
+    |> Enum.reduce({[{:arity, path, tuple_size(t)}], vars, true}, fn {e, i},
+                                                                     {tests, vars, exact} ->
+      {more, vars, whole} = head_tests(e, path ++ [i], vars)
+      {tests ++ more, vars, exact and whole}
     end)
   end
 
   defp head_tests(a, path, vars) when is_atom(a) do
     cond do
-      variable?(a) and Map.has_key?(vars, a) -> {[{:same, path, vars[a]}], vars}
-      variable?(a) -> {[], Map.put(vars, a, path)}
-      dollar?(a) -> {[], vars}
-      true -> {[{:cmp, path, :"=:=", a}], vars}
+      variable?(a) and Map.has_key?(vars, a) -> {[{:same, path, vars[a]}], vars, true}
+      variable?(a) -> {[], Map.put(vars, a, path), true}
+      dollar?(a) -> {[], vars, false}
+      true -> {[{:cmp, path, :"=:=", a}], vars, true}
     end
   end
 
   defp head_tests(x, path, vars) when is_number(x) or is_binary(x) or x == [],
-    do: {[{:cmp, path, :"=:=", x}], vars}
+    do: {[{:cmp, path, :"=:=", x}], vars, true}
 
-  defp head_tests(_other, _path, vars), do: {[], vars}
+  defp head_tests(_other, _path, vars), do: {[], vars, false}
 
   @comparisons [:<, :"=<", :>, :>=, :==, :"/=", :"=:=", :"=/="]
   @flipped %{:< => :>, :"=<" => :>=, :> => :<, :>= => :"=<"}
@@ -689,26 +717,32 @@ defmodule Heft.MatchSpec do
     is_map: :map
   }
 
-  defp guard_tests({op, a, b}, vars) when op in [:andalso, :and],
-    do: guard_tests(a, vars) ++ guard_tests(b, vars)
+  # {tests, exact}: `exact` when the tests say all the guard says.
+  defp guard_tests(true, _vars), do: {[], true}
+
+  defp guard_tests({op, a, b}, vars) when op in [:andalso, :and] do
+    {left, l} = guard_tests(a, vars)
+    {right, r} = guard_tests(b, vars)
+    {left ++ right, l and r}
+  end
 
   defp guard_tests({op, a, b}, vars) when op in @comparisons do
     case {operand(a, vars), operand(b, vars)} do
-      {{:path, p}, {:const, c}} -> [{:cmp, p, op, c}]
-      {{:const, c}, {:path, p}} -> [{:cmp, p, Map.get(@flipped, op, op), c}]
-      {{:path, p}, {:path, q}} when op == :"=:=" -> [{:same, p, q}]
-      _ -> []
+      {{:path, p}, {:const, c}} -> {[{:cmp, p, op, c}], true}
+      {{:const, c}, {:path, p}} -> {[{:cmp, p, Map.get(@flipped, op, op), c}], true}
+      {{:path, p}, {:path, q}} when op == :"=:=" -> {[{:same, p, q}], true}
+      _ -> {[], false}
     end
   end
 
   defp guard_tests({test, a}, vars) when is_map_key(@types, test) do
     case operand(a, vars) do
-      {:path, p} -> [{:is, p, @types[test]}]
-      _ -> []
+      {:path, p} -> {[{:is, p, @types[test]}], true}
+      _ -> {[], false}
     end
   end
 
-  defp guard_tests(_guard, _vars), do: []
+  defp guard_tests(_guard, _vars), do: {[], false}
 
   defp operand(a, vars) when is_atom(a) do
     cond do
@@ -723,82 +757,6 @@ defmodule Heft.MatchSpec do
 
   defp operand(x, _vars) when is_number(x) or is_binary(x), do: {:const, x}
   defp operand(_x, _vars), do: :unknown
-
-  @doc false
-  # Whether `sieve/2` states `spec` whole: every clause's body is `true`,
-  # its head a tuple of variables, `:_`, scalar literals (atoms, numbers,
-  # binaries, `[]`) and such tuples, and each of its guards a conjunction
-  # of tests `sieve/2` makes (comparisons of a head variable with a scalar
-  # constant, `=:=` of two head variables, type tests). Then a record the
-  # sieve finds matching for certain (heft_core's sieve.rs, `judge`) is
-  # one the spec returns `true` for.
-  @spec exact?(t) :: boolean
-  def exact?(spec) do
-    spec != [] and
-      Enum.all?(spec, fn
-        {head, guards, [true]} when is_tuple(head) ->
-          vars = head_vars(head, MapSet.new())
-          vars != :inexact and Enum.all?(guards, &exact_guard?(&1, vars))
-
-        _ ->
-          false
-      end)
-  end
-
-  defp head_vars(t, vars) when is_tuple(t) do
-    t
-    |> Tuple.to_list()
-    |> Enum.reduce(vars, fn
-      _e, :inexact -> :inexact
-      e, vars -> head_vars(e, vars)
-    end)
-  end
-
-  defp head_vars(:_, vars), do: vars
-
-  defp head_vars(a, vars) when is_atom(a) do
-    cond do
-      variable?(a) -> MapSet.put(vars, a)
-      dollar?(a) -> :inexact
-      true -> vars
-    end
-  end
-
-  defp head_vars(x, vars) when is_number(x) or is_binary(x) or x == [], do: vars
-  defp head_vars(_other, _vars), do: :inexact
-
-  defp exact_guard?(true, _vars), do: true
-
-  defp exact_guard?({op, a, b}, vars) when op in [:andalso, :and],
-    do: exact_guard?(a, vars) and exact_guard?(b, vars)
-
-  defp exact_guard?({op, a, b}, vars) when op in @comparisons do
-    case {exact_operand(a, vars), exact_operand(b, vars)} do
-      {:var, :const} -> true
-      {:const, :var} -> true
-      {:var, :var} -> op == :"=:="
-      _ -> false
-    end
-  end
-
-  defp exact_guard?({test, a}, vars) when is_map_key(@types, test),
-    do: exact_operand(a, vars) == :var
-
-  defp exact_guard?(_guard, _vars), do: false
-
-  defp exact_operand(a, vars) when is_atom(a) do
-    cond do
-      MapSet.member?(vars, a) -> :var
-      dollar?(a) -> :other
-      true -> :const
-    end
-  end
-
-  defp exact_operand({:const, c}, _vars) when is_atom(c) or is_number(c) or is_binary(c),
-    do: :const
-
-  defp exact_operand(x, _vars) when is_number(x) or is_binary(x), do: :const
-  defp exact_operand(_x, _vars), do: :other
 
   ## select_replace
 
