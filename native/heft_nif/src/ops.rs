@@ -327,6 +327,19 @@ fn decode_all<'a>(
     Ok(list)
 }
 
+/// The records of `buf`, decoded, in order.
+fn decode_items<'a>(
+    env: Env<'a>,
+    t: &TableRes,
+    buf: &RecordBuf,
+    scratch: &mut Vec<u8>,
+) -> NifResult<Vec<Term<'a>>> {
+    buf.items()
+        .iter()
+        .map(|it| decode_item(env, t, buf, it, scratch))
+        .collect()
+}
+
 pub(crate) fn decode_key<'a>(env: Env<'a>, t: &TableRes, key: &[u8]) -> NifResult<Term<'a>> {
     codec::decode(env, &t.atoms, key, None, true)
         .map_err(|e| badarg(format!("internal error: a stored key does not decode: {e}")))
@@ -978,7 +991,7 @@ fn walk_chunk<'a>(
     dir: Direction,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
-    chunk_of(env, sched, &t, &KeyRange::default(), cursor, max, dir, None)
+    chunk_of(env, sched, &t, &KeyRange::default(), cursor, max, dir)
 }
 
 /// `walk_chunk` within `range`, `{lo, hi}`: each `nil` or `{bound,
@@ -998,7 +1011,7 @@ fn range_walk_chunk<'a>(
         Ok(r) => r,
         Err(retry) => return Ok(retry),
     };
-    chunk_of(env, sched, &t, &range, cursor, max, dir, None)
+    chunk_of(env, sched, &t, &range, cursor, max, dir)
 }
 
 /// A key range `{lo, hi}` (each `nil` or `{bound, inclusive}`), `nil` for
@@ -1092,32 +1105,24 @@ fn sieve_scan<'a>(
         Err(retry) => return Ok(retry),
     };
     if !count {
-        return chunk_of(env, sched, &t, &range, cursor, max, dir, Some(&sieve));
+        let keep = |judged| judged != Judgement::Drops;
+        let (records, next) = sieved(env, sched, &t, &range, cursor, max, dir, &sieve, keep)?;
+        return Ok((records, next).encode(env));
     }
+    // What the sieve is sure of is counted, not copied; the VM decides the rest.
     let mut matched = 0u64;
-    let (records, next) =
-        sieved(
-            env,
-            sched,
-            &t,
-            &range,
-            cursor,
-            max,
-            dir,
-            &sieve,
-            |judged| match judged {
-                Judgement::Matches => {
-                    matched += 1;
-                    false
-                }
-                Judgement::Maybe => true,
-                Judgement::Drops => false,
-            },
-        )?;
+    let undecided = |judged| match judged {
+        Judgement::Matches => {
+            matched += 1;
+            false
+        }
+        Judgement::Maybe => true,
+        Judgement::Drops => false,
+    };
+    let (records, next) = sieved(env, sched, &t, &range, cursor, max, dir, &sieve, undecided)?;
     Ok((matched, records, next).encode(env))
 }
 
-#[allow(clippy::too_many_arguments)]
 fn chunk_of<'a>(
     env: Env<'a>,
     sched: Sched,
@@ -1126,13 +1131,7 @@ fn chunk_of<'a>(
     cursor: Term<'a>,
     max: Term<'a>,
     dir: Direction,
-    sieve: Option<&Sieve>,
 ) -> NifResult<Term<'a>> {
-    if let Some(sieve) = sieve {
-        let keep = |judged| judged != Judgement::Drops;
-        let (records, next) = sieved(env, sched, t, range, cursor, max, dir, sieve, keep)?;
-        return Ok((records, next).encode(env));
-    }
     let max = chunk_size(max)?;
     let after = decode_cursor(cursor)?;
     with_buf(|buf, scratch| {
@@ -1149,11 +1148,11 @@ fn chunk_of<'a>(
         if sched == Sched::Normal && raw > 2 * budget {
             return Ok(retry_cpu(env));
         }
-        let mut records = Vec::with_capacity(buf.len());
-        for it in buf.items() {
-            records.push(decode_item(env, t, buf, it, scratch)?);
-        }
-        Ok((records, encode_cursor(env, next)).encode(env))
+        Ok((
+            decode_items(env, t, buf, scratch)?,
+            encode_cursor(env, next),
+        )
+            .encode(env))
     })
 }
 
@@ -1209,11 +1208,10 @@ fn sieved<'a>(
             .chunk_kept(dir, range, after.as_ref(), max, budget, buf, &mut keep)
             .map_err(errors::core)?;
         drop(names);
-        let mut records = Vec::with_capacity(buf.len());
-        for it in buf.items() {
-            records.push(decode_item(env, t, buf, it, scratch)?);
-        }
-        Ok((records, encode_cursor(env, next)))
+        Ok((
+            decode_items(env, t, buf, scratch)?,
+            encode_cursor(env, next),
+        ))
     })
 }
 

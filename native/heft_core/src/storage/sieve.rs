@@ -85,7 +85,7 @@ pub enum Test {
 pub type Clause = Vec<Test>;
 
 /// A whole sieve: the clauses, each split into the tests on the key alone
-/// and the others, and the object's key element (0-based).
+/// and the others.
 #[derive(Clone, Debug)]
 pub struct Sieve {
     clauses: Vec<Split>,
@@ -165,22 +165,11 @@ impl Sieve {
         Sieve { clauses }
     }
 
-    /// Whether the record with this `key` (its stored, canonical encoding)
-    /// may match; `body` gives its uncompressed body when a test needs it
-    /// (`None` if it cannot: the record is kept). `atom_name` names the
-    /// table's atom ids.
-    pub fn keeps<'b, 'n>(
-        &self,
-        key: &'b [u8],
-        body: impl FnOnce() -> Option<&'b [u8]>,
-        atom_name: impl Fn(u32) -> &'n str + Copy,
-    ) -> bool {
-        self.judge(key, body, atom_name) != Judgement::Drops
-    }
-
-    /// What the sieve says of the record with this `key`, as
-    /// [`Sieve::keeps`] takes it; `body` is asked for only when the key's
-    /// tests leave a clause that needs it.
+    /// What the sieve says of the record with this `key` (its stored,
+    /// canonical encoding): a record it drops cannot match. `body` gives its
+    /// uncompressed body, asked for only when the key's tests leave a
+    /// clause that needs it (`None` if it cannot be had: the record is
+    /// `Maybe`). `atom_name` names the table's atom ids.
     pub fn judge<'b, 'n>(
         &self,
         key: &'b [u8],
@@ -474,6 +463,18 @@ fn check<'b, 'n>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Sieve {
+        /// Whether the sieve keeps the record: it may match.
+        fn keeps<'b>(
+            &self,
+            key: &'b [u8],
+            body: impl FnOnce() -> Option<&'b [u8]>,
+            atom_name: impl Fn(u32) -> &'static str + Copy,
+        ) -> bool {
+            self.judge(key, body, atom_name) != Judgement::Drops
+        }
+    }
     use crate::codec::Value;
 
     fn names(_: u32) -> &'static str {

@@ -1458,12 +1458,17 @@ impl Table {
         // was spent waiting for each record's first cache line).
         const AHEAD: usize = 8;
         let step = |pos: Pos| if back { e.prev(pos) } else { e.next(pos) };
-        let mut ahead = p;
-        for _ in 0..AHEAD {
-            ahead = ahead.and_then(step);
-            if let Some(x) = ahead {
+        // Moves the look-ahead one record on and asks for that record.
+        let prefetch_next = |ahead: Option<Pos>| {
+            let next = ahead.and_then(step);
+            if let Some(x) = next {
                 a.prefetch(e.loc(x));
             }
+            next
+        };
+        let mut ahead = p;
+        for _ in 0..AHEAD {
+            ahead = prefetch_next(ahead);
         }
         let first = out.len();
         let (mut raw, mut walked) = (0usize, 0usize);
@@ -1489,10 +1494,7 @@ impl Table {
             }
             walked += 1;
             last = Some(loc);
-            ahead = ahead.and_then(step);
-            if let Some(x) = ahead {
-                a.prefetch(e.loc(x));
-            }
+            ahead = prefetch_next(ahead);
             p = step(pos);
             p = p.filter(|&next| !beyond(next));
         }
