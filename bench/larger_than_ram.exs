@@ -11,9 +11,12 @@
 # for the lookups their rate, p50/p99 latency, the bytes read from disk per
 # lookup and the major faults per lookup (/proc/self/io, /proc/self/stat
 # of the child). The arena goes in $HEFT_BENCH_DIR (default /var/tmp).
+Code.require_file("harness.exs", __DIR__)
+
 defmodule Heft.Bench.LargerThanRam do
   @moduledoc false
   import Bitwise
+  alias Heft.Bench.Sys
 
   @switches [table_mib: :integer, limit_mib: :integer, seconds: :integer, child: :boolean]
 
@@ -36,7 +39,7 @@ defmodule Heft.Bench.LargerThanRam do
 
         IO.puts(
           "# a #{table} MiB file arena in a #{limit} MiB memory cgroup (#{:erlang.system_info(:otp_release)}; " <>
-            "load average #{File.read!("/proc/loadavg") |> String.split() |> Enum.take(3) |> Enum.join(" ")})\n"
+            "load average #{Sys.load_average()})\n"
         )
 
         script =
@@ -87,7 +90,7 @@ defmodule Heft.Bench.LargerThanRam do
     dir = System.get_env("HEFT_BENCH_DIR") || "/var/tmp"
     t = Heft.new(:larger_than_ram, arena: {:file, dir}, compression: :none)
     target = table_mib <<< 20
-    io0 = io()
+    read0 = Sys.read_bytes()
 
     {us, {n, bytes}} =
       :timer.tc(fn ->
@@ -103,26 +106,26 @@ defmodule Heft.Bench.LargerThanRam do
         end)
       end)
 
-    io1 = io()
+    read1 = Sys.read_bytes()
 
     IO.puts(
       "inserted #{n} records of 1-4 KiB, #{bytes >>> 20} MiB, in #{div(us, 1000)} ms: " <>
         "#{fmt(bytes / 1_048_576 / (us / 1.0e6))} MiB/s, " <>
-        "#{fmt((io1["read_bytes"] - io0["read_bytes"]) / bytes, 3)} bytes read from disk per byte inserted"
+        "#{fmt((read1 - read0) / bytes, 3)} bytes read from disk per byte inserted"
     )
 
-    faults0 = major_faults()
+    faults0 = Sys.major_faults()
     deadline = System.monotonic_time(:millisecond) + seconds * 1000
     times = lookups(t, n, deadline, [])
-    io2 = io()
-    faults = major_faults() - faults0
+    read2 = Sys.read_bytes()
+    faults = Sys.major_faults() - faults0
     count = length(times)
     sorted = Enum.sort(times)
 
     IO.puts(
       "random lookups for #{seconds} s: #{fmt(count / seconds)} a second, " <>
         "p50 #{Enum.at(sorted, div(count, 2))} µs, p99 #{Enum.at(sorted, div(count * 99, 100))} µs, " <>
-        "#{fmt((io2["read_bytes"] - io1["read_bytes"]) / count / 1024)} KiB read from disk and " <>
+        "#{fmt((read2 - read1) / count / 1024)} KiB read from disk and " <>
         "#{fmt(faults / count, 2)} major faults per lookup"
     )
 
@@ -137,22 +140,6 @@ defmodule Heft.Bench.LargerThanRam do
       {us, [{^k, _}]} = :timer.tc(fn -> Heft.lookup(t, k) end)
       lookups(t, n, deadline, [us | acc])
     end
-  end
-
-  defp io do
-    "/proc/self/io"
-    |> File.read!()
-    |> String.split("\n", trim: true)
-    |> Map.new(fn line ->
-      [k, v] = String.split(line, ": ")
-      {k, String.to_integer(v)}
-    end)
-  end
-
-  # Field 12 of /proc/self/stat (majflt); the command name before it has
-  # no spaces for the BEAM.
-  defp major_faults do
-    "/proc/self/stat" |> File.read!() |> String.split(" ") |> Enum.at(11) |> String.to_integer()
   end
 
   defp fmt(x, decimals \\ 1), do: :erlang.float_to_binary(x / 1, decimals: decimals)

@@ -311,16 +311,15 @@ defmodule Heft.Select do
     if MatchSpec.counts_all?(spec) do
       ref |> Native.select_access(false) |> elem(0)
     else
-      case source(ref, spec, :read) do
-        # A sieve that states the whole spec counts what it is sure of
-        # without decoding it; the VM runs the spec on the rest.
-        {:scan, _dir, range, :start, [_ | _] = sieve} = source ->
-          if MatchSpec.exact?(spec),
-            do: count_sieved(ref, sieve, range, :start, 0, count),
-            else: fold(ref, source, 0, count)
+      source = source(ref, spec, :read)
 
-        source ->
-          fold(ref, source, 0, count)
+      # A sieve that states the whole spec counts what it is sure of
+      # without decoding it; the VM runs the spec on the rest.
+      with {:scan, _dir, range, :start, [_ | _] = sieve} <- source,
+           true <- MatchSpec.exact?(spec) do
+        count_sieved(ref, sieve, range, :start, 0, count)
+      else
+        _ -> fold(ref, source, 0, count)
       end
     end
   end

@@ -21,11 +21,23 @@ defmodule Heft.Bench.Sys do
   # Bytes this process caused to be sent to the storage layer so far
   # (`write_bytes` of /proc/self/io; counted when a page is dirtied, which
   # includes stores through a shared mmap).
-  def write_bytes do
+  def write_bytes, do: io_counter("write_bytes")
+
+  # Bytes this process caused to be read from the storage layer so far
+  # (`read_bytes` of /proc/self/io; faults on a file mapping included).
+  def read_bytes, do: io_counter("read_bytes")
+
+  defp io_counter(name) do
     "/proc/self/io"
     |> File.read!()
-    |> then(&Regex.run(~r/^write_bytes:\s+(\d+)/m, &1, capture: :all_but_first))
+    |> then(&Regex.run(~r/^#{name}:\s+(\d+)/m, &1, capture: :all_but_first))
     |> then(fn [n] -> String.to_integer(n) end)
+  end
+
+  # Major page faults of this process so far (majflt, field 12 of
+  # /proc/self/stat; the BEAM's command name has no spaces).
+  def major_faults do
+    "/proc/self/stat" |> File.read!() |> String.split(" ") |> Enum.at(11) |> String.to_integer()
   end
 
   # Bytes allocated on disk below `path` (blocks, not apparent size: a
