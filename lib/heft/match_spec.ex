@@ -332,6 +332,47 @@ defmodule Heft.MatchSpec do
     end
   end
 
+  @doc false
+  # `key` against a range bound whose wildcard stands for any term from
+  # there (order::compare_bound, ETS's cmp_partly_bound): :lt, :eq or :gt.
+  @spec compare_bound(term, term) :: :lt | :eq | :gt
+  def compare_bound(_key, @wild), do: :eq
+
+  def compare_bound(key, bound)
+      when is_tuple(key) and is_tuple(bound) and tuple_size(key) == tuple_size(bound),
+      do: compare_bound(Tuple.to_list(key), Tuple.to_list(bound))
+
+  def compare_bound([k | ks], [b | bs]) do
+    case compare_bound(k, b) do
+      :eq -> compare_bound(ks, bs)
+      other -> other
+    end
+  end
+
+  def compare_bound(key, bound) do
+    cond do
+      key == bound -> :eq
+      key < bound -> :lt
+      true -> :gt
+    end
+  end
+
+  @doc false
+  # Whether ETS, walking an ordered_set for `spec` (a `{:range, lo, hi}`
+  # plan), can find matches past the range's end: a clause's bound key
+  # holds a map, which matches larger maps (OTP 26 and older; Heft.Select's
+  # overrun).
+  @spec overruns?(t, pos_integer) :: boolean
+  def overruns?(spec, keypos) do
+    kinds = Enum.map(spec, &kind(&1, keypos, true))
+
+    :unlimited not in kinds and
+      Enum.any?(kinds, fn
+        {:bound, key} -> has_map?(key)
+        _ -> false
+      end)
+  end
+
   defp compare_seq([x | xs], [y | ys], end_) do
     case compare_ends(x, y, end_) do
       :eq -> compare_seq(xs, ys, end_)

@@ -51,12 +51,19 @@ defmodule Heft.Select do
   @spec select(ref, MatchSpec.t(), :forward | :backward) :: [term]
   def select(ref, spec, dir \\ :forward) when is_atom(dir) do
     ms = MatchSpec.compile!(spec)
-    source = source(ref, spec, :read, dir)
 
-    ref
-    |> fold(source, [], fn objects, acc -> [MatchSpec.run(objects, ms) | acc] end)
-    |> Enum.reverse()
-    |> Enum.concat()
+    case source(ref, spec, :read, dir, dir == :backward) do
+      {:overrun, _range, _cursor, _open} = source ->
+        {_size, keypos, _ordered} = Native.select_access(ref, false)
+        {results, :done} = overrun({ref, ms, keypos, :all}, source, [], 0)
+        Enum.reverse(results)
+
+      source ->
+        ref
+        |> fold(source, [], fn objects, acc -> [MatchSpec.run(objects, ms) | acc] end)
+        |> Enum.reverse()
+        |> Enum.concat()
+    end
   end
 
   @spec select_limit(ref, MatchSpec.t(), pos_integer, :forward | :backward) ::
@@ -64,7 +71,7 @@ defmodule Heft.Select do
   def select_limit(ref, spec, limit, dir \\ :forward) do
     check_limit!(limit)
     ms = spec |> tagged() |> MatchSpec.compile!()
-    source = source(ref, spec, :read, dir)
+    source = source(ref, spec, :read, dir, dir == :forward)
     next({:heft_select, instance(ref), spec, ms, limit, source, []}, true)
   end
 
@@ -113,6 +120,10 @@ defmodule Heft.Select do
     (range == nil or match?({_lo, _hi}, range)) and (sieve == nil or is_list(sieve)) and
       (cursor == :start or match?({hash, key} when is_integer(hash) and is_binary(key), cursor))
   end
+
+  defp valid_source?({:overrun, {_lo, hi}, cursor, open}) when is_boolean(open),
+    do:
+      match?({_, b} when is_boolean(b), hi) and valid_source?({:scan, :forward, nil, cursor, nil})
 
   defp valid_source?(_source), do: false
 
@@ -196,6 +207,11 @@ defmodule Heft.Select do
   # ETS looks up a `lone` key the spec binds (and ends there); between
   # several it walks, and a full chunk resumes.
   defp ordered_chunk(_walk, :done, acc, _lone), do: {Enum.reverse(acc), :done, []}
+
+  defp ordered_chunk(walk, {:overrun, _, _, _} = source, [], _lone) do
+    {tagged, source} = overrun(walk, source, [], 0)
+    {Enum.map(tagged, &elem(&1, 0)), source, []}
+  end
 
   defp ordered_chunk({ref, ms, keypos, limit} = walk, source, acc, lone) do
     {objects, rest} = batch(ref, one_key_at_a_time(source))
@@ -435,8 +451,9 @@ defmodule Heft.Select do
 
   # Checks access (raising as ETS does even when nothing would match) and
   # plans the walk. Only an ordered_set walks :backward: select_reverse of
-  # any other table is select (as in ETS).
-  defp source(ref, spec, access, dir \\ :forward) do
+  # any other table is select (as in ETS). `overrun` asks for ETS's walk
+  # past the end of a key range where it can find matches (overrun/4).
+  defp source(ref, spec, access, dir \\ :forward, overrun \\ false) do
     {_size, keypos, ordered} = Native.select_access(ref, access == :write)
     Process.put(@stats, %{chunks: 0, lookups: 0, objects: 0})
     dir = if ordered, do: dir, else: :forward
@@ -447,10 +464,19 @@ defmodule Heft.Select do
 
       _ ->
         case MatchSpec.plan(spec, keypos, ordered) do
-          {:lookup, keys} when dir == :backward -> {:keys, Enum.reverse(keys)}
-          {:lookup, keys} -> {:keys, keys}
-          {:range, lo, hi} -> {:scan, dir, {lo, hi}, :start, MatchSpec.sieve(spec, keypos)}
-          :scan -> {:scan, dir, nil, :start, MatchSpec.sieve(spec, keypos)}
+          {:lookup, keys} when dir == :backward ->
+            {:keys, Enum.reverse(keys)}
+
+          {:lookup, keys} ->
+            {:keys, keys}
+
+          {:range, lo, hi} ->
+            if overrun and MatchSpec.overruns?(spec, keypos),
+              do: {:overrun, {lo, hi}, :start, false},
+              else: {:scan, dir, {lo, hi}, :start, MatchSpec.sieve(spec, keypos)}
+
+          :scan ->
+            {:scan, dir, nil, :start, MatchSpec.sieve(spec, keypos)}
         end
     end
   end
@@ -502,6 +528,72 @@ defmodule Heft.Select do
 
   defp walk(ref, :backward, range, cursor, size),
     do: call(range_chunk_back(ref, range, cursor, size))
+
+  ## ETS's walk past the end of a key range
+  #
+  # ETS checks the end of an ordered_set's key range (erl_db_tree.c,
+  # `end_condition`) only while a select call visits its first 1000
+  # objects. Past them (the call traps and goes on) and in a continuation,
+  # it walks on without the check, and stops only when a stretch of 1000
+  # ends beyond the end, its chunk fills, or the table ends. Past the end
+  # nothing can match, except a larger map matching a map in a bound key
+  # (OTP 26 and older; MatchSpec.overruns?/2). For such specs Heft walks as
+  # ETS does, where ETS walks toward the range's end after trapping
+  # (select/3 and its continuations, select_reverse/2); the other
+  # directions walk past the range's start, where nothing can match.
+  #
+  # The source is `{:overrun, {lo, hi}, cursor, open}`: `open` once
+  # the end is no longer checked. Returns {results, source} with up to
+  # `limit` results (`:all`: every one) of a `ms` that tags them with
+  # their object (plain results for `:all`), in key order.
+  @ets_stretch 1000
+
+  defp overrun(walk, source, acc, visited, got \\ 0)
+
+  defp overrun({ref, ms, keypos, limit} = walk, source, acc, visited, got) do
+    {:overrun, {lo, hi} = range, cursor, open} = source
+    now = if open, do: {lo, nil}, else: range
+    {objects, next} = walk(ref, :forward, now, cursor, @ets_stretch - visited)
+    results = MatchSpec.run(objects, ms)
+    visited = visited + length(objects)
+    got = got + length(results)
+    resume = fn cursor, open -> {:overrun, range, cursor, open} end
+    done = fn results -> acc |> Enum.reverse(results) |> Enum.concat() end
+
+    cond do
+      limit != :all and got >= limit ->
+        {now, _beyond} = Enum.split(results, length(results) - (got - limit))
+        {_, last} = List.last(now)
+        {done.([now]), resume.(call(key_cursor(ref, elem(last, keypos - 1))), true)}
+
+      # ETS stops at the 1000th object before it looks at the next one.
+      visited == @ets_stretch and not open ->
+        last = elem(List.last(objects), keypos - 1)
+        next = if next == :"$end_of_table", do: call(key_cursor(ref, last)), else: next
+        overrun(walk, resume.(next, true), [results | acc], 0, got)
+
+      next == :"$end_of_table" ->
+        {done.([results]), :done}
+
+      visited < @ets_stretch ->
+        overrun(walk, resume.(next, open), [results | acc], visited, got)
+
+      open and past?(elem(List.last(objects), keypos - 1), hi) ->
+        {done.([results]), :done}
+
+      true ->
+        overrun(walk, resume.(next, true), [results | acc], 0, got)
+    end
+  end
+
+  # Whether `key` lies beyond the upper end `hi`.
+  defp past?(key, {bound, inclusive}) do
+    case MatchSpec.compare_bound(key, bound) do
+      :gt -> true
+      :eq -> not inclusive
+      :lt -> false
+    end
+  end
 
   defp fold(_ref, :done, acc, _fun), do: acc
 

@@ -37,6 +37,38 @@ defmodule Heft.SelectChunksTest do
     end)
   end
 
+  test "an ordered_set range bound by a map: where ETS stops walking past its end" do
+    # A map in a bound key matches larger maps, which sort after it (OTP 26
+    # and older, where such a key bounds ETS's walk); ETS checks the range's
+    # end only in a call's first 1000 objects, so its continuations and
+    # select_reverse/2 find some larger maps past the end. Thousands of
+    # objects on either side of the end, 1000 and more in the range.
+    for {in_range, past} <- [{300, 40}, {999, 1}, {1000, 5}, {1500, 2500}, {2600, 700}] do
+      objects =
+        for(i <- 1..in_range, do: {{:t, i}}) ++
+          for(i <- 1..past, do: {%{a: :b, n: i}}) ++ for(i <- 1..300, do: {[i]})
+
+      spec = [{{%{a: :b}}, [], [:"$_"]}, {{{:t, :"$1"}}, [{:>, :"$1", 10}], [:"$_"]}]
+
+      both([:ordered_set], fn m, t ->
+        m.insert(t, objects)
+
+        walks =
+          for limit <- [1, 7, 500, 999, 1000, 1001, 5000],
+              fun <- [:select, :select_reverse, :match_object] do
+            first =
+              if fun == :match_object,
+                do: m.match_object(t, {%{a: :b}}, limit),
+                else: apply(m, fun, [t, spec, limit])
+
+            chunks(first, &apply(m, fun, [&1]))
+          end
+
+        {walks, m.select(t, spec), m.select_reverse(t, spec), m.select_count(t, spec)}
+      end)
+    end
+  end
+
   test "ordered_set continuations of every size and direction, with writes between calls" do
     :rand.seed(:exsss, {28, 1, 1})
 
