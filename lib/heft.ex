@@ -1775,6 +1775,7 @@ defmodule Heft do
     :arena_used_bytes,
     :arena_live_bytes,
     :arena_free_bytes,
+    :arena_reclaimable_bytes,
     :arena_resident_bytes,
     :arena_dirty_bytes,
     :arena_swap_bytes,
@@ -1785,7 +1786,8 @@ defmodule Heft do
     :dictionaries,
     :records_by_codec,
     :recompression,
-    :training
+    :training,
+    :compaction
   ]
   @kernel_items [
     :arena_resident_bytes,
@@ -1835,8 +1837,12 @@ defmodule Heft do
     * `:arena_free_bytes` - freed blocks waiting for reuse: by a record
       of their size class or a little smaller, or, cut, by a smaller one
       (docs/term-format.md, "Records in the arena"). Free neighbours are
-      not merged, and free blocks in the middle of the arena are not given
-      back to the kernel (only whole pages of freed large blocks are).
+      merged, and the top of the arena given back, by a compaction (see
+      `compact/1`); until then only whole pages of freed large blocks go
+      back to the kernel.
+    * `:arena_reclaimable_bytes` - the part of `:arena_free_bytes` still
+      in memory (for a file arena, on disk): what a compaction could give
+      back.
     * `:arena_resident_bytes`, `:arena_dirty_bytes`, `:arena_swap_bytes` -
       the kernel's view of the arena mapping, from /proc/self/smaps: pages
       in RAM, pages modified and not written back (for a memory arena, all
@@ -1872,6 +1878,10 @@ defmodule Heft do
       reason}`; for `compression: :auto`, `:trials` lists what each codec
       did on the samples: `%{compression: c, bytes: stored, decode_ns:
       per_record}`.
+    * `:compaction` - the table's compactions so far (see `compact/1`):
+      `%{state: :idle | :running, runs: n, moved_records: r, moved_bytes:
+      m, returned_bytes: b}`, totals over every run (those that found
+      nothing worth moving included).
 
   And as in ETS: `:id` (the table's `Heft.Table` identifier, also for a
   named table), `:name`, `:named_table`, `:type`, `:keypos`,
@@ -2089,6 +2099,49 @@ defmodule Heft do
 
       error ->
         error
+    end
+  end
+
+  @doc """
+  Compacts the table's arena now: moves the records stored above what the
+  live ones need down into the free blocks below, merges the free blocks
+  left, and gives the top of the arena back (a memory arena's pages to
+  the kernel; a file arena's file is cut short). Every record stays where
+  readers and walks find it; none is copied to the caller.
+
+  A table compacts on its own once its freed blocks still in memory are
+  at least 1 MiB and a fifth of its arena's used bytes (after deletes and
+  overwrites, and after a dictionary re-compression). Those runs, one
+  table at a time on one thread shared by every table at the lowest
+  priority, take at most half a core and hold the table's lock for at most
+  64 records or 256 KiB of them at a time: readers and writers go on. After
+  a run that gained nothing, a table waits until another 1 MiB is freed.
+  `compact/1` runs on that thread too (after any run queued before it),
+  unpaced and whatever there is to gain; the calling process waits.
+
+  Returns `{:ok, %{moved_records: r, moved_bytes: m, returned_bytes: b}}`
+  (`b`: how far `info(tab, :arena_used_bytes)` and so `info(tab, :memory)`
+  came down), with zeros when there was nothing to gain or another
+  compaction of the table was running, or `{:error, :deleted}` if the
+  table was deleted meanwhile. Needs read access (a compaction changes no
+  object): raises `ArgumentError` for a private table when the caller is
+  not its owner, or a table that does not exist. `info(tab, :compaction)`
+  keeps the totals.
+  """
+  @spec compact(tab) ::
+          {:ok,
+           %{
+             moved_records: non_neg_integer,
+             moved_bytes: non_neg_integer,
+             returned_bytes: non_neg_integer
+           }}
+          | {:error, :deleted}
+  def compact(tab) do
+    tag = :erlang.unique_integer([:positive])
+    :ok = Native.compact(ref(tab), tag)
+
+    receive do
+      {:heft_compacted, ^tag, result} -> result
     end
   end
 

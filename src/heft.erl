@@ -34,7 +34,7 @@
          subscribe/1, subscribe/2, unsubscribe/1, unsubscribe/2,
          safe_fixtable/2, slot/2, init_table/2, repair_continuation/2,
          to_dets/2, from_dets/2, tabfile_info/1, i/0, i/1,
-         train_dictionary/1, train_dictionary/2]).
+         train_dictionary/1, train_dictionary/2, compact/1]).
 
 -export_type([tab/0, object/0, match_spec/0, continuation/0]).
 
@@ -317,6 +317,14 @@ train_dictionary(Tab) -> ?H:train_dictionary(Tab).
 
 -spec train_dictionary(tab(), list()) -> {ok, pos_integer() | none} | {error, atom()}.
 train_dictionary(Tab, Opts) -> ?H:train_dictionary(Tab, Opts).
+
+%% @doc Compacts the table's arena now and says what it moved and gave
+%% back (see `Heft.compact/1'); tables also compact on their own.
+-spec compact(tab()) ->
+          {ok, #{moved_records := non_neg_integer(), moved_bytes := non_neg_integer(),
+                 returned_bytes := non_neg_integer()}}
+        | {error, deleted}.
+compact(Tab) -> ?H:compact(Tab).
 
 %%% ETS's remaining calls: fixation, slots, bulk loading, dets, i/0
 

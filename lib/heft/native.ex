@@ -179,6 +179,9 @@ defmodule Heft.Native do
 
   def learn_defaults, do: :erlang.nif_error(:heft_nif_not_loaded)
 
+  # Compaction (native/heft_nif/src/compact.rs)
+  def compact(_tab, _tag), do: :erlang.nif_error(:heft_nif_not_loaded)
+
   # Match specifications and table files (select.rs, tab_file.rs)
   def select_access(_tab, _write), do: :erlang.nif_error(:heft_nif_not_loaded)
   def tmp_create(_dest, _mode), do: :erlang.nif_error(:heft_nif_not_loaded)

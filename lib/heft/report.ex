@@ -340,9 +340,18 @@ defmodule Heft.Report do
         other -> "#{other}"
       end
 
-    "arena #{arena}: mapped #{b(t[:arena_mapped_bytes])}, live #{b(t[:arena_live_bytes])}; " <>
-      "index #{b(t[:index_bytes])}; payload #{b(t[:payload_raw_bytes])} stored as " <>
-      "#{b(t[:payload_stored_bytes])} (#{compression(t[:compression])})"
+    "arena #{arena}: mapped #{b(t[:arena_mapped_bytes])}, live #{b(t[:arena_live_bytes])}" <>
+      "#{reclaimable(t)}; index #{b(t[:index_bytes])}; payload #{b(t[:payload_raw_bytes])} " <>
+      "stored as #{b(t[:payload_stored_bytes])} (#{compression(t[:compression])})"
+  end
+
+  # What a compaction would give back, and whether one runs.
+  defp reclaimable(t) do
+    case {t[:arena_reclaimable_bytes], t[:compaction]} do
+      {nil, _} -> ""
+      {r, %{state: :running}} -> ", reclaimable #{b(r)} (compacting)"
+      {r, _} -> ", reclaimable #{b(r)}"
+    end
   end
 
   defp compression({:auto, c}), do: "auto: #{compression(c)}"

@@ -47,6 +47,7 @@ mod atoms {
         arena_used_bytes,
         arena_live_bytes,
         arena_free_bytes,
+        arena_reclaimable_bytes,
         payload_raw_bytes,
         payload_stored_bytes,
         compression,
@@ -244,7 +245,9 @@ fn new_impl<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>>
     if args.auto {
         core.set_auto();
     }
-    install(env, name, args, Arc::new(core), None).map(|(tab, _)| tab)
+    let core = Arc::new(core);
+    core.compact_on_its_own();
+    install(env, name, args, core, None).map(|(tab, _)| tab)
 }
 
 #[rustler::nif]
@@ -415,6 +418,10 @@ fn info<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
             s.arena_free_bytes.encode(env),
         ),
         (
+            atoms::arena_reclaimable_bytes().encode(env),
+            s.arena_reclaimable_bytes.encode(env),
+        ),
+        (
             atoms::payload_raw_bytes().encode(env),
             s.payload_raw_bytes.encode(env),
         ),
@@ -426,6 +433,7 @@ fn info<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
         (atoms::id().encode(env), tab_struct(env, &t)),
     ];
     pairs.extend(crate::learn::info_items(env, &t.core));
+    pairs.push(crate::compact::info_item(env, &t.core));
     Term::map_from_pairs(env, &pairs).map_err(|_| badarg("internal error building info"))
 }
 

@@ -118,7 +118,7 @@ fn train_dictionary<'a>(
     }
 }
 
-fn map<'a>(env: Env<'a>, pairs: &[(Atom, Term<'a>)]) -> Term<'a> {
+pub(crate) fn map<'a>(env: Env<'a>, pairs: &[(Atom, Term<'a>)]) -> Term<'a> {
     let pairs: Vec<(Term, Term)> = pairs.iter().map(|(k, v)| (k.encode(env), *v)).collect();
     Term::map_from_pairs(env, &pairs).expect("distinct atom keys")
 }

@@ -6,6 +6,7 @@
 mod admin;
 mod atom_words;
 mod codec;
+mod compact;
 mod errors;
 mod fix;
 mod learn;

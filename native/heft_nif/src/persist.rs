@@ -393,6 +393,7 @@ pub fn after_write<'a>(
     let Ok(t) = resolve_again(tab) else {
         return Ok(result);
     };
+    crate::compact::after_write(&t.core);
     match &t.persist {
         Some(p) if p.persisted.config().sync == SyncMode::Commit => await_durable(env, &t, result),
         _ => Ok(result),

@@ -425,6 +425,7 @@ impl<E: Events> Persisted<E> {
             }
         }
         let table = Arc::new(table);
+        table.compact_on_its_own();
         let rec = recovery::recover(dir, &table, config.repair, fresh, meta_version)?;
         let first = FIRST_SEGMENT.min(config.segment_bytes);
         // On a full disk the table opens without a segment (readable; a

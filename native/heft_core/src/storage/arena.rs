@@ -46,7 +46,7 @@ use memmap2::{Advice, MmapMut, MmapOptions, RemapOptions};
 pub mod anon;
 mod compact;
 use anon::Region;
-pub use compact::{runs, Run, Ticket};
+pub use compact::{Next, Ticket};
 
 /// The smallest mapping an arena starts with.
 const INITIAL_BYTES: u64 = 64 * 1024;
@@ -270,34 +270,7 @@ impl Arena {
         let class = class_of(len);
         debug_assert!(class < CLASSES);
         if let Some(c) = self.smallest_free(class) {
-            let (loc, punched) = self.take(c);
-            if c <= class + fit {
-                return Ok(loc);
-            }
-            // The front of the block becomes the new one; the rest is cut
-            // into blocks of the largest classes that fit, back on their
-            // free lists (sizes are even and every even size up to 64 is a
-            // class, so nothing is left over). Pages punched out of the rest
-            // stay so and are still counted as given back.
-            let size = class_size(class) as u64;
-            self.live -= class_size(c) as u64 - size;
-            let mut at = offset(loc) + size;
-            let mut rest = class_size(c) as u64 - size;
-            while rest > 0 {
-                let piece = floor_class(rest as usize);
-                let piece_size = class_size(piece) as u64;
-                let mut entry = at | ((piece as u64) << CLASS_SHIFT);
-                if punched {
-                    if let Some((_, plen)) = punchable(at, piece_size) {
-                        self.punched += plen;
-                        entry |= PUNCHED;
-                    }
-                }
-                self.push_free(piece, entry);
-                at += piece_size;
-                rest -= piece_size;
-            }
-            return Ok(offset(loc) | ((class as u64) << CLASS_SHIFT));
+            return Ok(self.take_for(c, class, fit));
         }
         let size = class_size(class) as u64;
         let off = self.top;
@@ -311,6 +284,39 @@ impl Arena {
         self.top = end;
         self.live += size;
         Ok(off | ((class as u64) << CLASS_SHIFT))
+    }
+
+    /// A free block of class `c` (which has one) for a block of class
+    /// `class`: whole if `c` is at most `fit` classes larger, else cut: the
+    /// front of the block becomes the new one; the rest is cut into blocks
+    /// of the largest classes that fit, back on their free lists (sizes are
+    /// even and every even size up to 64 is a class, so nothing is left
+    /// over). Pages punched out of the rest stay so and are still counted
+    /// as given back.
+    fn take_for(&mut self, c: usize, class: usize, fit: usize) -> u64 {
+        let (loc, punched) = self.take(c);
+        if c <= class + fit {
+            return loc;
+        }
+        let size = class_size(class) as u64;
+        self.live -= class_size(c) as u64 - size;
+        let mut at = offset(loc) + size;
+        let mut rest = class_size(c) as u64 - size;
+        while rest > 0 {
+            let piece = floor_class(rest as usize);
+            let piece_size = class_size(piece) as u64;
+            let mut entry = at | ((piece as u64) << CLASS_SHIFT);
+            if punched {
+                if let Some((_, plen)) = punchable(at, piece_size) {
+                    self.punched += plen;
+                    entry |= PUNCHED;
+                }
+            }
+            self.push_free(piece, entry);
+            at += piece_size;
+            rest -= piece_size;
+        }
+        offset(loc) | ((class as u64) << CLASS_SHIFT)
     }
 
     /// The smallest class at or above `class` with a free block.
@@ -542,6 +548,12 @@ impl Arena {
     /// Bytes in freed blocks waiting to be reused.
     pub fn free_bytes(&self) -> u64 {
         self.free_bytes + self.doomed_bytes
+    }
+
+    /// Bytes in freed blocks whose pages are still in memory (or on disk):
+    /// what a compaction could give back.
+    pub fn held_free_bytes(&self) -> u64 {
+        self.free_bytes() - self.punched
     }
 
     /// Heap bytes of the free lists themselves (Rust memory, not arena).

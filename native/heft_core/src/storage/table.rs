@@ -16,6 +16,7 @@
 //! first.
 
 mod compact;
+pub use compact::{compact_now, Compacted, Compactions, Done as CompactDone};
 mod entries;
 pub mod learn;
 mod objects;
@@ -473,6 +474,9 @@ pub struct Stats {
     pub arena_live_bytes: u64,
     /// Arena bytes in freed blocks awaiting reuse.
     pub arena_free_bytes: u64,
+    /// The part of those still in memory (or, for a file arena, on disk):
+    /// what a compaction could give back.
+    pub arena_reclaimable_bytes: u64,
     /// Sum over records of key plus uncompressed body.
     pub payload_raw_bytes: u64,
     /// Sum over records of header, key and body as stored.
@@ -696,6 +700,8 @@ pub struct Table {
     atoms: Arc<RwLock<AtomTable>>,
     backing: Backing,
     journal: OnceLock<Arc<dyn Journal>>,
+    /// Automatic compaction (table/compact.rs).
+    auto: compact::Auto,
 }
 
 impl Table {
@@ -725,6 +731,7 @@ impl Table {
             atoms: Arc::new(RwLock::new(AtomTable::new())),
             backing: opts.backing.clone(),
             journal: OnceLock::new(),
+            auto: compact::Auto::default(),
         })
     }
 
@@ -1617,6 +1624,7 @@ impl Table {
             arena_used_bytes: st.arena.used_bytes(),
             arena_live_bytes: st.arena.live_bytes(),
             arena_free_bytes: st.arena.free_bytes(),
+            arena_reclaimable_bytes: st.arena.held_free_bytes(),
             payload_raw_bytes: st.raw_bytes,
             payload_stored_bytes: st.stored_bytes,
             arena_address: st.arena.address() as u64,

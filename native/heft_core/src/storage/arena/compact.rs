@@ -1,86 +1,88 @@
-//! Compaction: moving records down so the top of the arena goes back.
+//! Compaction: sliding live blocks down so the top of the arena goes back.
 //!
 //! Free blocks do not move and their neighbours are not merged, so a table
 //! that shrank (records deleted, re-compressed smaller with a dictionary)
-//! keeps its high-water mark with holes in it. A compaction chooses a
-//! *ceiling* a little above what the live blocks need and, in steps that
-//! each hold the table's lock briefly, while writers go on:
+//! keeps its high-water mark with holes in it, and records of one size
+//! class cannot use the holes another left. A compaction packs the live
+//! blocks together in address order, in steps that each hold the table's
+//! lock briefly, while readers and writers go on:
 //!
-//! 1. [`Arena::purge_free`] takes every free block that ends above the
-//!    ceiling off the free lists (they become *doomed*: counted as free,
-//!    never handed out), so new records go below it;
-//! 2. [`Arena::relocate`] moves each live block above the ceiling to a free
-//!    block below it (the caller points the index at the new handle); the
-//!    old block is doomed too, as is any block freed above the ceiling
-//!    meanwhile;
-//! 3. [`Arena::take_doomed`] hands the doomed blocks to the caller, which
-//!    sorts and merges neighbours into [`Run`]s without the lock
-//!    ([`runs`]), and [`Arena::finish_compaction`] lowers the top past the
-//!    runs that end it (giving their pages back), then puts the other runs
-//!    back on the free lists as blocks of the largest classes (whole pages
-//!    of those given back too), a batch per call.
+//! 1. [`Arena::purge_free`] takes the free blocks off the free lists (they
+//!    become *holes*: counted as free, never handed out), a batch of lists
+//!    at a time; the caller sorts them by offset without the lock
+//!    ([`Arena::take_holes`]) and hands them back ([`Arena::start_slide`]),
+//!    which also takes what writers left on the free lists meanwhile;
+//! 2. the slide: a *scan* offset walks the arena from its start to where
+//!    the top was then (`end`). [`Arena::next_block`] says what lies at the
+//!    scan: a hole (passed over) or a live block, which the caller (who
+//!    knows which record it is) has [`Arena::slide`] move down to the
+//!    *fill* offset, and points the index at. Between fill and scan lies
+//!    only free space. A block freed at or past the scan is a hole too (in
+//!    `late`); one freed below the fill goes on the free lists and may be
+//!    handed out again, as may the bump pointer past `end`: writers never
+//!    wait for space;
+//! 3. [`Arena::finish_compaction`], once the scan reached `end`: if no
+//!    writer grew the arena past `end`, the top comes down to the fill, a
+//!    slice at a time, its pages given back (a file arena's file is cut
+//!    short); else the space from the fill to `end` goes back on the free
+//!    lists as large blocks. Holes past `end` go back on the free lists.
 //!
-//! A writer that finds nothing free below the ceiling grows the arena as
-//! always: the records it places above it stay, and so does the top, but
-//! the merged runs still come back as large blocks. [`Arena::clear`] ends a
-//! compaction; the caller's later steps then do nothing.
+//! [`Arena::abort_compaction`] ends one early: the space between fill and
+//! scan and the holes not yet passed go back on the free lists.
+//! [`Arena::clear`] ends one; the caller's later steps then do nothing.
+
+use std::collections::BTreeMap;
 
 use super::*;
 
-/// Runs pushed back on the free lists per [`Arena::finish_compaction`] call.
-const RUNS_PER_STEP: usize = 4096;
+/// Bytes of the top given back per [`Arena::finish_compaction`] call.
+const LOWER_SLICE: u64 = 16 << 20;
+
+/// Where a compaction is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Purging,
+    Sorting,
+    Sliding,
+}
 
 /// The state of a compaction in progress.
 pub(super) struct Compaction {
     id: u64,
-    ceiling: u64,
-    /// Free blocks that end above the ceiling, not on the free lists.
-    doomed: Vec<u64>,
-    /// Set once the top was lowered.
-    lowered: bool,
+    phase: Phase,
+    /// Every offset at or past this one is still to be looked at.
+    scan: u64,
+    /// Where the next live block goes: `[fill, scan)` is free.
+    fill: u64,
+    /// The top when the slide began.
+    end: u64,
+    /// Free-list entries taken off the lists, by offset once sorted; those
+    /// before `next` were passed.
+    holes: Vec<u64>,
+    next: usize,
+    /// Blocks freed at or past the scan since the purge began, by offset.
+    late: BTreeMap<u64, u64>,
 }
 
 /// A compaction the caller runs: see the module doc.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ticket {
     id: u64,
-    /// Blocks that end above this offset are moved below it.
-    pub ceiling: u64,
 }
 
-/// Free blocks that are neighbours, merged: `[start, end)`, of which
-/// `punched` bytes were given back to the kernel.
+/// What [`Arena::next_block`] found at the scan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Run {
-    start: u64,
-    end: u64,
-    punched: u64,
+pub enum Next {
+    /// A hole, passed over.
+    Hole,
+    /// A live block starts at this offset: the caller finds its handle
+    /// and calls [`Arena::slide`].
+    Live(u64),
+    /// The scan reached the end: time for [`Arena::finish_compaction`].
+    End,
 }
 
 static COMPACTION_SEQ: AtomicU64 = AtomicU64::new(1);
-
-/// Sorts doomed free-list entries by offset and merges neighbours.
-pub fn runs(mut doomed: Vec<u64>) -> Vec<Run> {
-    doomed.sort_unstable_by_key(|&e| offset(e));
-    let mut runs: Vec<Run> = Vec::new();
-    for e in doomed {
-        let (start, size) = (offset(e), block_size(e) as u64);
-        let punched = punched_part(e);
-        match runs.last_mut() {
-            Some(r) if r.end == start => {
-                r.end += size;
-                r.punched += punched;
-            }
-            _ => runs.push(Run {
-                start,
-                end: start + size,
-                punched,
-            }),
-        }
-    }
-    debug_assert!(runs.windows(2).all(|w| w[0].end < w[1].start));
-    runs
-}
 
 /// The bytes of a free-list entry's block that were given back.
 fn punched_part(entry: u64) -> u64 {
@@ -92,28 +94,32 @@ fn punched_part(entry: u64) -> u64 {
 }
 
 impl Arena {
-    /// Starts a compaction if it would give back at least `min_gain` bytes
-    /// and an eighth of the arena: the ceiling is the live bytes plus a
-    /// sixteenth (room for the size classes the moved blocks need), page
-    /// aligned. `None` if not, or if one is running.
-    pub fn begin_compaction(&mut self, min_gain: u64) -> Option<Ticket> {
+    /// Starts a compaction if its free blocks are at least `min_gain`
+    /// bytes and, with `share` n > 0, an n-th of the arena (a compaction
+    /// gives back about what is free). `None` if not, or if one is
+    /// running.
+    pub fn begin_compaction(&mut self, min_gain: u64, share: u64) -> Option<Ticket> {
         if self.compaction.is_some() {
             return None;
         }
-        let room = self.live + self.live / 16 + PAGE;
-        let ceiling = (FIRST_OFFSET + room).div_ceil(PAGE) * PAGE;
-        let gain = self.top.checked_sub(ceiling)?;
-        if gain < min_gain.max(self.top / 8) {
+        let need = min_gain
+            .max(self.top.checked_div(share).unwrap_or(0))
+            .max(1);
+        if self.free_bytes < need {
             return None;
         }
         let id = COMPACTION_SEQ.fetch_add(1, Ordering::Relaxed);
         self.compaction = Some(Compaction {
             id,
-            ceiling,
-            doomed: Vec::new(),
-            lowered: false,
+            phase: Phase::Purging,
+            scan: FIRST_OFFSET,
+            fill: FIRST_OFFSET,
+            end: 0,
+            holes: Vec::new(),
+            next: 0,
+            late: BTreeMap::new(),
         });
-        Some(Ticket { id, ceiling })
+        Some(Ticket { id })
     }
 
     /// The running compaction, if it is `t`'s.
@@ -121,67 +127,123 @@ impl Arena {
         self.compaction.as_mut().filter(|c| c.id == t.id)
     }
 
-    /// Step 1: dooms the free blocks of classes `from..` that end above the
-    /// ceiling, looking at about `budget` entries; returns the class to go
-    /// on from, or `None` when every class is done (or `t` is not running).
+    /// Step 1: takes the free lists of classes `from..` off, looking at
+    /// about `budget` entries; returns the class to go on from, or `None`
+    /// when every class is done (or `t` is not running).
     pub fn purge_free(&mut self, t: &Ticket, from: usize, budget: usize) -> Option<usize> {
-        let ceiling = self.compaction_of(t)?.ceiling;
+        self.compaction_of(t)
+            .filter(|c| c.phase == Phase::Purging)?;
         let (mut class, mut seen, mut gone) = (from, 0, Vec::new());
         while class < self.free.len() && seen < budget {
-            let list = &mut self.free[class];
-            seen += list.len();
-            let size = class_size(class) as u64;
-            list.retain(|&e| {
-                let above = offset(e) + size > ceiling;
-                if above {
-                    gone.push(e);
-                }
-                !above
-            });
-            if list.is_empty() {
-                self.nonempty[class / 64] &= !(1 << (class % 64));
-            }
+            seen += self.free[class].len();
+            gone.append(&mut self.free[class]);
+            self.nonempty[class / 64] &= !(1 << (class % 64));
             class += 1;
         }
         let bytes: u64 = gone.iter().map(|&e| block_size(e) as u64).sum();
         self.free_bytes -= bytes;
         self.doomed_bytes += bytes;
-        self.compaction_of(t)?.doomed.extend(gone);
-        (class < self.free.len()).then_some(class)
+        let more = class < self.free.len();
+        let c = self.compaction_of(t)?;
+        c.holes.append(&mut gone);
+        if more {
+            return Some(class);
+        }
+        c.phase = Phase::Sorting;
+        None
     }
 
-    /// Step 2: if block `loc` ends above the ceiling, moves its bytes to a
-    /// block below it and frees (dooms) the old one; returns the new
-    /// handle, or `None` (the block stays) if there is no room below the
-    /// ceiling, the arena cannot grow, or `t` is not running.
-    pub fn relocate(&mut self, t: &Ticket, loc: u64) -> Option<u64> {
-        let ceiling = self.compaction_of(t)?.ceiling;
-        let size = block_size(loc);
-        let old = offset(loc);
-        if old + size as u64 <= ceiling {
-            return None;
-        }
-        // Of the same class: a larger one would waste what it is bigger by.
-        let new = self.alloc_within(size, 0).ok()?;
-        if offset(new) + block_size(new) as u64 > ceiling {
-            // A block a writer freed above the ceiling before step 1 got to
-            // its class, or the bump pointer: doomed, and the old one stays.
-            self.free(new);
-            return None;
-        }
-        let (from, to) = (old as usize, offset(new) as usize);
-        self.bytes_mut().copy_within(from..from + size, to);
-        self.free(loc);
-        Some(new)
+    /// The holes purged, for the caller to sort by offset without the
+    /// lock (empty if `t` is not running).
+    pub fn take_holes(&mut self, t: &Ticket) -> Vec<u64> {
+        self.compaction_of(t)
+            .filter(|c| c.phase == Phase::Sorting)
+            .map(|c| std::mem::take(&mut c.holes))
+            .unwrap_or_default()
     }
 
-    /// Where [`Arena::free`] puts a block during a compaction: doomed if it
-    /// ends above the ceiling. Gives the entry back otherwise.
+    /// Starts the slide with the holes sorted by offset; what writers
+    /// left on the free lists meanwhile (the rest of blocks they cut)
+    /// joins them.
+    pub fn start_slide(&mut self, t: &Ticket, sorted: Vec<u64>) {
+        debug_assert!(sorted.windows(2).all(|w| offset(w[0]) < offset(w[1])));
+        let top = self.top;
+        let mut left = Vec::new();
+        let mut class = 0;
+        while let Some(c) = self.smallest_free(class) {
+            left.append(&mut self.free[c]);
+            self.nonempty[c / 64] &= !(1 << (c % 64));
+            class = c + 1;
+        }
+        let bytes: u64 = left.iter().map(|&e| block_size(e) as u64).sum();
+        self.free_bytes -= bytes;
+        self.doomed_bytes += bytes;
+        let Some(c) = self.compaction_of(t).filter(|c| c.phase == Phase::Sorting) else {
+            // Not running any more: they go back.
+            for e in left {
+                self.undoom_one(e);
+            }
+            return;
+        };
+        c.holes = sorted;
+        c.late.extend(left.into_iter().map(|e| (offset(e), e)));
+        c.end = top;
+        c.phase = Phase::Sliding;
+    }
+
+    /// Step 2: what lies at the scan. A hole is passed over (its pages, if
+    /// given back, count as used again: the slide may move a block there).
+    pub fn next_block(&mut self, t: &Ticket) -> Next {
+        let Some(c) = self.compaction_of(t).filter(|c| c.phase == Phase::Sliding) else {
+            return Next::End;
+        };
+        if c.scan >= c.end {
+            return Next::End;
+        }
+        let at = c.scan;
+        let hole = match c.holes.get(c.next) {
+            Some(&e) if offset(e) == at => {
+                c.next += 1;
+                Some(e)
+            }
+            _ => c.late.remove(&at),
+        };
+        let Some(e) = hole else {
+            return Next::Live(at);
+        };
+        c.scan += block_size(e) as u64;
+        self.punched -= punched_part(e);
+        Next::Hole
+    }
+
+    /// Step 2: moves the live block `loc`, at the scan, down to the fill;
+    /// returns its new handle (the same class). `None` (nothing moves) if
+    /// `loc` is not at the scan or `t` is not running.
+    pub fn slide(&mut self, t: &Ticket, loc: u64) -> Option<u64> {
+        let c = self
+            .compaction_of(t)
+            .filter(|c| c.phase == Phase::Sliding)?;
+        if offset(loc) != c.scan || c.scan >= c.end {
+            return None;
+        }
+        let size = block_size(loc) as u64;
+        let (from, to) = (c.scan, c.fill);
+        c.scan += size;
+        c.fill += size;
+        if from != to {
+            let (from, to) = (from as usize, to as usize);
+            self.bytes_mut().copy_within(from..from + size as usize, to);
+        }
+        Some(to | (loc & !OFFSET_MASK))
+    }
+
+    /// Where [`Arena::free`] puts a block during a compaction: a hole if
+    /// it lies at or past the scan. Gives the entry back otherwise.
     pub(super) fn doom(&mut self, entry: u64) -> Option<u64> {
         let size = block_size(entry) as u64;
         match &mut self.compaction {
-            Some(c) if offset(entry) + size > c.ceiling => {
-                c.doomed.push(entry);
+            Some(c) if offset(entry) >= c.scan => {
+                c.late.insert(offset(entry), entry);
                 self.doomed_bytes += size;
                 None
             }
@@ -189,99 +251,104 @@ impl Arena {
         }
     }
 
-    /// Step 3a: the blocks doomed so far, for [`runs`] (they stay counted
-    /// as free, and not handed out, until [`Arena::finish_compaction`]).
-    pub fn take_doomed(&mut self, t: &Ticket) -> Vec<u64> {
-        self.compaction_of(t)
-            .map(|c| std::mem::take(&mut c.doomed))
-            .unwrap_or_default()
-    }
-
-    /// Step 3b, called until it returns true: the first call lowers the top
-    /// past the runs and doomed blocks that end it and gives their pages
-    /// back; each call puts up to [`RUNS_PER_STEP`] of `runs` back on the
-    /// free lists; the last puts back the blocks doomed since
-    /// [`Arena::take_doomed`] and ends the compaction. Returns the bytes it
-    /// lowered the top by in `lowered`.
-    pub fn finish_compaction(
-        &mut self,
-        t: &Ticket,
-        runs: &mut Vec<Run>,
-        lowered: &mut u64,
-    ) -> bool {
-        let Some(c) = self.compaction_of(t) else {
-            runs.clear();
+    /// Step 3, called until it returns true, once [`Arena::next_block`]
+    /// said `End`: lowers the top by up to [`LOWER_SLICE`] bytes a call,
+    /// giving its pages back (a file arena's file is cut short at the
+    /// end), or, if writers placed blocks past the old top, puts the space
+    /// between fill and that top back on the free lists; the last call
+    /// puts back the holes past it, shrinks the free lists and ends the
+    /// compaction. Adds the bytes it lowered the top by to `lowered`.
+    pub fn finish_compaction(&mut self, t: &Ticket, lowered: &mut u64) -> bool {
+        let top = self.top;
+        let Some(c) = self.compaction_of(t).filter(|c| c.phase == Phase::Sliding) else {
             return true;
         };
-        if !c.lowered {
-            c.lowered = true;
-            let mut doomed = std::mem::take(&mut c.doomed);
-            doomed.sort_unstable_by_key(|&e| offset(e));
-            let old_top = self.top;
-            let (mut top, mut punched) = (old_top, 0);
-            loop {
-                if let Some(r) = runs.last().filter(|r| r.end == top) {
-                    (top, punched) = (r.start, punched + r.punched);
-                    runs.pop();
-                } else if let Some(&e) = doomed
-                    .last()
-                    .filter(|&&e| offset(e) + block_size(e) as u64 == top)
-                {
-                    (top, punched) = (offset(e), punched + punched_part(e));
-                    doomed.pop();
-                } else {
-                    break;
-                }
-            }
-            self.doomed_bytes -= old_top - top;
-            self.punched -= punched;
-            self.top = top;
-            *lowered = old_top - top;
+        debug_assert!(c.scan >= c.end);
+        let (fill, end) = (c.fill, c.end);
+        if top == end && fill < top {
+            let lo = fill.max(top.saturating_sub(LOWER_SLICE));
+            c.end = lo;
+            c.scan = lo;
+            self.top = lo;
+            self.doomed_bytes -= top - lo;
+            *lowered += top - lo;
             if !matches!(self.pages, Pages::File(..)) {
-                let start = top.div_ceil(PAGE) * PAGE;
-                let end = old_top.div_ceil(PAGE) * PAGE;
-                if end > start {
-                    let _ = self.give_back(start, end - start);
+                let (start, stop) = (lo.div_ceil(PAGE) * PAGE, top.div_ceil(PAGE) * PAGE);
+                if stop > start {
+                    let _ = self.give_back(start, stop - start);
                 }
             }
-            if let Some(c) = self.compaction.as_mut() {
-                c.doomed = doomed;
+            if lo > fill {
+                return false;
             }
+        } else if fill < end {
+            self.doomed_bytes -= end - fill;
+            self.put_back(fill, end);
         }
-        let at = runs.len().saturating_sub(RUNS_PER_STEP);
-        for r in runs.drain(at..) {
-            self.punched -= r.punched;
-            self.doomed_bytes -= r.end - r.start;
-            self.put_back(r.start, r.end);
-        }
-        if !runs.is_empty() {
-            return false;
+        if matches!(self.pages, Pages::File(..)) {
+            // Best effort: a file that stays long only keeps its blocks.
+            let _ = self.cut_file((self.top.div_ceil(PAGE) * PAGE).max(INITIAL_BYTES));
         }
         let c = self.compaction.take().expect("checked above");
-        self.undoom(c.doomed);
+        for e in c.late.into_values().chain(c.holes.into_iter().skip(c.next)) {
+            self.undoom_one(e);
+        }
+        debug_assert_eq!(self.doomed_bytes, 0);
+        self.shrink_lists();
         true
     }
 
-    /// Ends a compaction early: every doomed block, those in `held`
-    /// included, goes back on the free lists as it was.
-    pub fn abort_compaction(&mut self, t: &Ticket, held: Vec<u64>) {
-        if self.compaction_of(t).is_none() {
+    /// Ends a compaction early: the space between fill and scan and every
+    /// hole not passed go back on the free lists.
+    pub fn abort_compaction(&mut self, t: &Ticket) {
+        let Some(c) = self.compaction_of(t) else {
             return;
+        };
+        let (fill, scan) = (c.fill, c.scan);
+        let c = self.compaction.take().expect("checked above");
+        if scan > fill {
+            self.doomed_bytes -= scan - fill;
+            self.put_back(fill, scan);
         }
-        let mut doomed = self.compaction.take().expect("checked above").doomed;
-        doomed.extend(held);
-        self.undoom(doomed);
-    }
-
-    /// Puts doomed entries back on their free lists as they are, once the
-    /// compaction is over.
-    fn undoom(&mut self, doomed: Vec<u64>) {
-        for e in doomed {
-            let class = ((e & !PUNCHED) >> CLASS_SHIFT) as usize;
-            self.doomed_bytes -= class_size(class) as u64;
-            self.push_free(class, e);
+        for e in c.late.into_values().chain(c.holes.into_iter().skip(c.next)) {
+            self.undoom_one(e);
         }
         debug_assert_eq!(self.doomed_bytes, 0);
+    }
+
+    /// Puts a hole back on its free list as it is.
+    fn undoom_one(&mut self, e: u64) {
+        let class = ((e & !PUNCHED) >> CLASS_SHIFT) as usize;
+        self.doomed_bytes -= class_size(class) as u64;
+        self.push_free(class, e);
+    }
+
+    /// Gives back what the free lists no longer use: after a compaction
+    /// emptied them, they held a fraction of their capacity.
+    fn shrink_lists(&mut self) {
+        for list in &mut self.free {
+            if list.capacity() > 4 * list.len() + 16 {
+                list.shrink_to(2 * list.len());
+            }
+        }
+    }
+
+    /// Cuts a file arena's file, and its mapping, to `len` bytes (a
+    /// multiple of the page size, at least the top): the disk blocks past
+    /// it go back to the file system. Growing again reserves them anew.
+    fn cut_file(&mut self, len: u64) -> io::Result<()> {
+        debug_assert!(len >= self.top && len % PAGE == 0);
+        let Pages::File(file, _, map) = &mut self.pages else {
+            return Ok(());
+        };
+        if len >= map.len() as u64 {
+            return Ok(());
+        }
+        // SAFETY: the mapping shrinks (mremap never moves a shrinking
+        // mapping); no reference into it exists because the caller holds
+        // the arena `&mut`, and the bytes cut off hold no block.
+        unsafe { map.remap(len as usize, RemapOptions::new())? };
+        file.set_len(len)
     }
 
     /// Puts the free bytes `[start, end)` on the free lists as blocks of
@@ -313,7 +380,7 @@ mod tests {
     use crate::testutil::Rng;
 
     /// Live blocks of a test arena: handle, fill byte, and the bytes
-    /// filled (a block moved into a larger one holds them at its front).
+    /// filled.
     type Held = Vec<(u64, u8, usize)>;
 
     /// An arena of mixed blocks, most of them freed in a random order; a
@@ -338,18 +405,30 @@ mod tests {
         (a, held)
     }
 
-    /// Every byte of `[FIRST_OFFSET, top)` is in exactly one live or free
-    /// block (on a free list, doomed, or `taken` by the job), every live
-    /// block holds its bytes, and the counts are exact.
+    /// Every byte of `[FIRST_OFFSET, top)` is in exactly one live block,
+    /// free block (on a free list, a hole of the compaction, or `taken` by
+    /// the job) or the space between fill and scan; every live block holds
+    /// its bytes, and the counts are exact.
     fn check(a: &Arena, held: &Held, taken: &[u64]) {
         let free = a.free.iter().flatten().copied();
-        let doomed = a.compaction.iter().flat_map(|c| c.doomed.iter().copied());
-        let free: Vec<u64> = free.chain(doomed).chain(taken.iter().copied()).collect();
+        let (holes, gap) = match &a.compaction {
+            Some(c) => {
+                let holes: Vec<u64> = c.holes[c.next..]
+                    .iter()
+                    .chain(c.late.values())
+                    .copied()
+                    .collect();
+                (holes, (c.fill < c.scan).then_some((c.fill, c.scan)))
+            }
+            None => (Vec::new(), None),
+        };
+        let free: Vec<u64> = free.chain(holes).chain(taken.iter().copied()).collect();
         let mut spans: Vec<(u64, u64)> = held
             .iter()
             .map(|&(l, _, _)| l)
             .chain(free.iter().map(|&e| e & !PUNCHED))
             .map(|l| (offset(l), offset(l) + block_size(l) as u64))
+            .chain(gap)
             .collect();
         spans.sort_unstable();
         let mut at = FIRST_OFFSET;
@@ -371,58 +450,57 @@ mod tests {
         );
     }
 
-    /// Runs every step of a compaction, moving every held block it can;
-    /// `meanwhile` plays a writer between the steps. Returns the ceiling.
+    /// Runs every step of a compaction; `meanwhile` plays a writer between
+    /// the steps (with the holes the job holds while it sorts them).
     fn compact(
         a: &mut Arena,
         held: &mut Held,
         mut meanwhile: impl FnMut(&mut Arena, &mut Held, &[u64]),
-    ) -> u64 {
-        let t = a.begin_compaction(0).expect("worth compacting");
+    ) {
+        let t = a.begin_compaction(0, 8).expect("worth compacting");
         let mut class = Some(0);
         while let Some(from) = class {
             class = a.purge_free(&t, from, 1000);
             meanwhile(a, held, &[]);
         }
-        let mut i = 0;
-        while i < held.len() {
-            if let Some(new) = a.relocate(&t, held[i].0) {
-                held[i].0 = new;
+        let mut holes = a.take_holes(&t);
+        meanwhile(a, held, &holes);
+        holes.sort_unstable_by_key(|&e| offset(e));
+        a.start_slide(&t, holes);
+        let mut steps = 0;
+        loop {
+            match a.next_block(&t) {
+                Next::End => break,
+                Next::Hole => {}
+                Next::Live(at) => {
+                    let i = held.iter().position(|h| offset(h.0) == at).unwrap();
+                    held[i].0 = a.slide(&t, held[i].0).unwrap();
+                }
             }
-            if i % 500 == 0 {
+            steps += 1;
+            if steps % 500 == 0 {
                 meanwhile(a, held, &[]);
             }
-            i += 1;
         }
-        let taken = a.take_doomed(&t);
-        meanwhile(a, held, &taken);
-        let mut runs = runs(taken);
         let mut lowered = 0;
-        while !a.finish_compaction(&t, &mut runs, &mut lowered) {}
+        while !a.finish_compaction(&t, &mut lowered) {
+            meanwhile(a, held, &[]);
+        }
         assert!(a.compaction.is_none());
-        t.ceiling
     }
 
     #[test]
-    fn compaction_moves_blocks_down_and_gives_the_top_back() {
+    fn compaction_packs_the_blocks_and_gives_the_top_back() {
         for pages in [MemoryPages::Huge, MemoryPages::Memfd] {
             let (mut a, mut held) = holey(pages, 0x2545_f491_4f6c_dd1d);
             check(&a, &held, &[]);
-            let (top, used, live) = (a.top, a.used_bytes(), a.live_bytes());
+            let (top, live) = (a.top, a.live_bytes());
             assert!(top > 3 * live, "{pages:?}: the test needs holes");
             compact(&mut a, &mut held, |_, _, _| {});
             check(&a, &held, &[]);
-            // Everything fit below the ceiling: live plus a sixteenth.
-            assert!(
-                a.top <= FIRST_OFFSET + live + live / 16 + 2 * PAGE,
-                "{pages:?}"
-            );
-            assert!(a.top < top / 2, "{pages:?}: top {top} -> {}", a.top);
-            assert!(
-                a.used_bytes() < used * 3 / 5,
-                "{pages:?}: {used} -> {}",
-                a.used_bytes()
-            );
+            // Packed: no byte between the blocks.
+            assert_eq!(a.top, FIRST_OFFSET + live, "{pages:?}");
+            assert_eq!((a.free_bytes(), a.punched), (0, 0));
             assert_eq!(a.live_bytes(), live);
             // And the arena goes on as before.
             for i in 0..2000u32 {
@@ -436,68 +514,75 @@ mod tests {
 
     #[test]
     fn writers_during_a_compaction_keep_their_blocks_and_the_counts_stay_exact() {
-        let (mut a, mut held) = holey(MemoryPages::Huge, 0x9e37_79b9_7f4a_7c15);
-        let mut rng = Rng(77);
-        let ceiling = compact(&mut a, &mut held, |a, held, taken| {
-            // Frees anywhere (above the ceiling: doomed) and allocations,
-            // some large enough to grow the arena past its top.
-            for _ in 0..20 {
-                let r = rng.next();
-                if r % 2 == 0 && !held.is_empty() {
-                    let i = (r >> 8) as usize % held.len();
-                    a.free(held.swap_remove(i).0);
-                } else {
-                    let len = 1 + (r >> 20) as usize % if r % 7 == 0 { 90_000 } else { 900 };
-                    let loc = a.alloc(len).unwrap();
-                    a.get_mut(loc, block_size(loc)).unwrap().fill(r as u8);
-                    held.push((loc, r as u8, block_size(loc)));
+        for seed in [0x9e37_79b9_7f4a_7c15, 3, 4] {
+            let (mut a, mut held) = holey(MemoryPages::Huge, seed);
+            let live = a.live_bytes();
+            let mut rng = Rng(seed ^ 77);
+            compact(&mut a, &mut held, |a, held, taken| {
+                // Frees anywhere (at or past the scan: holes) and
+                // allocations, some large enough to grow the arena.
+                for _ in 0..20 {
+                    let r = rng.next();
+                    if r % 2 == 0 && !held.is_empty() {
+                        let i = (r >> 8) as usize % held.len();
+                        a.free(held.swap_remove(i).0);
+                    } else {
+                        let len = 1 + (r >> 20) as usize % if r % 7 == 0 { 90_000 } else { 900 };
+                        let loc = a.alloc(len).unwrap();
+                        a.get_mut(loc, block_size(loc)).unwrap().fill(r as u8);
+                        held.push((loc, r as u8, block_size(loc)));
+                    }
                 }
-            }
-            check(a, held, taken);
-        });
-        check(&a, &held, &[]);
-        // The top came down to the ceiling, or to the last block a writer
-        // placed above it.
-        let last = held
-            .iter()
-            .map(|&(l, _, _)| offset(l) + block_size(l) as u64);
-        assert!(a.top <= last.max().unwrap().max(ceiling));
+                check(a, held, taken);
+            });
+            check(&a, &held, &[]);
+            assert!(
+                a.used_bytes() < 3 * live,
+                "{seed}: {} for {live}",
+                a.used_bytes()
+            );
+        }
     }
 
     #[test]
     fn clearing_ends_a_compaction_and_its_later_steps_do_nothing() {
         let (mut a, held) = holey(MemoryPages::Huge, 12345);
-        let t = a.begin_compaction(0).unwrap();
+        let t = a.begin_compaction(0, 8).unwrap();
         assert_eq!(a.purge_free(&t, 0, usize::MAX), None);
-        let doomed = a.take_doomed(&t);
-        assert!(!doomed.is_empty());
+        let mut holes = a.take_holes(&t);
+        assert!(!holes.is_empty());
+        holes.sort_unstable_by_key(|&e| offset(e));
         a.clear().unwrap();
-        assert_eq!(a.relocate(&t, held[0].0), None);
-        let mut runs = runs(doomed);
-        assert!(a.finish_compaction(&t, &mut runs, &mut 0));
+        a.start_slide(&t, holes);
+        assert_eq!(a.next_block(&t), Next::End);
+        assert_eq!(a.slide(&t, held[0].0), None);
+        assert!(a.finish_compaction(&t, &mut 0));
         check(&a, &Held::new(), &[]);
         assert_eq!(a.free_bytes(), 0);
         // A new one can start once there are holes again.
-        assert!(a.begin_compaction(0).is_none());
+        assert!(a.begin_compaction(0, 8).is_none());
     }
 
     #[test]
     fn an_aborted_compaction_puts_every_block_back() {
         let (mut a, mut held) = holey(MemoryPages::Memfd, 999);
         let (top, free) = (a.top, a.free_bytes());
-        let t = a.begin_compaction(0).unwrap();
+        let t = a.begin_compaction(0, 8).unwrap();
         assert_eq!(a.purge_free(&t, 0, usize::MAX), None);
-        for h in held.iter_mut().take(100) {
-            if let Some(new) = a.relocate(&t, h.0) {
-                h.0 = new;
+        let mut holes = a.take_holes(&t);
+        holes.sort_unstable_by_key(|&e| offset(e));
+        a.start_slide(&t, holes);
+        for _ in 0..3000 {
+            if let Next::Live(at) = a.next_block(&t) {
+                let i = held.iter().position(|h| offset(h.0) == at).unwrap();
+                held[i].0 = a.slide(&t, held[i].0).unwrap();
             }
         }
-        let taken = a.take_doomed(&t);
-        assert!(!taken.is_empty());
-        a.abort_compaction(&t, taken);
+        check(&a, &held, &[]);
+        a.abort_compaction(&t);
         check(&a, &held, &[]);
         assert_eq!((a.top, a.free_bytes()), (top, free));
-        assert!(a.begin_compaction(0).is_some(), "none is running");
+        assert!(a.begin_compaction(0, 8).is_some(), "none is running");
     }
 
     #[test]
@@ -507,11 +592,11 @@ mod tests {
         for l in &locs[..900] {
             a.free(*l);
         }
-        assert!(a.begin_compaction(1 << 20).is_none(), "100 KB to gain");
+        assert!(a.begin_compaction(1 << 20, 8).is_none(), "100 KB to gain");
         for l in &locs[900..] {
             a.free(*l);
         }
-        assert!(a.begin_compaction(0).is_some());
-        assert!(a.begin_compaction(0).is_none(), "one at a time");
+        assert!(a.begin_compaction(0, 8).is_some());
+        assert!(a.begin_compaction(0, 8).is_none(), "one at a time");
     }
 }

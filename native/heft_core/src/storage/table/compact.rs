@@ -1,115 +1,425 @@
-//! Compaction of a table's arena (the steps are in arena/compact.rs): run
-//! by the job that re-compressed the table, off the schedulers, holding
-//! the write lock for a batch of records at a time while readers and
-//! writers go on.
+//! Compaction of a table's arena (the steps are in arena/compact.rs) and
+//! the compactor that runs it on its own.
+//!
+//! A compaction packs the live records together from the start of the
+//! arena, in address order (the slide of arena/compact.rs), holding the
+//! table's write lock for a batch at a time (at most [`SLIDE_STEPS`]
+//! blocks and [`MOVE_BYTES`] bytes moved) while readers and writers go on.
+//! It runs:
+//!
+//! - after a dictionary re-compression, on that job's thread (learn.rs);
+//! - on its own, once a table whose holder called [`Table::compact_on_its_own`]
+//!   has at least [`AUTO_MIN_FREE`] bytes of free blocks still in memory
+//!   and they are a fifth or more of its arena's used bytes: the write
+//!   that finds so ([`Table::compaction_due`]) queues the table for the
+//!   compactor, one thread shared by every table at the lowest priority,
+//!   paced to half a core. A table compacts again, at the back of the
+//!   queue and after a pause, while that holds and its last run gained
+//!   something; after a run that gained nothing, it waits until another
+//!   [`AUTO_MIN_FREE`] bytes are freed;
+//! - on demand ([`compact_now`]), unpaced, on the compactor's thread, for
+//!   any gain.
 
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use super::learn::{CHUNK, CHUNK_RAW};
-use super::*;
-use crate::arena::{self, Ticket};
+use parking_lot::{Condvar, Mutex};
 
-/// Records moved under one write lock.
-const MOVE_BATCH: usize = 64;
+use super::*;
+use crate::arena::{self, Next, Ticket};
+
+/// Blocks (live or free) looked at under one write lock.
+const SLIDE_STEPS: usize = 512;
+
+/// Bytes of records moved under one write lock.
+const MOVE_BYTES: usize = 256 * 1024;
 
 /// Free-list entries looked at under one write lock.
 const PURGE_BUDGET: usize = 64 * 1024;
 
-/// A compaction runs only if it gives back at least this much (and an
-/// eighth of the arena, see [`Arena::begin_compaction`]).
+/// A compaction after a re-compression runs only if it gives back at
+/// least this much (and an eighth of the arena, see
+/// [`Arena::begin_compaction`]); so does an automatic one.
 pub const MIN_GAIN: u64 = 1 << 20;
 
-impl Table {
-    /// Moves the records stored above what the live ones need down into
-    /// the holes below, merges the free blocks left and lowers the top of
-    /// the arena, giving its pages back; returns the bytes the top came
-    /// down by (0 if it would gain less than `min_gain` bytes or an eighth
-    /// of the arena). Stops early, putting every block back as it was,
-    /// when `go_on` turns false. Paced like the re-compression walk.
-    pub fn compact(&self, min_gain: u64, go_on: impl Fn() -> bool) -> Result<u64, Error> {
-        let Some(t) = self.write()?.arena.begin_compaction(min_gain) else {
-            return Ok(0);
-        };
-        let moved = self.purge(&t).and_then(|()| self.move_down(&t, &go_on));
-        // Asked before the lock is taken: `go_on` may look at the table.
-        let stop = moved.is_err() || !go_on();
-        let mut st = self.write()?;
-        if stop {
-            st.arena.abort_compaction(&t, Vec::new());
-            return moved.map(|()| 0);
+/// Free bytes still in memory from which a table compacts on its own
+/// (when they are also a fifth of its arena's used bytes).
+pub const AUTO_MIN_FREE: u64 = 1 << 20;
+
+/// What a compaction did so far.
+#[derive(Default)]
+struct Moving {
+    done: Compacted,
+    /// The bytes the used bytes came down by (negative where the slide
+    /// passed over free blocks whose pages had been given back).
+    returned: i64,
+}
+
+/// The least pause between two automatic runs of one table.
+const AUTO_PAUSE: Duration = Duration::from_millis(100);
+
+/// What a compaction did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Compacted {
+    /// Records moved, and their blocks' bytes.
+    pub moved_records: u64,
+    pub moved_bytes: u64,
+    /// Bytes the arena's used bytes came down by: pages given back to the
+    /// kernel, or a file arena's file cut short.
+    pub returned_bytes: u64,
+}
+
+impl Compacted {
+    fn add(&mut self, other: &Compacted) {
+        self.moved_records += other.moved_records;
+        self.moved_bytes += other.moved_bytes;
+        self.returned_bytes += other.returned_bytes;
+    }
+}
+
+/// A table's compactions so far (every kind), for info/1.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Compactions {
+    /// Whether a compaction runs, or the compactor has the table queued.
+    pub running: bool,
+    /// Compactions that ran (those that found nothing worth moving too).
+    pub runs: u64,
+    /// Their sums.
+    pub total: Compacted,
+}
+
+/// A table's part in automatic compaction.
+#[derive(Default)]
+pub(crate) struct Auto {
+    /// Set by [`Table::compact_on_its_own`]: the compactor holds no table
+    /// alive.
+    me: OnceLock<Weak<Table>>,
+    /// Queued for the compactor, or running there.
+    queued: AtomicBool,
+    /// Free bytes a write must leave before the next automatic run: raised
+    /// past what a run that gained nothing left.
+    floor: AtomicU64,
+    stats: Mutex<Compactions>,
+}
+
+/// Called once a compaction the caller asked for ended.
+pub type Done = Box<dyn FnOnce(Result<Compacted, Error>) + Send>;
+
+struct Job {
+    table: Weak<Table>,
+    /// On demand: who waits for it.
+    done: Option<Done>,
+    /// An automatic job queued again runs after a pause.
+    not_before: Instant,
+}
+
+/// The compactor's queue and the condition its thread waits on.
+struct Queue {
+    jobs: Mutex<VecDeque<Job>>,
+    ready: Condvar,
+}
+
+static QUEUE: OnceLock<Queue> = OnceLock::new();
+
+/// Queues `job`, starting the compactor's thread on first use. False if
+/// the thread could not be started.
+fn enqueue(job: Job) -> bool {
+    let mut started = true;
+    let q = QUEUE.get_or_init(|| {
+        started = std::thread::Builder::new()
+            .name("heft-compact".into())
+            .spawn(work)
+            .is_ok();
+        Queue {
+            jobs: Mutex::new(VecDeque::new()),
+            ready: Condvar::new(),
         }
-        let doomed = st.arena.take_doomed(&t);
-        drop(st);
-        // Sorting may take a few milliseconds: the blocks are the job's
-        // meanwhile, off the free lists.
-        let mut runs = arena::runs(doomed);
-        let mut lowered = 0;
-        while !self
-            .write()?
-            .arena
-            .finish_compaction(&t, &mut runs, &mut lowered)
-        {}
-        Ok(lowered)
+    });
+    if !started {
+        return false;
+    }
+    q.jobs.lock().push_back(job);
+    q.ready.notify_one();
+    true
+}
+
+/// The compactor's thread: runs the queued jobs one at a time.
+fn work() {
+    // The lowest priority for this thread (Linux keeps a nice value per
+    // thread): on a busy host the schedulers' threads go first.
+    // SAFETY: setpriority takes plain integers and touches no memory of
+    // ours; it fails harmlessly where it may not.
+    unsafe {
+        let _ = libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10);
+    }
+    let q = QUEUE.get_or_init(|| unreachable!("queued before the thread starts"));
+    loop {
+        let job = {
+            let mut jobs = q.jobs.lock();
+            loop {
+                match jobs.pop_front() {
+                    Some(job) => break job,
+                    None => q.ready.wait(&mut jobs),
+                }
+            }
+        };
+        let wait = job.not_before.saturating_duration_since(Instant::now());
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
+        }
+        match (job.table.upgrade(), job.done) {
+            (Some(table), Some(done)) => done(table.compact_now_here()),
+            (None, Some(done)) => done(Err(Error::Deleted)),
+            (Some(table), None) => table.compact_automatically(),
+            (None, None) => {}
+        }
+    }
+}
+
+/// Compacts `table` on the compactor's thread, unpaced, for any gain, and
+/// calls `done` with what it did. False (and `done` is not called) if the
+/// thread could not be started.
+pub fn compact_now(table: &Arc<Table>, done: Done) -> bool {
+    enqueue(Job {
+        table: Arc::downgrade(table),
+        done: Some(done),
+        not_before: Instant::now(),
+    })
+}
+
+impl Table {
+    /// Lets the table compact on its own (see the module doc). Its holder
+    /// calls this once, on the `Arc` every user shares.
+    pub fn compact_on_its_own(self: &Arc<Self>) {
+        let _ = self.auto.me.set(Arc::downgrade(self));
     }
 
-    /// Step 1: the free blocks above the ceiling leave the free lists.
-    fn purge(&self, t: &Ticket) -> Result<(), Error> {
+    /// Whether the last write left enough free bytes for an automatic
+    /// compaction, which this queues (once; other writes then answer
+    /// false). Cheap: never waits for the table's lock.
+    pub fn compaction_due(&self) -> bool {
+        let Some(me) = self.auto.me.get() else {
+            return false;
+        };
+        if self.auto.queued.load(AtomicOrdering::Relaxed) || !self.worth_compacting() {
+            return false;
+        }
+        if self
+            .auto
+            .queued
+            .compare_exchange(false, true, AtomicOrdering::AcqRel, AtomicOrdering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        let queued = enqueue(Job {
+            table: me.clone(),
+            done: None,
+            not_before: Instant::now(),
+        });
+        if !queued {
+            self.auto.queued.store(false, AtomicOrdering::Release);
+        }
+        queued
+    }
+
+    /// Free bytes still in memory of at least [`AUTO_MIN_FREE`], the floor
+    /// and a fifth of the used bytes. Skipped (false) while a writer holds
+    /// the lock.
+    fn worth_compacting(&self) -> bool {
+        let Some(st) = self.state.try_read() else {
+            return false;
+        };
+        let Some(st) = st.as_ref() else {
+            return false;
+        };
+        let held = st.arena.held_free_bytes();
+        let floor = self.auto.floor.load(AtomicOrdering::Relaxed);
+        held >= AUTO_MIN_FREE.max(floor) && held * 5 >= st.arena.used_bytes()
+    }
+
+    /// One automatic run of this table (see the module doc): afterwards
+    /// the table goes to the back of the queue if it gained something and
+    /// is still worth a run, else it leaves the queue.
+    fn compact_automatically(&self) {
+        let done = self.compact_counted(MIN_GAIN, 8, true, &|| true);
+        let gained = matches!(done, Ok(c) if c.moved_records > 0 || c.returned_bytes > 0);
+        if gained {
+            self.auto.floor.store(0, AtomicOrdering::Relaxed);
+            if self.worth_compacting() {
+                if let Some(me) = self.auto.me.get() {
+                    let again = Job {
+                        table: me.clone(),
+                        done: None,
+                        not_before: Instant::now() + AUTO_PAUSE,
+                    };
+                    if enqueue(again) {
+                        return;
+                    }
+                }
+            }
+        } else if let Ok(st) = self.read() {
+            // Nothing gained: wait for more to be freed.
+            let floor = st.arena.held_free_bytes().saturating_add(AUTO_MIN_FREE);
+            self.auto.floor.store(floor, AtomicOrdering::Relaxed);
+        }
+        self.auto.queued.store(false, AtomicOrdering::Release);
+        // A write that found the table queued meanwhile started nothing.
+        let _ = self.compaction_due();
+    }
+
+    /// An on-demand compaction: unpaced, for any gain.
+    fn compact_now_here(&self) -> Result<Compacted, Error> {
+        self.compact_counted(0, 0, false, &|| true)
+    }
+
+    /// [`Table::compact`], counted in [`Table::compactions`].
+    fn compact_counted(
+        &self,
+        min_gain: u64,
+        share: u64,
+        paced: bool,
+        go_on: &dyn Fn() -> bool,
+    ) -> Result<Compacted, Error> {
+        self.auto.stats.lock().running = true;
+        let done = self.compact_with(min_gain, share, paced, go_on);
+        let mut stats = self.auto.stats.lock();
+        stats.running = false;
+        if let Ok(c) = &done {
+            stats.runs += 1;
+            stats.total.add(c);
+        }
+        done
+    }
+
+    /// The table's compactions so far.
+    pub fn compactions(&self) -> Compactions {
+        let mut c = *self.auto.stats.lock();
+        c.running |= self.auto.queued.load(AtomicOrdering::Acquire);
+        c
+    }
+
+    /// Moves the records stored above what the live ones need down into
+    /// the holes below, merges the free blocks left and lowers the top of
+    /// the arena, giving its pages back; does nothing if it would gain
+    /// less than `min_gain` bytes or an eighth of the arena. Stops early,
+    /// putting every block back as it was, when `go_on` turns false. Paced
+    /// like the re-compression walk. Counted in [`Table::compactions`].
+    pub fn compact(&self, min_gain: u64, go_on: impl Fn() -> bool) -> Result<Compacted, Error> {
+        self.compact_counted(min_gain, 8, true, &go_on)
+    }
+
+    fn compact_with(
+        &self,
+        min_gain: u64,
+        share: u64,
+        paced: bool,
+        go_on: &dyn Fn() -> bool,
+    ) -> Result<Compacted, Error> {
+        let Some(t) = self.write()?.arena.begin_compaction(min_gain, share) else {
+            return Ok(Compacted::default());
+        };
+        let mut m = Moving::default();
+        let slid = self.slide(&t, paced, go_on, &mut m);
+        // Asked before the lock is taken: `go_on` may look at the table.
+        if slid.is_err() || !go_on() {
+            if let Ok(mut st) = self.write() {
+                st.arena.abort_compaction(&t);
+            }
+            return slid.map(|()| Compacted::default());
+        }
+        loop {
+            let mut st = self.write()?;
+            let before = st.arena.used_bytes() as i64;
+            let finished = st.arena.finish_compaction(&t, &mut 0);
+            m.returned += before - st.arena.used_bytes() as i64;
+            if finished {
+                break;
+            }
+        }
+        m.done.returned_bytes = m.returned.max(0) as u64;
+        Ok(m.done)
+    }
+
+    /// Steps 1 and 2: the free blocks leave the free lists, then every live
+    /// block slides down, a batch under each write lock, counted in `m`.
+    /// Returns early when `go_on` turns false.
+    fn slide(
+        &self,
+        t: &Ticket,
+        paced: bool,
+        go_on: &dyn Fn() -> bool,
+        m: &mut Moving,
+    ) -> Result<(), Error> {
         let mut class = Some(0);
         while let Some(from) = class {
             class = self.write()?.arena.purge_free(t, from, PURGE_BUDGET);
         }
-        Ok(())
-    }
-
-    /// Step 2: every record above the ceiling moves below it (where there
-    /// is room), in walk order.
-    fn move_down(&self, t: &Ticket, go_on: &impl Fn() -> bool) -> Result<(), Error> {
-        let (mut buf, mut after) = (RecordBuf::new(), None);
+        let mut holes = self.write()?.arena.take_holes(t);
+        // Sorting a million holes takes some milliseconds: without the lock.
+        holes.sort_unstable_by_key(|&e| arena::offset(e));
+        self.write()?.arena.start_slide(t, holes);
         loop {
             let started = Instant::now();
-            buf.clear();
-            let next = self.chunk(after.as_ref(), CHUNK, CHUNK_RAW, &mut buf)?;
-            // Asked between copying records out and moving them: writers
-            // may have changed them meanwhile too.
             if !go_on() {
                 return Ok(());
             }
-            let above: Vec<usize> = (0..buf.len())
-                .filter(|&i| {
-                    let loc = buf.items()[i].loc;
-                    arena::offset(loc) + arena::block_size(loc) as u64 > t.ceiling
-                })
-                .collect();
-            for part in above.chunks(MOVE_BATCH) {
-                let mut st = self.write()?;
-                let names = self.names();
-                let ord = order(&names);
-                for &i in part {
-                    let it = &buf.items()[i];
-                    // The record may have been overwritten or deleted since
-                    // it was copied out: only the block the index still
-                    // points at is moved.
-                    let Some((first, n)) = st.find(ord, it.hash, buf.key(it)) else {
-                        continue;
-                    };
-                    let Some(pos) = (0..n)
-                        .map(|j| Entries::nth(first, j))
-                        .find(|&p| st.entries.loc(p) == it.loc)
-                    else {
-                        continue;
-                    };
-                    if let Some(new) = st.arena.relocate(t, it.loc) {
-                        st.entries.set_loc(pos, new);
+            let mut st = self.write()?;
+            let names = self.names();
+            let ord = order(&names);
+            let used = st.arena.used_bytes() as i64;
+            let (mut steps, mut bytes, mut end) = (0, 0, false);
+            while steps < SLIDE_STEPS && bytes < MOVE_BYTES {
+                steps += 1;
+                let at = match st.arena.next_block(t) {
+                    Next::End => {
+                        end = true;
+                        break;
                     }
+                    Next::Hole => continue,
+                    Next::Live(at) => at,
+                };
+                let Some((pos, loc)) = st.indexed_at(ord, at) else {
+                    return Err(Error::Io(io::Error::other(
+                        "compaction met a block no index entry points at",
+                    )));
+                };
+                let new = st.arena.slide(t, loc).expect("the block at the scan");
+                st.entries.set_loc(pos, new);
+                let size = arena::block_size(loc);
+                bytes += size;
+                if new != loc {
+                    m.done.moved_records += 1;
+                    m.done.moved_bytes += size as u64;
                 }
             }
-            match next {
-                Some(c) => after = Some(c),
-                None => return Ok(()),
+            m.returned += used - st.arena.used_bytes() as i64;
+            drop(st);
+            if end {
+                return Ok(());
             }
             // Paced: at most half of one core.
-            std::thread::sleep(started.elapsed().max(Duration::from_micros(50)));
+            if paced {
+                std::thread::sleep(started.elapsed().max(Duration::from_micros(50)));
+            }
         }
+    }
+}
+
+impl State {
+    /// The index entry of the live block at offset `at`, and its handle:
+    /// the record there names its key.
+    fn indexed_at(&self, ord: Order, at: u64) -> Option<(Pos, u64)> {
+        let h = Header::parse_prefix(self.arena.tail(at, record::MAX_HEADER)).ok()?;
+        let bytes = self.arena.get(at, h.total_len())?;
+        let key = &bytes[h.key_start()..h.body_start()];
+        let (first, n) = self.find(ord, self.entries.hash_of(key), key)?;
+        (0..n)
+            .map(|j| Entries::nth(first, j))
+            .map(|p| (p, self.entries.loc(p)))
+            .find(|&(_, loc)| arena::offset(loc) == at)
     }
 }
 
@@ -117,7 +427,6 @@ impl Table {
 mod tests {
     use std::cell::{Cell, RefCell};
     use std::collections::BTreeMap;
-    use std::sync::Arc;
 
     use super::*;
     use crate::codec::Value;
@@ -125,15 +434,46 @@ mod tests {
     use crate::testutil::{noise, Rng};
 
     fn table(kind: Kind) -> Arc<Table> {
+        table_on(kind, Backing::Memory)
+    }
+
+    fn table_on(kind: Kind, backing: Backing) -> Arc<Table> {
         Arc::new(
             Table::new(&Options {
-                backing: Backing::Memory,
+                backing,
                 compression: Compression::None,
                 label: "compact".into(),
                 kind,
             })
             .unwrap(),
         )
+    }
+
+    /// `n` records, then all but every `keep`-th deleted.
+    fn churned(t: &Table, n: u64, keep: u64) -> BTreeMap<u64, Vec<Vec<u8>>> {
+        let mut model = BTreeMap::new();
+        for i in 0..n {
+            put(t, i, 0);
+            if i % keep == 0 {
+                model.insert(i, vec![body(i, 0)]);
+            }
+        }
+        for i in (0..n).filter(|i| i % keep != 0) {
+            t.remove(t.hash(&key(i)), &key(i), None).unwrap();
+        }
+        model
+    }
+
+    /// Waits (up to 20 s) until `t`'s compactor has run and is idle.
+    fn settled(t: &Table) -> Compactions {
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            let c = t.compactions();
+            if (c.runs > 0 && !c.running) || Instant::now() > until {
+                return c;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     fn key(i: u64) -> Vec<u8> {
@@ -175,9 +515,11 @@ mod tests {
                 model.remove(&i);
             }
             let before = t.stats().unwrap();
-            let lowered = t.compact(0, || true).unwrap();
+            let done = t.compact(0, || true).unwrap();
             let after = t.stats().unwrap();
-            assert_eq!(before.arena_used_bytes - after.arena_used_bytes, lowered);
+            let returned = before.arena_used_bytes - after.arena_used_bytes;
+            assert_eq!(done.returned_bytes, returned);
+            assert!(done.moved_records > 0 && done.moved_bytes > 0, "{done:?}");
             assert!(
                 after.arena_used_bytes < before.arena_used_bytes / 3,
                 "{kind:?}: {before:?} -> {after:?}"
@@ -185,8 +527,102 @@ mod tests {
             assert_eq!(after.arena_live_bytes, before.arena_live_bytes);
             same(&t, &model, 12_000);
             // Nothing left to gain.
-            assert_eq!(t.compact(0, || true).unwrap(), 0);
+            assert_eq!(t.compact(0, || true).unwrap(), Compacted::default());
+            let c = t.compactions();
+            assert_eq!((c.runs, c.total), (2, done), "{kind:?}");
         }
+    }
+
+    #[test]
+    fn a_table_that_churned_compacts_on_its_own() {
+        let t = table(Kind::Set);
+        // Only a table whose holder asked for it.
+        let model = churned(&t, 12_000, 4);
+        assert!(!t.compaction_due());
+        t.compact_on_its_own();
+        let before = t.stats().unwrap();
+        assert!(t.compaction_due(), "{before:?}");
+        assert!(!t.compaction_due(), "queued once");
+        let c = settled(&t);
+        let after = t.stats().unwrap();
+        assert!(c.runs >= 1 && c.total.moved_records > 0, "{c:?}");
+        assert!(
+            after.arena_used_bytes < before.arena_used_bytes / 3,
+            "{before:?} -> {after:?}"
+        );
+        assert_eq!(
+            c.total.returned_bytes,
+            before.arena_used_bytes - after.arena_used_bytes
+        );
+        same(&t, &model, 12_000);
+        // Nothing left worth a run.
+        assert!(!t.compaction_due());
+    }
+
+    #[test]
+    fn a_table_with_little_free_does_not_compact_on_its_own() {
+        let t = table(Kind::Set);
+        t.compact_on_its_own();
+        // About 600 KB freed of 1.2 MB: under AUTO_MIN_FREE.
+        let model = churned(&t, 1_500, 2);
+        assert!(!t.compaction_due(), "{:?}", t.stats().unwrap());
+        same(&t, &model, 1_500);
+        assert_eq!(t.compactions(), Compactions::default());
+    }
+
+    #[test]
+    fn a_compaction_on_demand_reports_what_it_did() {
+        let t = table(Kind::OrderedSet);
+        // A fifth freed: less than an automatic run waits for.
+        let model = churned(&t, 10_000, 5);
+        let before = t.stats().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        assert!(compact_now(&t, Box::new(move |r| tx.send(r).unwrap())));
+        let done = rx.recv_timeout(Duration::from_secs(20)).unwrap().unwrap();
+        let after = t.stats().unwrap();
+        assert!(done.moved_records > 0, "{done:?}");
+        assert_eq!(
+            done.returned_bytes,
+            before.arena_used_bytes - after.arena_used_bytes
+        );
+        same(&t, &model, 10_000);
+        assert_eq!(t.compactions().total, done);
+        // A deleted table answers so.
+        let gone = table(Kind::Set);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let weak = Arc::downgrade(&gone);
+        drop(gone);
+        assert!(weak.upgrade().is_none());
+        let t2 = table(Kind::Set);
+        let _ = t2.take_storage();
+        assert!(compact_now(&t2, Box::new(move |r| tx.send(r).unwrap())));
+        let r = rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        assert!(matches!(r, Err(Error::Deleted)), "{r:?}");
+    }
+
+    #[test]
+    fn a_file_arena_cuts_its_file_short() {
+        let dir = std::env::temp_dir().join(format!("heft-compact-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let t = table_on(Kind::Bag, Backing::File(dir.clone()));
+        let mut model = churned(&t, 12_000, 4);
+        let len = || {
+            let f = std::fs::read_dir(&dir).unwrap().next().unwrap().unwrap();
+            f.metadata().unwrap().len()
+        };
+        let before = len();
+        let done = t.compact(0, || true).unwrap();
+        assert!(done.returned_bytes > 0, "{done:?}");
+        assert!(len() < before / 2, "{} -> {}", before, len());
+        same(&t, &model, 12_000);
+        // It grows again as records come.
+        for i in 12_000..16_000 {
+            put(&t, i, 1);
+            model.insert(i, vec![body(i, 1)]);
+        }
+        same(&t, &model, 16_000);
+        drop(t);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -252,11 +688,17 @@ mod tests {
         let before = t.stats().unwrap();
         let calls = std::sync::atomic::AtomicUsize::new(0);
         let go_on = || calls.fetch_add(1, AtomicOrdering::Relaxed) < 3;
-        assert_eq!(t.compact(0, go_on).unwrap(), 0);
+        assert_eq!(t.compact(0, go_on).unwrap(), Compacted::default());
+        // Blocks it moved stay moved; the space they left is free again
+        // (its whole pages given back).
         let after = t.stats().unwrap();
-        assert_eq!(after.arena_used_bytes, before.arena_used_bytes);
+        assert!(after.arena_used_bytes <= before.arena_used_bytes);
+        assert_eq!(after.arena_free_bytes, before.arena_free_bytes);
         same(&t, &model, 6_000);
-        assert!(t.compact(0, || true).unwrap() > 0, "none is running");
+        assert!(
+            t.compact(0, || true).unwrap().returned_bytes > 0,
+            "none is running"
+        );
         same(&t, &model, 6_000);
     }
 }

@@ -501,7 +501,7 @@ fn run(table: &Table, job: Job, generation: u64, done: Option<Done>) {
         if mine() {
             p.phase = Phase::Done;
             p.done = p.total;
-            p.compacted = compacted.unwrap_or(0);
+            p.compacted = compacted.map_or(0, |c| c.returned_bytes);
         }
     }
 }
