@@ -3,17 +3,18 @@
 #
 #     mix run bench/churn.exs                 # 1,000,000 records, 3 runs
 #     mix run bench/churn.exs --records 200000 --runs 1
+#     mix run bench/churn.exs --blob random   # incompressible blobs
 #
 # For each table type: load `{i, %{id: i, name: "user-i", blob: <0-199
-# bytes>}}` (a blob repeats one byte: compressible, as ids and names
-# around it are), delete 90% at random, then overwrite the rest three
+# bytes>}}` (by default a blob repeats one byte: compressible, as ids and
+# names around it are; `--blob random`: random bytes), delete 90% at random, then overwrite the rest three
 # times with other sizes (a bag deletes a key before it writes it again).
 # After each phase it waits until the table's automatic compactions are
 # idle (at most 10 s) and prints Heft's `info(:memory)`, what the table
 # needs (live arena + index + dictionaries), its ratio to that and to
 # ETS's bytes, how long the compactions took to settle after the last
-# write, and how far the VM's RSS came down against what the table gave
-# back. Then 50,000 JSON-like binaries of about 700 bytes with
+# write, and how far the arena's resident memory (smaps) came down in
+# the phase against what the table's compactions gave back. Then 50,000 JSON-like binaries of about 700 bytes with
 # `{:zstd, dictionary: :auto}`, after the background re-compression.
 # Medians over the runs, with the spread (min-max) where it varies.
 Code.require_file("harness.exs", __DIR__)
@@ -22,42 +23,77 @@ defmodule Heft.Bench.Churn do
   @moduledoc false
   alias Heft.Bench.Sys
 
-  @switches [records: :integer, runs: :integer]
+  @switches [records: :integer, runs: :integer, blob: :string]
 
   def main(argv) do
     {opts, _, _} = OptionParser.parse(argv, strict: @switches)
     n = Keyword.get(opts, :records, 1_000_000)
     runs = Keyword.get(opts, :runs, 3)
+    blob = if opts[:blob] == "random", do: :random, else: :repeated
+    Process.put(:blob, blob)
 
     IO.puts(
-      "# churn: #{n} records, #{runs} runs (OTP #{:erlang.system_info(:otp_release)}, " <>
+      "# churn: #{n} records, #{blob} blobs, #{runs} runs (OTP #{:erlang.system_info(:otp_release)}, " <>
         "#{Sys.machine_short()}, load average #{Sys.load_average()})\n"
     )
 
     IO.puts(
-      "| table | phase | Heft `info(:memory)` | needed (live + index + dicts) | Heft / needed | ETS | Heft / ETS | settled after | RSS down / given back |"
+      "| table | phase | Heft `info(:memory)` | needed (live + index + dicts) | Heft / needed | ETS | Heft / ETS | settled after | arena resident down / given back |"
     )
 
     IO.puts("|---|---|---|---|---|---|---|---|---|")
 
-    for type <- [:set, :ordered_set, :bag] do
-      samples = for _ <- 1..runs, do: churn(type, n)
+    latencies =
+      for type <- [:set, :ordered_set, :bag] do
+        samples = for _ <- 1..runs, do: churn(type, n)
 
-      for phase <- [:loaded, :deleted, :overwritten] do
-        rows = Enum.map(samples, &Map.fetch!(&1, phase))
-        row(type, phase, rows)
+        for phase <- [:loaded, :deleted, :overwritten] do
+          rows = Enum.map(samples, &Map.fetch!(&1, phase))
+          row(type, phase, rows)
+        end
+
+        {type, samples}
       end
-    end
 
     samples = for _ <- 1..runs, do: recompressed(div(n, 20))
     row(:"zstd :auto", :recompressed, samples)
+
+    IO.puts("""
+
+    While 90% of the records are deleted (the compactor running meanwhile):
+    a process's random lookups and the deleting process's `delete/2` calls,
+    µs (p99 / p99.9 / longest, of the calls of all runs)
+
+    | table | lookups | p99 / p99.9 / max | deletes | p99 / p99.9 / max | compactor's longest lock hold |
+    |---|---:|---|---:|---|---:|\
+    """)
+
+    for {type, samples} <- latencies do
+      {reads, writes} = samples |> Enum.map(& &1.deleted.latency) |> Enum.unzip()
+      {rp99, rp999, rmax, rn} = worst(reads)
+      {wp99, wp999, wmax, wn} = worst(writes)
+
+      hold = samples |> Enum.map(& &1.deleted.hold) |> Enum.max()
+
+      IO.puts(
+        "| #{type} | #{rn} | #{rp99} / #{rp999} / #{rmax} | #{wn} | #{wp99} / #{wp999} / #{wmax} | #{hold} µs |"
+      )
+    end
+
     IO.puts("\nload average after: #{Sys.load_average()}")
   end
 
-  defp record(i, salt),
-    do:
-      {i,
-       %{id: i, name: "user-#{i}", blob: :crypto.strong_rand_bytes(rem(i * 31 + salt * 7, 200))}}
+  defp record(i, salt) do
+    len = rem(i * 31 + salt * 7, 200)
+
+    blob =
+      case Process.get(:blob) do
+        :random -> :crypto.strong_rand_bytes(len)
+        _ -> :binary.copy(<<rem(i * 7 + salt, 251)>>, len)
+      end
+
+    {i, %{id: i, name: "user-#{i}", blob: blob}}
+  end
 
   defp churn(type, n) do
     t = Heft.new(:churn, [type, :public])
@@ -69,15 +105,27 @@ defmodule Heft.Bench.Churn do
       :ets.insert(e, objects)
     end
 
-    loaded = measure(t, e)
+    loaded = measure(t, e, Heft.info(t))
+    start = Heft.info(t)
     :rand.seed(:exsss, {1, 2, 3})
+    reader = spawn_link(fn -> read(t, n, []) end)
 
-    for i <- 1..n, :rand.uniform(10) > 1 do
-      Heft.delete(t, i)
-      :ets.delete(e, i)
-    end
+    writes =
+      for i <- 1..n, :rand.uniform(10) > 1 do
+        t0 = System.monotonic_time()
+        Heft.delete(t, i)
+        took = System.monotonic_time() - t0
+        :ets.delete(e, i)
+        took
+      end
 
-    deleted = measure(t, e)
+    send(reader, {:stop, self()})
+    reads = receive do: ({:read, reads} -> reads)
+    deleted = measure(t, e, start)
+    hold = Heft.info(t, :compaction).longest_lock_hold_us
+    deleted = Map.merge(deleted, %{latency: {tail(reads), tail(writes)}, hold: hold})
+
+    start = Heft.info(t)
 
     for round <- 1..3 do
       keys = :ets.select(e, [{{:"$1", :_}, [], [:"$1"]}])
@@ -95,10 +143,33 @@ defmodule Heft.Bench.Churn do
       end
     end
 
-    overwritten = measure(t, e)
+    overwritten = measure(t, e, start)
     Heft.delete(t)
     :ets.delete(e)
     %{loaded: loaded, deleted: deleted, overwritten: overwritten}
+  end
+
+  # Random lookups, each timed, until told to stop.
+  defp read(t, n, took) do
+    receive do
+      {:stop, to} -> send(to, {:read, took})
+    after
+      0 ->
+        k = :rand.uniform(n)
+        t0 = System.monotonic_time()
+        Heft.lookup(t, k)
+        read(t, n, [System.monotonic_time() - t0 | took])
+    end
+  end
+
+  # p99, p99.9 and the longest of `times` (native units), in µs.
+  defp tail(times) do
+    sorted = times |> Enum.sort() |> List.to_tuple()
+    at = fn q -> elem(sorted, min(tuple_size(sorted) - 1, trunc(q * tuple_size(sorted)))) end
+    us = &System.convert_time_unit(&1, :native, :microsecond)
+
+    {us.(at.(0.99)), us.(at.(0.999)), us.(elem(sorted, tuple_size(sorted) - 1)),
+     tuple_size(sorted)}
   end
 
   # 700-byte JSON-like documents: the same fields, other values.
@@ -109,8 +180,10 @@ defmodule Heft.Bench.Churn do
       Heft.insert(t, Enum.map(chunk, &{&1, json(&1)}))
     end
 
+    start = Heft.info(t)
+
     wait_recompressed(t, System.monotonic_time(:millisecond) + 60_000)
-    measure(t, nil)
+    measure(t, nil, start)
   end
 
   defp json(i) do
@@ -135,17 +208,15 @@ defmodule Heft.Bench.Churn do
   end
 
   # Waits (at most 10 s) until the table's compactions are idle; its
-  # figures then, the time that took, and the RSS against what it gave
-  # back.
-  defp measure(t, e) do
-    :erlang.garbage_collect()
-    rss0 = Sys.rss()
-    given0 = Heft.info(t, :compaction).returned_bytes
+  # figures then, the time that took, and how far the arena's resident
+  # memory (smaps) came down since `start` against what compactions gave
+  # back meanwhile.
+  defp measure(t, e, start) do
     started = System.monotonic_time(:millisecond)
     settle(t, started + 10_000)
     settled = System.monotonic_time(:millisecond) - started
     info = Heft.info(t)
-    given = info[:compaction].returned_bytes - given0
+    given = info[:compaction].returned_bytes - start[:compaction].returned_bytes
     needed = info[:arena_live_bytes] + info[:index_bytes] + info[:dictionary_bytes]
 
     %{
@@ -153,7 +224,7 @@ defmodule Heft.Bench.Churn do
       needed: needed,
       ets: if(e, do: :ets.info(e, :memory) * :erlang.system_info(:wordsize)),
       settled_ms: settled,
-      rss_down: rss0 - Sys.rss(),
+      resident_down: start[:arena_resident_bytes] - info[:arena_resident_bytes],
       given: given
     }
   end
@@ -178,7 +249,7 @@ defmodule Heft.Bench.Churn do
 
     rss =
       if given > 1_048_576,
-        do: "#{mb(med.(:rss_down))} / #{mb(given)}",
+        do: "#{mb(med.(:resident_down))} / #{mb(given)}",
         else: "-"
 
     IO.puts(
@@ -186,6 +257,17 @@ defmodule Heft.Bench.Churn do
         "#{if ets, do: mb(ets), else: "-"} | #{if ets, do: ratio(memory, ets), else: "-"} | " <>
         "#{med.(:settled_ms)} ms (#{lo}-#{hi}) | #{rss} |"
     )
+  end
+
+  # The runs' tails: the median run's p99 and p99.9, the longest call of
+  # all, and the calls counted.
+  defp worst(tails) do
+    {p99, p999, max, n} =
+      Enum.reduce(tails, {[], [], 0, 0}, fn {a, b, c, d}, {as, bs, m, k} ->
+        {[a | as], [b | bs], max(m, c), k + d}
+      end)
+
+    {median(p99), median(p999), max, n}
   end
 
   defp median(xs) do

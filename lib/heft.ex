@@ -1880,8 +1880,9 @@ defmodule Heft do
       per_record}`.
     * `:compaction` - the table's compactions so far (see `compact/1`):
       `%{state: :idle | :running, runs: n, moved_records: r, moved_bytes:
-      m, returned_bytes: b}`, totals over every run (those that found
-      nothing worth moving included).
+      m, returned_bytes: b, longest_lock_hold_us: us}`, totals over every
+      run (those that found nothing worth moving included; `us` the
+      longest of any).
 
   And as in ETS: `:id` (the table's `Heft.Table` identifier, also for a
   named table), `:name`, `:named_table`, `:type`, `:keypos`,
@@ -2103,26 +2104,30 @@ defmodule Heft do
   end
 
   @doc """
-  Compacts the table's arena now: moves the records stored above what the
-  live ones need down into the free blocks below, merges the free blocks
-  left, and gives the top of the arena back (a memory arena's pages to
-  the kernel; a file arena's file is cut short). Every record stays where
-  readers and walks find it; none is copied to the caller.
+  Compacts the table's arena now: packs the records together from the
+  start of the arena, in address order, and gives the top of the arena
+  back (a memory arena's pages to the kernel; a file arena's file is cut
+  short): the arena then uses what its records need. Keys do not move:
+  readers, walks and continuations are not affected; no record is copied
+  to the caller.
 
   A table compacts on its own once its freed blocks still in memory are
   at least 1 MiB and a fifth of its arena's used bytes (after deletes and
   overwrites, and after a dictionary re-compression). Those runs, one
-  table at a time on one thread shared by every table at the lowest
-  priority, take at most half a core and hold the table's lock for at most
-  64 records or 256 KiB of them at a time: readers and writers go on. After
-  a run that gained nothing, a table waits until another 1 MiB is freed.
+  table at a time on one thread shared by every table (not a scheduler),
+  take at most half a core and hold the table's lock for at most 128
+  blocks or 64 KiB of records moved at a time: readers and writers go
+  on. After a run that gained nothing, a table waits until another 1 MiB
+  is freed.
   `compact/1` runs on that thread too (after any run queued before it),
   unpaced and whatever there is to gain; the calling process waits.
 
-  Returns `{:ok, %{moved_records: r, moved_bytes: m, returned_bytes: b}}`
-  (`b`: how far `info(tab, :arena_used_bytes)` and so `info(tab, :memory)`
-  came down), with zeros when there was nothing to gain or another
-  compaction of the table was running, or `{:error, :deleted}` if the
+  Returns `{:ok, %{moved_records: r, moved_bytes: m, returned_bytes: b,
+  longest_lock_hold_us: us}}` (`b`: how far `info(tab, :arena_used_bytes)`
+  and so `info(tab, :memory)` came down; `us`: the longest the compaction
+  held the table's lock at once, what a reader or writer may have waited),
+  with zeros when there was nothing to gain or another compaction of the
+  table was running, or `{:error, :deleted}` if the
   table was deleted meanwhile. Needs read access (a compaction changes no
   object): raises `ArgumentError` for a private table when the caller is
   not its owner, or a table that does not exist. `info(tab, :compaction)`
@@ -2133,7 +2138,8 @@ defmodule Heft do
            %{
              moved_records: non_neg_integer,
              moved_bytes: non_neg_integer,
-             returned_bytes: non_neg_integer
+             returned_bytes: non_neg_integer,
+             longest_lock_hold_us: non_neg_integer
            }}
           | {:error, :deleted}
   def compact(tab) do

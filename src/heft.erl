@@ -322,7 +322,8 @@ train_dictionary(Tab, Opts) -> ?H:train_dictionary(Tab, Opts).
 %% back (see `Heft.compact/1'); tables also compact on their own.
 -spec compact(tab()) ->
           {ok, #{moved_records := non_neg_integer(), moved_bytes := non_neg_integer(),
-                 returned_bytes := non_neg_integer()}}
+                 returned_bytes := non_neg_integer(),
+                 longest_lock_hold_us := non_neg_integer()}}
         | {error, deleted}.
 compact(Tab) -> ?H:compact(Tab).
 

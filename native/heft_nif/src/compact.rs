@@ -22,6 +22,7 @@ mod atoms {
         moved_records,
         moved_bytes,
         returned_bytes,
+        longest_lock_hold_us,
         compaction,
     }
 }
@@ -32,17 +33,22 @@ pub fn after_write(core: &Table) {
 }
 
 /// A [`Compacted`]'s figures, by name.
-fn figures<'a>(env: Env<'a>, c: &Compacted) -> [(Atom, Term<'a>); 3] {
+fn figures<'a>(env: Env<'a>, c: &Compacted) -> [(Atom, Term<'a>); 4] {
     [
         (atoms::moved_records(), c.moved_records.encode(env)),
         (atoms::moved_bytes(), c.moved_bytes.encode(env)),
         (atoms::returned_bytes(), c.returned_bytes.encode(env)),
+        (
+            atoms::longest_lock_hold_us(),
+            c.longest_lock_hold_us.encode(env),
+        ),
     ]
 }
 
 /// Compacts the table on the compactor's thread; `:ok` at once, then
 /// `{:heft_compacted, tag, {:ok, %{moved_records, moved_bytes,
-/// returned_bytes}} | {:error, :deleted}}` to the caller. Needs read
+/// returned_bytes, longest_lock_hold_us}} | {:error, :deleted}}` to the
+/// caller. Needs read
 /// access: a compaction changes no record.
 #[rustler::nif]
 fn compact<'a>(env: Env<'a>, tab: Term<'a>, tag: u64) -> NifResult<Term<'a>> {

@@ -490,14 +490,22 @@ impl Arena {
             self.grow(end)?;
         }
         let start = self.top / PAGE * PAGE;
-        let (start, len) = (start as usize, end.saturating_sub(start) as usize);
+        self.populate(start, end.saturating_sub(start));
+        Ok(())
+    }
+
+    /// Faults in the memory pages of `[start, start+len)` (`start` page
+    /// aligned) ready for writing, as a write would, but all at once and
+    /// without touching their bytes. Best effort: nothing for a file arena,
+    /// or before Linux 5.14.
+    fn populate(&self, start: u64, len: u64) {
+        let (start, len) = (start as usize, len as usize);
         let _ = match &self.pages {
             _ if len == 0 => Ok(()),
             Pages::Anon(r) => r.populate(start, len),
             Pages::Memfd(_, map) => map.advise_range(Advice::PopulateWrite, start, len),
             Pages::File(..) => Ok(()),
         };
-        Ok(())
     }
 
     /// Drops every block and gives all pages back, keeping the backing.

@@ -9,9 +9,10 @@
 //!
 //! 1. [`Arena::purge_free`] takes the free blocks off the free lists (they
 //!    become *holes*: counted as free, never handed out), a batch of lists
-//!    at a time; the caller sorts them by offset without the lock
-//!    ([`Arena::take_holes`]) and hands them back ([`Arena::start_slide`]),
-//!    which also takes what writers left on the free lists meanwhile;
+//!    at a time, and hands them to the caller, who gathers and sorts them
+//!    by offset without the lock and hands them back
+//!    ([`Arena::start_slide`]), which also takes what writers left on the
+//!    free lists meanwhile;
 //! 2. the slide: a *scan* offset walks the arena from its start to where
 //!    the top was then (`end`). [`Arena::next_block`] says what lies at the
 //!    scan: a hole (passed over) or a live block, which the caller (who
@@ -35,14 +36,16 @@ use std::collections::BTreeMap;
 
 use super::*;
 
+/// Holes put back on the free lists per [`Arena::finish_compaction`] call.
+const UNDOOM_BATCH: usize = 16 * 1024;
+
 /// Bytes of the top given back per [`Arena::finish_compaction`] call.
-const LOWER_SLICE: u64 = 16 << 20;
+const LOWER_SLICE: u64 = 2 << 20;
 
 /// Where a compaction is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     Purging,
-    Sorting,
     Sliding,
 }
 
@@ -56,8 +59,8 @@ pub(super) struct Compaction {
     fill: u64,
     /// The top when the slide began.
     end: u64,
-    /// Free-list entries taken off the lists, by offset once sorted; those
-    /// before `next` were passed.
+    /// Free-list entries taken off the lists, by offset; those before
+    /// `next` were passed.
     holes: Vec<u64>,
     next: usize,
     /// Blocks freed at or past the scan since the purge began, by offset.
@@ -127,46 +130,52 @@ impl Arena {
         self.compaction.as_mut().filter(|c| c.id == t.id)
     }
 
-    /// Step 1: takes the free lists of classes `from..` off, looking at
-    /// about `budget` entries; returns the class to go on from, or `None`
-    /// when every class is done (or `t` is not running).
-    pub fn purge_free(&mut self, t: &Ticket, from: usize, budget: usize) -> Option<usize> {
-        self.compaction_of(t)
-            .filter(|c| c.phase == Phase::Purging)?;
-        let (mut class, mut seen, mut gone) = (from, 0, Vec::new());
-        while class < self.free.len() && seen < budget {
-            seen += self.free[class].len();
-            gone.append(&mut self.free[class]);
-            self.nonempty[class / 64] &= !(1 << (class % 64));
-            class += 1;
+    /// Step 1: takes up to `budget` entries off the free lists of classes
+    /// `from..`, and hands them to the caller (who keeps
+    /// them, without the lock, until [`Arena::start_slide`]); returns the
+    /// class to go on from, or `None` when every class is done (or `t` is
+    /// not running: then nothing was taken).
+    pub fn purge_free(
+        &mut self,
+        t: &Ticket,
+        from: usize,
+        budget: usize,
+    ) -> (Vec<u64>, Option<usize>) {
+        if !matches!(self.compaction_of(t), Some(c) if c.phase == Phase::Purging) {
+            return (Vec::new(), None);
         }
-        let bytes: u64 = gone.iter().map(|&e| block_size(e) as u64).sum();
-        self.free_bytes -= bytes;
-        self.doomed_bytes += bytes;
-        let more = class < self.free.len();
-        let c = self.compaction_of(t)?;
-        c.holes.append(&mut gone);
-        if more {
-            return Some(class);
+        let (mut class, mut gone) = (from, Vec::new());
+        while class < self.free.len() && gone.len() < budget {
+            let list = &mut self.free[class];
+            let take = (budget - gone.len()).min(list.len());
+            let bytes = (take * class_size(class)) as u64;
+            gone.extend(list.drain(list.len() - take..));
+            self.free_bytes -= bytes;
+            self.doomed_bytes += bytes;
+            if list.is_empty() {
+                self.nonempty[class / 64] &= !(1 << (class % 64));
+                class += 1;
+            }
         }
-        c.phase = Phase::Sorting;
-        None
+        (gone, (class < self.free.len()).then_some(class))
     }
 
-    /// The holes purged, for the caller to sort by offset without the
-    /// lock (empty if `t` is not running).
-    pub fn take_holes(&mut self, t: &Ticket) -> Vec<u64> {
-        self.compaction_of(t)
-            .filter(|c| c.phase == Phase::Sorting)
-            .map(|c| std::mem::take(&mut c.holes))
-            .unwrap_or_default()
-    }
-
-    /// Starts the slide with the holes sorted by offset; what writers
-    /// left on the free lists meanwhile (the rest of blocks they cut)
-    /// joins them.
+    /// Starts the slide with the holes [`Arena::purge_free`] handed out,
+    /// sorted by offset; what writers left on the free lists meanwhile
+    /// (the rest of blocks they cut) joins them. If `t` is not running any
+    /// more, they go back on the free lists (after [`Arena::clear`], which
+    /// forgot them, they are dropped).
     pub fn start_slide(&mut self, t: &Ticket, sorted: Vec<u64>) {
         debug_assert!(sorted.windows(2).all(|w| offset(w[0]) < offset(w[1])));
+        let Some(c) = self.compaction_of(t).filter(|c| c.phase == Phase::Purging) else {
+            if self.compaction.is_none() && self.doomed_bytes > 0 {
+                for e in sorted {
+                    self.undoom_one(e);
+                }
+            }
+            return;
+        };
+        c.phase = Phase::Sliding;
         let top = self.top;
         let mut left = Vec::new();
         let mut class = 0;
@@ -178,17 +187,10 @@ impl Arena {
         let bytes: u64 = left.iter().map(|&e| block_size(e) as u64).sum();
         self.free_bytes -= bytes;
         self.doomed_bytes += bytes;
-        let Some(c) = self.compaction_of(t).filter(|c| c.phase == Phase::Sorting) else {
-            // Not running any more: they go back.
-            for e in left {
-                self.undoom_one(e);
-            }
-            return;
-        };
+        let c = self.compaction.as_mut().expect("checked above");
         c.holes = sorted;
         c.late.extend(left.into_iter().map(|e| (offset(e), e)));
         c.end = top;
-        c.phase = Phase::Sliding;
     }
 
     /// Step 2: what lies at the scan. A hole is passed over (its pages, if
@@ -214,6 +216,23 @@ impl Arena {
         c.scan += block_size(e) as u64;
         self.punched -= punched_part(e);
         Next::Hole
+    }
+
+    /// Step 2, before a batch of [`Arena::slide`]s, under the read lock:
+    /// faults in the pages of the first `len` bytes of the free space the
+    /// slide writes to next. Those given back to the kernel (a huge page
+    /// is zeroed when it faults in, some hundreds of microseconds) would
+    /// fault under the write lock otherwise.
+    pub fn prefault_slide(&self, t: &Ticket, len: u64) {
+        let Some(c) = self.compaction.as_ref() else {
+            return;
+        };
+        if c.id != t.id || c.phase != Phase::Sliding || c.fill >= c.scan {
+            return;
+        }
+        let start = c.fill / PAGE * PAGE;
+        let end = c.scan.min(c.fill + len).div_ceil(PAGE) * PAGE;
+        self.populate(start, end - start);
     }
 
     /// Step 2: moves the live block `loc`, at the scan, down to the fill;
@@ -289,10 +308,25 @@ impl Arena {
             // Best effort: a file that stays long only keeps its blocks.
             let _ = self.cut_file((self.top.div_ceil(PAGE) * PAGE).max(INITIAL_BYTES));
         }
-        let c = self.compaction.take().expect("checked above");
-        for e in c.late.into_values().chain(c.holes.into_iter().skip(c.next)) {
+        // The holes past the old top go back, a batch a call (those before
+        // it were all passed).
+        let c = self.compaction.as_mut().expect("checked above");
+        c.end = 0;
+        let mut batch = Vec::new();
+        while batch.len() < UNDOOM_BATCH {
+            let Some((_, e)) = c.late.pop_first() else {
+                break;
+            };
+            batch.push(e);
+        }
+        let done = c.late.is_empty();
+        for e in batch {
             self.undoom_one(e);
         }
+        if !done {
+            return false;
+        }
+        self.compaction = None;
         debug_assert_eq!(self.doomed_bytes, 0);
         self.shrink_lists();
         true
@@ -458,13 +492,13 @@ mod tests {
         mut meanwhile: impl FnMut(&mut Arena, &mut Held, &[u64]),
     ) {
         let t = a.begin_compaction(0, 8).expect("worth compacting");
-        let mut class = Some(0);
+        let (mut holes, mut class) = (Vec::new(), Some(0));
         while let Some(from) = class {
-            class = a.purge_free(&t, from, 1000);
-            meanwhile(a, held, &[]);
+            let (mut gone, next) = a.purge_free(&t, from, 1000);
+            holes.append(&mut gone);
+            class = next;
+            meanwhile(a, held, &holes);
         }
-        let mut holes = a.take_holes(&t);
-        meanwhile(a, held, &holes);
         holes.sort_unstable_by_key(|&e| offset(e));
         a.start_slide(&t, holes);
         let mut steps = 0;
@@ -548,8 +582,8 @@ mod tests {
     fn clearing_ends_a_compaction_and_its_later_steps_do_nothing() {
         let (mut a, held) = holey(MemoryPages::Huge, 12345);
         let t = a.begin_compaction(0, 8).unwrap();
-        assert_eq!(a.purge_free(&t, 0, usize::MAX), None);
-        let mut holes = a.take_holes(&t);
+        let (mut holes, next) = a.purge_free(&t, 0, usize::MAX);
+        assert_eq!(next, None);
         assert!(!holes.is_empty());
         holes.sort_unstable_by_key(|&e| offset(e));
         a.clear().unwrap();
@@ -568,8 +602,8 @@ mod tests {
         let (mut a, mut held) = holey(MemoryPages::Memfd, 999);
         let (top, free) = (a.top, a.free_bytes());
         let t = a.begin_compaction(0, 8).unwrap();
-        assert_eq!(a.purge_free(&t, 0, usize::MAX), None);
-        let mut holes = a.take_holes(&t);
+        let (mut holes, next) = a.purge_free(&t, 0, usize::MAX);
+        assert_eq!(next, None);
         holes.sort_unstable_by_key(|&e| offset(e));
         a.start_slide(&t, holes);
         for _ in 0..3000 {

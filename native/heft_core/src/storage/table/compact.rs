@@ -12,14 +12,16 @@
 //!   has at least [`AUTO_MIN_FREE`] bytes of free blocks still in memory
 //!   and they are a fifth or more of its arena's used bytes: the write
 //!   that finds so ([`Table::compaction_due`]) queues the table for the
-//!   compactor, one thread shared by every table at the lowest priority,
-//!   paced to half a core. A table compacts again, at the back of the
+//!   compactor, one thread shared by every table, paced to half a core (at
+//!   the normal priority: at a lower one, a busy host would stretch the
+//!   compactor's lock holds that readers and writers wait for). A table compacts again, at the back of the
 //!   queue and after a pause, while that holds and its last run gained
 //!   something; after a run that gained nothing, it waits until another
 //!   [`AUTO_MIN_FREE`] bytes are freed;
 //! - on demand ([`compact_now`]), unpaced, on the compactor's thread, for
 //!   any gain.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{OnceLock, Weak};
@@ -31,13 +33,13 @@ use super::*;
 use crate::arena::{self, Next, Ticket};
 
 /// Blocks (live or free) looked at under one write lock.
-const SLIDE_STEPS: usize = 512;
+const SLIDE_STEPS: usize = 128;
 
 /// Bytes of records moved under one write lock.
-const MOVE_BYTES: usize = 256 * 1024;
+const MOVE_BYTES: usize = 64 * 1024;
 
 /// Free-list entries looked at under one write lock.
-const PURGE_BUDGET: usize = 64 * 1024;
+const PURGE_BUDGET: usize = 16 * 1024;
 
 /// A compaction after a re-compression runs only if it gives back at
 /// least this much (and an eighth of the arena, see
@@ -52,6 +54,8 @@ pub const AUTO_MIN_FREE: u64 = 1 << 20;
 #[derive(Default)]
 struct Moving {
     done: Compacted,
+    /// The longest it held the table's write lock, µs.
+    longest: Cell<u64>,
     /// The bytes the used bytes came down by (negative where the slide
     /// passed over free blocks whose pages had been given back).
     returned: i64,
@@ -69,6 +73,9 @@ pub struct Compacted {
     /// Bytes the arena's used bytes came down by: pages given back to the
     /// kernel, or a file arena's file cut short.
     pub returned_bytes: u64,
+    /// The longest the compaction held the table's write lock at once,
+    /// µs: what a reader or writer may have waited for it.
+    pub longest_lock_hold_us: u64,
 }
 
 impl Compacted {
@@ -76,6 +83,35 @@ impl Compacted {
         self.moved_records += other.moved_records;
         self.moved_bytes += other.moved_bytes;
         self.returned_bytes += other.returned_bytes;
+        self.longest_lock_hold_us = self.longest_lock_hold_us.max(other.longest_lock_hold_us);
+    }
+}
+
+/// The table's write lock, held by a compaction: how long goes into
+/// `longest` when it is let go.
+struct Held<'a> {
+    st: MappedRwLockWriteGuard<'a, State>,
+    since: Instant,
+    longest: &'a Cell<u64>,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let us = self.since.elapsed().as_micros() as u64;
+        self.longest.set(self.longest.get().max(us));
+    }
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.st
+    }
+}
+
+impl std::ops::DerefMut for Held<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.st
     }
 }
 
@@ -147,13 +183,6 @@ fn enqueue(job: Job) -> bool {
 
 /// The compactor's thread: runs the queued jobs one at a time.
 fn work() {
-    // The lowest priority for this thread (Linux keeps a nice value per
-    // thread): on a busy host the schedulers' threads go first.
-    // SAFETY: setpriority takes plain integers and touches no memory of
-    // ours; it fails harmlessly where it may not.
-    unsafe {
-        let _ = libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10);
-    }
     let q = QUEUE.get_or_init(|| unreachable!("queued before the thread starts"));
     loop {
         let job = {
@@ -190,6 +219,16 @@ pub fn compact_now(table: &Arc<Table>, done: Done) -> bool {
 }
 
 impl Table {
+    /// The write lock, timed into `longest`.
+    fn held<'a>(&'a self, longest: &'a Cell<u64>) -> Result<Held<'a>, Error> {
+        let st = self.write()?;
+        Ok(Held {
+            st,
+            since: Instant::now(),
+            longest,
+        })
+    }
+
     /// Lets the table compact on its own (see the module doc). Its holder
     /// calls this once, on the `Arc` every user shares.
     pub fn compact_on_its_own(self: &Arc<Self>) {
@@ -318,20 +357,24 @@ impl Table {
         paced: bool,
         go_on: &dyn Fn() -> bool,
     ) -> Result<Compacted, Error> {
-        let Some(t) = self.write()?.arena.begin_compaction(min_gain, share) else {
+        let mut m = Moving::default();
+        let Some(t) = self
+            .held(&m.longest)?
+            .arena
+            .begin_compaction(min_gain, share)
+        else {
             return Ok(Compacted::default());
         };
-        let mut m = Moving::default();
         let slid = self.slide(&t, paced, go_on, &mut m);
         // Asked before the lock is taken: `go_on` may look at the table.
         if slid.is_err() || !go_on() {
-            if let Ok(mut st) = self.write() {
+            if let Ok(mut st) = self.held(&m.longest) {
                 st.arena.abort_compaction(&t);
             }
             return slid.map(|()| Compacted::default());
         }
         loop {
-            let mut st = self.write()?;
+            let mut st = self.held(&m.longest)?;
             let before = st.arena.used_bytes() as i64;
             let finished = st.arena.finish_compaction(&t, &mut 0);
             m.returned += before - st.arena.used_bytes() as i64;
@@ -340,6 +383,7 @@ impl Table {
             }
         }
         m.done.returned_bytes = m.returned.max(0) as u64;
+        m.done.longest_lock_hold_us = m.longest.get();
         Ok(m.done)
     }
 
@@ -353,20 +397,27 @@ impl Table {
         go_on: &dyn Fn() -> bool,
         m: &mut Moving,
     ) -> Result<(), Error> {
-        let mut class = Some(0);
+        // The holes gather here, without the lock: a vector of a million
+        // grows by copying milliseconds' worth.
+        let (mut holes, mut class) = (Vec::new(), Some(0));
         while let Some(from) = class {
-            class = self.write()?.arena.purge_free(t, from, PURGE_BUDGET);
+            let (mut gone, next) = self
+                .held(&m.longest)?
+                .arena
+                .purge_free(t, from, PURGE_BUDGET);
+            holes.append(&mut gone);
+            class = next;
         }
-        let mut holes = self.write()?.arena.take_holes(t);
         // Sorting a million holes takes some milliseconds: without the lock.
         holes.sort_unstable_by_key(|&e| arena::offset(e));
-        self.write()?.arena.start_slide(t, holes);
+        self.held(&m.longest)?.arena.start_slide(t, holes);
         loop {
             let started = Instant::now();
             if !go_on() {
                 return Ok(());
             }
-            let mut st = self.write()?;
+            self.read()?.arena.prefault_slide(t, MOVE_BYTES as u64);
+            let mut st = self.held(&m.longest)?;
             let names = self.names();
             let ord = order(&names);
             let used = st.arena.used_bytes() as i64;
