@@ -50,6 +50,15 @@ pub const MIN_GAIN: u64 = 1 << 20;
 /// (when they are also a fifth of its arena's used bytes).
 pub const AUTO_MIN_FREE: u64 = 1 << 20;
 
+/// When a compaction is worth running ([`Arena::begin_compaction`]), and
+/// whether it paces itself.
+#[derive(Clone, Copy)]
+struct How {
+    min_gain: u64,
+    share: u64,
+    paced: bool,
+}
+
 /// What a compaction did so far.
 #[derive(Default)]
 struct Moving {
@@ -283,7 +292,12 @@ impl Table {
     /// the table goes to the back of the queue if it gained something and
     /// is still worth a run, else it leaves the queue.
     fn compact_automatically(&self) {
-        let done = self.compact_counted(MIN_GAIN, 8, true, &|| true);
+        let how = How {
+            min_gain: MIN_GAIN,
+            share: 8,
+            paced: true,
+        };
+        let done = self.compact_counted(how, &|| true);
         let gained = matches!(done, Ok(c) if c.moved_records > 0 || c.returned_bytes > 0);
         if gained {
             self.auto.floor.store(0, AtomicOrdering::Relaxed);
@@ -311,19 +325,18 @@ impl Table {
 
     /// An on-demand compaction: unpaced, for any gain.
     fn compact_now_here(&self) -> Result<Compacted, Error> {
-        self.compact_counted(0, 0, false, &|| true)
+        let how = How {
+            min_gain: 0,
+            share: 0,
+            paced: false,
+        };
+        self.compact_counted(how, &|| true)
     }
 
-    /// [`Table::compact`], counted in [`Table::compactions`].
-    fn compact_counted(
-        &self,
-        min_gain: u64,
-        share: u64,
-        paced: bool,
-        go_on: &dyn Fn() -> bool,
-    ) -> Result<Compacted, Error> {
+    /// A compaction, counted in [`Table::compactions`].
+    fn compact_counted(&self, how: How, go_on: &dyn Fn() -> bool) -> Result<Compacted, Error> {
         self.auto.stats.lock().running = true;
-        let done = self.compact_with(min_gain, share, paced, go_on);
+        let done = self.compact_with(how, go_on);
         let mut stats = self.auto.stats.lock();
         stats.running = false;
         if let Ok(c) = &done {
@@ -340,32 +353,31 @@ impl Table {
         c
     }
 
-    /// Moves the records stored above what the live ones need down into
-    /// the holes below, merges the free blocks left and lowers the top of
-    /// the arena, giving its pages back; does nothing if it would gain
-    /// less than `min_gain` bytes or an eighth of the arena. Stops early,
-    /// putting every block back as it was, when `go_on` turns false. Paced
-    /// like the re-compression walk. Counted in [`Table::compactions`].
+    /// Packs the live records together from the start of the arena and
+    /// lowers its top, giving the pages past it back; does nothing if the
+    /// free blocks are less than `min_gain` bytes or an eighth of the
+    /// arena. Stops early, the free space left where it is, when `go_on`
+    /// turns false (the records moved stay moved). Paced like the
+    /// re-compression walk. Counted in [`Table::compactions`].
     pub fn compact(&self, min_gain: u64, go_on: impl Fn() -> bool) -> Result<Compacted, Error> {
-        self.compact_counted(min_gain, 8, true, &go_on)
+        let how = How {
+            min_gain,
+            share: 8,
+            paced: true,
+        };
+        self.compact_counted(how, &go_on)
     }
 
-    fn compact_with(
-        &self,
-        min_gain: u64,
-        share: u64,
-        paced: bool,
-        go_on: &dyn Fn() -> bool,
-    ) -> Result<Compacted, Error> {
+    fn compact_with(&self, how: How, go_on: &dyn Fn() -> bool) -> Result<Compacted, Error> {
         let mut m = Moving::default();
         let Some(t) = self
             .held(&m.longest)?
             .arena
-            .begin_compaction(min_gain, share)
+            .begin_compaction(how.min_gain, how.share)
         else {
             return Ok(Compacted::default());
         };
-        let slid = self.slide(&t, paced, go_on, &mut m);
+        let slid = self.slide(&t, how.paced, go_on, &mut m);
         // Asked before the lock is taken: `go_on` may look at the table.
         if slid.is_err() || !go_on() {
             if let Ok(mut st) = self.held(&m.longest) {
