@@ -2127,8 +2127,10 @@ defmodule Heft do
   and so `info(tab, :memory)` came down; `us`: the longest the compaction
   held the table's lock at once, what a reader or writer may have waited),
   with zeros when there was nothing to gain or another compaction of the
-  table was running, or `{:error, :deleted}` if the
-  table was deleted meanwhile. Needs read access (a compaction changes no
+  table was running, `{:error, :deleted}` if the table was deleted
+  meanwhile, or `{:error, :compaction_failed}` if the compaction met
+  something it could not move (a defect: every record stays readable and
+  the compaction ends). Needs read access (a compaction changes no
   object): raises `ArgumentError` for a private table when the caller is
   not its owner, or a table that does not exist. `info(tab, :compaction)`
   keeps the totals.
@@ -2141,7 +2143,7 @@ defmodule Heft do
              returned_bytes: non_neg_integer,
              longest_lock_hold_us: non_neg_integer
            }}
-          | {:error, :deleted}
+          | {:error, :deleted | :compaction_failed}
   def compact(tab) do
     tag = :erlang.unique_integer([:positive])
     :ok = Native.compact(ref(tab), tag)

@@ -324,7 +324,7 @@ train_dictionary(Tab, Opts) -> ?H:train_dictionary(Tab, Opts).
           {ok, #{moved_records := non_neg_integer(), moved_bytes := non_neg_integer(),
                  returned_bytes := non_neg_integer(),
                  longest_lock_hold_us := non_neg_integer()}}
-        | {error, deleted}.
+        | {error, deleted | compaction_failed}.
 compact(Tab) -> ?H:compact(Tab).
 
 %%% ETS's remaining calls: fixation, slots, bulk loading, dets, i/0

@@ -1,7 +1,7 @@
 //! Compaction (heft_core table/compact.rs): `Heft.compact/1`, the
 //! automatic runs a write starts, and the info/1 item about them.
 
-use heft_core::table::{self, Compacted, Compactions};
+use heft_core::table::{self, Compacted, Compactions, Error};
 use heft_core::Table;
 use rustler::{Atom, Encoder, Env, LocalPid, NifResult, OwnedEnv, Term};
 
@@ -14,6 +14,7 @@ mod atoms {
         ok,
         error,
         deleted,
+        compaction_failed,
         heft_compacted,
         state,
         idle,
@@ -47,8 +48,8 @@ fn figures<'a>(env: Env<'a>, c: &Compacted) -> [(Atom, Term<'a>); 4] {
 
 /// Compacts the table on the compactor's thread; `:ok` at once, then
 /// `{:heft_compacted, tag, {:ok, %{moved_records, moved_bytes,
-/// returned_bytes, longest_lock_hold_us}} | {:error, :deleted}}` to the
-/// caller. Needs read
+/// returned_bytes, longest_lock_hold_us}} | {:error, :deleted |
+/// :compaction_failed}}` to the caller. Needs read
 /// access: a compaction changes no record.
 #[rustler::nif]
 fn compact<'a>(env: Env<'a>, tab: Term<'a>, tag: u64) -> NifResult<Term<'a>> {
@@ -64,7 +65,8 @@ fn compact<'a>(env: Env<'a>, tab: Term<'a>, tag: u64) -> NifResult<Term<'a>> {
         let _ = owned.send_and_clear(&pid, |env| {
             let result = match &r {
                 Ok(c) => (atoms::ok(), map(env, &figures(env, c))).encode(env),
-                Err(_) => (atoms::error(), atoms::deleted()).encode(env),
+                Err(Error::Deleted) => (atoms::error(), atoms::deleted()).encode(env),
+                Err(_) => (atoms::error(), atoms::compaction_failed()).encode(env),
             };
             (atoms::heft_compacted(), tag, result).encode(env)
         });

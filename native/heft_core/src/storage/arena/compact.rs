@@ -335,10 +335,18 @@ impl Arena {
     /// Ends a compaction early: the space between fill and scan and every
     /// hole not passed go back on the free lists.
     pub fn abort_compaction(&mut self, t: &Ticket) {
-        let Some(c) = self.compaction_of(t) else {
+        if self.compaction_of(t).is_some() {
+            self.abort_running();
+        }
+    }
+
+    /// [`Arena::abort_compaction`] of whichever compaction runs (after its
+    /// job failed).
+    pub fn abort_running(&mut self) {
+        let Some(c) = &self.compaction else {
             return;
         };
-        let (fill, scan) = (c.fill, c.scan);
+        let (fill, scan, purging) = (c.fill, c.scan, c.phase == Phase::Purging);
         let c = self.compaction.take().expect("checked above");
         if scan > fill {
             self.doomed_bytes -= scan - fill;
@@ -347,7 +355,9 @@ impl Arena {
         for e in c.late.into_values().chain(c.holes.into_iter().skip(c.next)) {
             self.undoom_one(e);
         }
-        debug_assert_eq!(self.doomed_bytes, 0);
+        // While purging, the job holds the holes it took: if it cannot
+        // hand them back, they stay counted as free, never reused.
+        debug_assert!(purging || self.doomed_bytes == 0);
     }
 
     /// Puts a hole back on its free list as it is.

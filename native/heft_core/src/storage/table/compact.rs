@@ -14,15 +14,16 @@
 //!   that finds so ([`Table::compaction_due`]) queues the table for the
 //!   compactor, one thread shared by every table, paced to half a core (at
 //!   the normal priority: at a lower one, a busy host would stretch the
-//!   compactor's lock holds that readers and writers wait for). A table compacts again, at the back of the
-//!   queue and after a pause, while that holds and its last run gained
-//!   something; after a run that gained nothing, it waits until another
-//!   [`AUTO_MIN_FREE`] bytes are freed;
+//!   lock holds readers and writers wait for). A table compacts again, at
+//!   the back of the queue and after a pause, while that holds and its
+//!   last run gained something; after a run that gained nothing, it waits
+//!   until another [`AUTO_MIN_FREE`] bytes are freed;
 //! - on demand ([`compact_now`]), unpaced, on the compactor's thread, for
 //!   any gain.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -208,9 +209,17 @@ fn work() {
             std::thread::sleep(wait);
         }
         match (job.table.upgrade(), job.done) {
-            (Some(table), Some(done)) => done(table.compact_now_here()),
+            (Some(table), Some(done)) => {
+                let r = catch_unwind(AssertUnwindSafe(|| table.compact_now_here()));
+                done(r.unwrap_or_else(|_| Err(table.after_panic())));
+            }
             (None, Some(done)) => done(Err(Error::Deleted)),
-            (Some(table), None) => table.compact_automatically(),
+            (Some(table), None) => {
+                if catch_unwind(AssertUnwindSafe(|| table.compact_automatically())).is_err() {
+                    let _ = table.after_panic();
+                    table.auto.queued.store(false, AtomicOrdering::Release);
+                }
+            }
             (None, None) => {}
         }
     }
@@ -321,6 +330,18 @@ impl Table {
         self.auto.queued.store(false, AtomicOrdering::Release);
         // A write that found the table queued meanwhile started nothing.
         let _ = self.compaction_due();
+    }
+
+    /// After a compaction panicked (a bug): the one running ends, so that
+    /// frees are not held back for it, and the table's counts stay right
+    /// (holes the job had gathered and not handed back are lost to reuse
+    /// until the table is cleared). The error to report.
+    fn after_panic(&self) -> Error {
+        if let Ok(mut st) = self.write() {
+            st.arena.abort_running();
+        }
+        self.auto.stats.lock().running = false;
+        Error::Io(io::Error::other("the compaction failed"))
     }
 
     /// An on-demand compaction: unpaced, for any gain.
