@@ -13,8 +13,8 @@
 # idle (at most 10 s) and prints Heft's `info(:memory)`, what the table
 # needs (live arena + index + dictionaries), its ratio to that and to
 # ETS's bytes, how long the compactions took to settle after the last
-# write, and how far the arena's resident memory (smaps) came down in
-# the phase against what the table's compactions gave back. Then 50,000 JSON-like binaries of about 700 bytes with
+# write, and how far the table's resident memory (arena and index, from
+# smaps) came down in the phase against what its compactions gave back. Then 50,000 JSON-like binaries of about 700 bytes with
 # `{:zstd, dictionary: :auto}`, after the background re-compression.
 # Medians over the runs, with the spread (min-max) where it varies.
 Code.require_file("harness.exs", __DIR__)
@@ -38,7 +38,7 @@ defmodule Heft.Bench.Churn do
     )
 
     IO.puts(
-      "| table | phase | Heft `info(:memory)` | needed (live + index + dicts) | Heft / needed | ETS | Heft / ETS | settled after | arena resident down / given back |"
+      "| table | phase | Heft `info(:memory)` | needed (live + index + dicts) | Heft / needed | ETS | Heft / ETS | settled after | resident down / given back |"
     )
 
     IO.puts("|---|---|---|---|---|---|---|---|---|")
@@ -208,9 +208,9 @@ defmodule Heft.Bench.Churn do
   end
 
   # Waits (at most 10 s) until the table's compactions are idle; its
-  # figures then, the time that took, and how far the arena's resident
-  # memory (smaps) came down since `start` against what compactions gave
-  # back meanwhile.
+  # figures then, the time that took, and how far its resident memory
+  # (arena and index, smaps) came down since `start` against what its
+  # compactions gave back meanwhile.
   defp measure(t, e, start) do
     started = System.monotonic_time(:millisecond)
     settle(t, started + 10_000)
@@ -224,10 +224,13 @@ defmodule Heft.Bench.Churn do
       needed: needed,
       ets: if(e, do: :ets.info(e, :memory) * :erlang.system_info(:wordsize)),
       settled_ms: settled,
-      resident_down: start[:arena_resident_bytes] - info[:arena_resident_bytes],
+      resident_down: resident(start) - resident(info),
       given: given
     }
   end
+
+  # The table's memory as the kernel sees it (smaps): arena and index.
+  defp resident(info), do: info[:arena_resident_bytes] + info[:index_resident_bytes]
 
   defp settle(t, until) do
     # A write's run may still be queued: give it a moment to start.

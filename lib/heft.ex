@@ -2123,8 +2123,9 @@ defmodule Heft do
   unpaced and whatever there is to gain; the calling process waits.
 
   Returns `{:ok, %{moved_records: r, moved_bytes: m, returned_bytes: b,
-  longest_lock_hold_us: us}}` (`b`: how far `info(tab, :arena_used_bytes)`
-  and so `info(tab, :memory)` came down; `us`: the longest the compaction
+  longest_lock_hold_us: us}}` (`b`: how far `info(tab, :memory)` came
+  down: the arena's used bytes, and an ordered_set's index pages, packed
+  too; `us`: the longest the compaction
   held the table's lock at once, what a reader or writer may have waited),
   with zeros when there was nothing to gain or another compaction of the
   table was running, `{:error, :deleted}` if the table was deleted

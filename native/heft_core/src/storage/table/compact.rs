@@ -39,6 +39,9 @@ const SLIDE_STEPS: usize = 128;
 /// Bytes of records moved under one write lock.
 const MOVE_BYTES: usize = 64 * 1024;
 
+/// Ordered-index blocks packed under one write lock (4 KiB each).
+const PACK_BLOCKS: usize = 32;
+
 /// Free-list entries looked at under one write lock.
 const PURGE_BUDGET: usize = 16 * 1024;
 
@@ -80,8 +83,9 @@ pub struct Compacted {
     /// Records moved, and their blocks' bytes.
     pub moved_records: u64,
     pub moved_bytes: u64,
-    /// Bytes the arena's used bytes came down by: pages given back to the
-    /// kernel, or a file arena's file cut short.
+    /// Bytes the table's memory came down by: the arena's used bytes
+    /// (pages given back to the kernel, or a file arena's file cut short)
+    /// and an ordered index's pages.
     pub returned_bytes: u64,
     /// The longest the compaction held the table's write lock at once,
     /// µs: what a reader or writer may have waited for it.
@@ -415,6 +419,15 @@ impl Table {
                 break;
             }
         }
+        // An ordered index keeps the blocks deletions thinned: packed,
+        // their pages go back too.
+        let mut from = Some(0);
+        while let Some(b) = from {
+            let mut st = self.held(&m.longest)?;
+            let before = st.entries.heap_bytes() as i64;
+            from = st.entries.pack(b, PACK_BLOCKS);
+            m.returned += before - st.entries.heap_bytes() as i64;
+        }
         m.done.returned_bytes = m.returned.max(0) as u64;
         m.done.longest_lock_hold_us = m.longest.get();
         Ok(m.done)
@@ -601,8 +614,8 @@ mod tests {
             let before = t.stats().unwrap();
             let done = t.compact(0, || true).unwrap();
             let after = t.stats().unwrap();
-            let returned = before.arena_used_bytes - after.arena_used_bytes;
-            assert_eq!(done.returned_bytes, returned);
+            let held = |s: &Stats| s.arena_used_bytes + s.index_bytes;
+            assert_eq!(done.returned_bytes, held(&before) - held(&after));
             assert!(done.moved_records > 0 && done.moved_bytes > 0, "{done:?}");
             assert!(
                 after.arena_used_bytes < before.arena_used_bytes / 3,
@@ -636,7 +649,9 @@ mod tests {
         );
         assert_eq!(
             c.total.returned_bytes,
-            before.arena_used_bytes - after.arena_used_bytes
+            before.arena_used_bytes + before.index_bytes
+                - after.arena_used_bytes
+                - after.index_bytes
         );
         same(&t, &model, 12_000);
         // Nothing left worth a run.
@@ -667,8 +682,11 @@ mod tests {
         assert!(done.moved_records > 0, "{done:?}");
         assert_eq!(
             done.returned_bytes,
-            before.arena_used_bytes - after.arena_used_bytes
+            before.arena_used_bytes + before.index_bytes
+                - after.arena_used_bytes
+                - after.index_bytes
         );
+        assert!(after.index_bytes < before.index_bytes, "the index packed");
         same(&t, &model, 10_000);
         assert_eq!(t.compactions().total, done);
         // A deleted table answers so.

@@ -217,6 +217,15 @@ impl Entries {
         }
     }
 
+    /// Packs an ordered index's blocks a window at a time (see
+    /// [`crate::ordered::OrderedIndex::pack`]); a hash index sizes itself.
+    pub(super) fn pack(&mut self, from: usize, budget: usize) -> Option<usize> {
+        match self {
+            Entries::Ordered(ix) => ix.pack(from, budget),
+            Entries::Hash(..) => None,
+        }
+    }
+
     /// Points a valid position at another record of the same key.
     pub(super) fn set_loc(&mut self, pos: Pos, loc: u64) {
         match (self, pos) {
