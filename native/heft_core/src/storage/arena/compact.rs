@@ -276,8 +276,8 @@ impl Arena {
     /// end), or, if writers placed blocks past the old top, puts the space
     /// between fill and that top back on the free lists; the last call
     /// puts back the holes past it, shrinks the free lists and ends the
-    /// compaction. Adds the bytes it lowered the top by to `lowered`.
-    pub fn finish_compaction(&mut self, t: &Ticket, lowered: &mut u64) -> bool {
+    /// compaction.
+    pub fn finish_compaction(&mut self, t: &Ticket) -> bool {
         let top = self.top;
         let Some(c) = self.compaction_of(t).filter(|c| c.phase == Phase::Sliding) else {
             return true;
@@ -290,7 +290,6 @@ impl Arena {
             c.scan = lo;
             self.top = lo;
             self.doomed_bytes -= top - lo;
-            *lowered += top - lo;
             if !matches!(self.pages, Pages::File(..)) {
                 let (start, stop) = (lo.div_ceil(PAGE) * PAGE, top.div_ceil(PAGE) * PAGE);
                 if stop > start {
@@ -526,8 +525,7 @@ mod tests {
                 meanwhile(a, held, &[]);
             }
         }
-        let mut lowered = 0;
-        while !a.finish_compaction(&t, &mut lowered) {
+        while !a.finish_compaction(&t) {
             meanwhile(a, held, &[]);
         }
         assert!(a.compaction.is_none());
@@ -600,7 +598,7 @@ mod tests {
         a.start_slide(&t, holes);
         assert_eq!(a.next_block(&t), Next::End);
         assert_eq!(a.slide(&t, held[0].0), None);
-        assert!(a.finish_compaction(&t, &mut 0));
+        assert!(a.finish_compaction(&t));
         check(&a, &Held::new(), &[]);
         assert_eq!(a.free_bytes(), 0);
         // A new one can start once there are holes again.

@@ -413,7 +413,7 @@ impl Table {
         loop {
             let mut st = self.held(&m.longest)?;
             let before = st.arena.used_bytes() as i64;
-            let finished = st.arena.finish_compaction(&t, &mut 0);
+            let finished = st.arena.finish_compaction(&t);
             m.returned += before - st.arena.used_bytes() as i64;
             if finished {
                 break;
