@@ -110,12 +110,14 @@ defmodule Heft.PersistFilesTest do
   end
 
   test "a link planted at a table file is refused, not followed", ctx do
-    d = Path.join(ctx.tmp_dir, "t")
-    t = Heft.new(:planted_meta, persist: d)
-    :ok = Heft.close(t)
-    File.rm!(Path.join(d, "MANIFEST"))
-    File.ln_s!(ctx.victim, Path.join(d, "MANIFEST"))
-    assert Heft.open(d) == {:error, :eloop}
-    assert untouched?(ctx.victim)
+    for name <- ["MANIFEST", "MANIFEST.reserve"] do
+      d = Path.join(ctx.tmp_dir, name)
+      t = Heft.new(:planted_meta, persist: d)
+      :ok = Heft.close(t)
+      File.rm!(Path.join(d, name))
+      File.ln_s!(ctx.victim, Path.join(d, name))
+      assert Heft.open(d) == {:error, :eloop}
+      assert untouched?(ctx.victim)
+    end
   end
 end

@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use heft_core::codec::{decode, Value, ValueBuilder};
 use heft_core::persist::{Config, Event, Events, Failure, Opened, Persisted, SyncMode};
-use heft_core::recovery::{read_manifest, segment_name, write_manifest, OpenError};
+use heft_core::recovery::{
+    read_manifest, segment_name, write_manifest, OpenError, MANIFEST_RESERVE,
+};
 use heft_core::table::{Error as TableError, Kind, RecordBuf};
 use heft_core::wal::{
     end_frame, parse_header, FileKind, FrameBuf, Op, END_RESERVE, HEADER_LEN, START_FRAME_LEN,
@@ -738,6 +740,71 @@ fn a_full_disk_fails_the_write_and_changes_nothing() {
     let o = reopen(&d.0, false).unwrap();
     assert_eq!(o.table.len().unwrap(), 2);
     assert_eq!(o.persisted.stats().recovery.torn_bytes, 0);
+    close(o);
+}
+
+#[test]
+fn a_manifest_that_cannot_be_rewritten_does_not_poison_the_log() {
+    // The log moves on to a new segment while the disk is full: naming it
+    // in the MANIFEST fails. Nothing synced was lost, so the log is not
+    // poisoned; writes go on, and a later round names the segment.
+    let d = TempDir::new();
+    let c = Config {
+        sync: SyncMode::Commit,
+        segment_bytes: 64 << 10,
+        ..config()
+    };
+    let (o, probe) = create(&d.0, c);
+    put(&o, 0, 0);
+    let f = o.persisted.faults();
+    f.manifest_enospc_after.store(1, Ordering::Relaxed);
+    let durable = |w: u64| {
+        if let Some(w) = o.persisted.await_durable(w).unwrap() {
+            return (w, Ok(()));
+        }
+        loop {
+            if let Some(&r) = probe.0.done.lock().unwrap().iter().find(|r| r.0 == w) {
+                return r;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    let mut failed = 0;
+    for (w, start) in (1..=40).zip((1..4000).step_by(100)) {
+        put_batch(&o, start..start + 100, 1);
+        match durable(w) {
+            (_, Ok(())) => {}
+            (_, Err(e)) => {
+                assert_eq!(e, Failure::Io(Some(libc::ENOSPC)));
+                failed += 1;
+            }
+        }
+    }
+    assert_eq!(f.manifest_enospc_after.load(Ordering::Relaxed), 0, "fired");
+    assert_eq!(failed, 1, "one sync could not name its segment");
+    assert!(!o.persisted.stats().poisoned);
+    let before = contents(&o.table);
+    close(o);
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(contents(&o.table), before);
+    assert_eq!(o.table.len().unwrap(), 4001);
+    close(o);
+}
+
+#[test]
+fn the_manifest_is_written_into_its_reserve() {
+    let d = TempDir::new();
+    let (o, _) = create(&d.0, config());
+    let reserve = d.join(MANIFEST_RESERVE);
+    assert_eq!(fs::metadata(&reserve).unwrap().len(), 4096);
+    let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
+    let was = ino(&reserve);
+    close(o);
+    // Closing rewrote the MANIFEST (clean): the reserve became it.
+    assert_eq!(ino(&d.join("MANIFEST")), was);
+    assert!(read_manifest(&d.0).unwrap().unwrap().clean);
+    assert_eq!(fs::metadata(&reserve).unwrap().len(), 4096);
+    let o = reopen(&d.0, false).unwrap();
     close(o);
 }
 

@@ -925,6 +925,9 @@ impl<E: Events> Shared<E> {
         let mut new = m.clone();
         change(&mut new);
         if new != *m {
+            if wal::Faults::fire(&self.faults.manifest_enospc_after) {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
             recovery::write_manifest(&self.dir, &new)?;
             *m = new;
         }
@@ -1138,9 +1141,12 @@ impl<E: Events> Shared<E> {
         }
         if let Some(seq) = current_seq {
             // Writes moved on to a segment the manifest does not name yet:
-            // name it before a sync acknowledges any of them.
+            // name it before a sync acknowledges any of them. A MANIFEST
+            // that cannot be rewritten (a full disk without its reserve)
+            // does not poison the log: the old one stands whole, nothing
+            // synced was dropped, and the next round tries again.
             self.update_manifest(|m| m.last = m.last.max(seq))
-                .map_err(|e| fail(&e))?;
+                .map_err(|e| Failure::io(&e))?;
         }
         if !current || target <= self.synced.load(Ordering::Acquire) {
             return Ok(());

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{self, BufReader, Read};
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::Path;
 use std::sync::mpsc;
 
@@ -138,11 +139,16 @@ fn read_single(dir: &Path, name: &str, kind: FileKind) -> Result<(Vec<u8>, u32),
 /// Writes a file of a header and one frame atomically (temporary file,
 /// fsync, rename, fsync of the directory).
 fn write_single(dir: &Path, name: &str, kind: FileKind, blob: &[u8]) -> io::Result<()> {
+    files::write_atomic(&dir.join(name), &single(kind, blob)?, true)
+}
+
+/// A file of a header and one frame holding `blob`.
+fn single(kind: FileKind, blob: &[u8]) -> io::Result<Vec<u8>> {
     let mut frame = FrameBuf::new();
     let mut bytes = wal::header(kind, 0).to_vec();
     frame.push_raw(blob);
     bytes.extend_from_slice(frame.seal().ok_or(io::ErrorKind::InvalidInput)?);
-    files::write_atomic(&dir.join(name), &bytes, true)
+    Ok(bytes)
 }
 
 /// What must exist in a table's directory: the MANIFEST (see
@@ -208,8 +214,58 @@ pub fn read_manifest(dir: &Path) -> Result<Option<Manifest>, OpenError> {
 }
 
 /// Writes the MANIFEST atomically.
+///
+/// On a full disk the file is written into `MANIFEST.reserve`, space kept
+/// allocated for that: a log that has moved on to its next segment must
+/// be able to name it, or its writes could never be made durable. After
+/// the rename the reserve is made again (from the space the old MANIFEST
+/// gave back); without one, the MANIFEST is written to a new temporary
+/// file.
 pub fn write_manifest(dir: &Path, m: &Manifest) -> io::Result<()> {
-    write_single(dir, MANIFEST, FileKind::Manifest, &m.encode())
+    let bytes = single(FileKind::Manifest, &m.encode())?;
+    let reserve = dir.join(MANIFEST_RESERVE);
+    match files::open_rw(&reserve) {
+        Ok(f) if bytes.len() as u64 <= RESERVE_BYTES => {
+            // The reserve is not the MANIFEST until the rename: a crash
+            // before it leaves the old MANIFEST whole.
+            f.write_all_at(&bytes, 0)?;
+            f.set_len(bytes.len() as u64)?;
+            files::sync_all(&f)?;
+            drop(f);
+            fs::rename(&reserve, dir.join(MANIFEST))?;
+            files::sync_dir(dir)?;
+        }
+        Ok(_) => files::write_atomic(&dir.join(MANIFEST), &bytes, true)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            files::write_atomic(&dir.join(MANIFEST), &bytes, true)?
+        }
+        Err(e) => return Err(e),
+    }
+    // Best effort: a disk too full for it now is tried again next time.
+    let _ = make_reserve(&reserve);
+    Ok(())
+}
+
+/// The file kept allocated for the next MANIFEST (see [`write_manifest`]).
+pub const MANIFEST_RESERVE: &str = "MANIFEST.reserve";
+
+/// Its size: a page, more than a MANIFEST needs.
+const RESERVE_BYTES: u64 = 4096;
+
+fn make_reserve(path: &Path) -> io::Result<()> {
+    let f = match files::create_new(path, files::FILE_MODE) {
+        Ok(f) => f,
+        // (A crash between cutting it and the rename left it short.)
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => files::open_rw(path)?,
+        Err(e) => return Err(e),
+    };
+    let made = f
+        .set_permissions(fs::Permissions::from_mode(files::FILE_MODE))
+        .and_then(|()| crate::arena::allocate(&f, 0, RESERVE_BYTES));
+    if made.is_err() {
+        let _ = fs::remove_file(path);
+    }
+    made
 }
 
 /// True for a temporary file Heft makes in a table directory (left over
@@ -1538,7 +1594,7 @@ pub fn remove_table_files(dir: &Path) -> io::Result<()> {
         let Some(name) = name.to_str() else { continue };
         let ours = segment_seq(name).is_some()
             || name.starts_with(LOST_PREFIX)
-            || [SNAPSHOT, META, LOCK, HASH_KEY, MANIFEST].contains(&name)
+            || [SNAPSHOT, META, LOCK, HASH_KEY, MANIFEST, MANIFEST_RESERVE].contains(&name)
             || is_temporary(name);
         if ours {
             fs::remove_file(entry.path())?;

@@ -582,6 +582,9 @@ pub struct Faults {
     pub enospc_after: AtomicU64,
     /// Syncs left before one fails with EIO (0: none planned).
     pub eio_after: AtomicU64,
+    /// MANIFEST rewrites left before one fails with ENOSPC (0: none
+    /// planned): a full disk without the MANIFEST's reserve.
+    pub manifest_enospc_after: AtomicU64,
 }
 
 impl Faults {
