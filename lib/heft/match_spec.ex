@@ -168,6 +168,8 @@ defmodule Heft.MatchSpec do
     end
   end
 
+  defp limited([{:bound, key}], _ordered), do: {:lookup, [key]}
+
   defp limited(kinds, false) do
     {:lookup, Enum.uniq(for {:bound, key} <- kinds, do: key)}
   end

@@ -58,6 +58,11 @@ defmodule Heft.Select do
         {results, :done} = overrun({ref, ms, keypos, :all}, source, [], 0)
         Enum.reverse(results)
 
+      {:keys, [key]} ->
+        # One key (the usual bound-key select): one lookup, no fold.
+        {objects, :done} = batch(ref, {:key, key, []})
+        MatchSpec.run(objects, ms)
+
       source ->
         ref
         |> fold(source, [], fn objects, acc -> [MatchSpec.run(objects, ms) | acc] end)
@@ -455,7 +460,7 @@ defmodule Heft.Select do
   # past the end of a key range where it can find matches (overrun/4).
   defp source(ref, spec, access, dir \\ :forward, overrun \\ false) do
     {_size, keypos, ordered} = Native.select_access(ref, access == :write)
-    Process.put(@stats, %{chunks: 0, lookups: 0, objects: 0})
+    if Process.get(@stats), do: counting()
     dir = if ordered, do: dir, else: :forward
 
     case spec do
@@ -605,9 +610,18 @@ defmodule Heft.Select do
   @doc false
   # What the calling process's last select-family call (since it planned
   # its walk) fetched: chunk NIF calls, batches of lookups, and objects
-  # decoded. For tests that prove a bound key does not scan.
+  # decoded, once counting/0 has asked for it. For tests that prove a
+  # bound key does not scan.
   @spec stats() :: %{chunks: non_neg_integer, lookups: non_neg_integer, objects: non_neg_integer}
   def stats, do: Process.get(@stats, %{chunks: 0, lookups: 0, objects: 0})
+
+  @doc false
+  # Starts counting (stats/0) in the calling process.
+  @spec counting() :: :ok
+  def counting do
+    Process.put(@stats, %{chunks: 0, lookups: 0, objects: 0})
+    :ok
+  end
 
   @doc false
   # How select would find the objects `spec` can match (for tests and

@@ -8,6 +8,11 @@ defmodule Heft.SelectTest do
 
   alias Heft.Select
 
+  # Select.stats/0 counts what each call fetches.
+  setup do
+    Select.counting()
+  end
+
   @objects for i <- 1..2_000,
                do: {i, rem(i, 7), if(rem(i, 3) == 0, do: "s#{i}", else: :"a#{rem(i, 5)}")}
 

@@ -1448,16 +1448,37 @@ impl Table {
             (None, true, None) => e.last(),
             (Some(c), _, _) => e.seek(a, ord, dir, c.hash, &c.key),
         };
-        // Whether the walk has left the range (the end it walks towards).
-        let beyond = |pos: Pos| {
-            range.is_some_and(|(r, n)| {
-                let key = key_in(a, e.loc(pos));
-                if back {
-                    r.below(key, n)
+        // Whether the walk has left the range (the end it walks towards):
+        // the first records walked are compared with the end; past them,
+        // where the walk leaves the range is found once, by binary search,
+        // and each record is only a position to compare with it.
+        const COMPARED: usize = 16;
+        let mut compared = 0;
+        let mut stop: Option<Option<Pos>> = None;
+        let mut beyond = |pos: Pos| {
+            let Some((r, n)) = range else { return false };
+            if let Some(stop) = stop {
+                return Some(pos) == stop;
+            }
+            compared += 1;
+            if compared > COMPARED {
+                let s = if back {
+                    match e.partition_point(|l| r.below(key_in(a, l), n)) {
+                        Some(p) => e.prev(p),
+                        None => e.last(),
+                    }
                 } else {
-                    r.above(key, n)
-                }
-            })
+                    e.partition_point(|l| !r.above(key_in(a, l), n))
+                };
+                stop = Some(s);
+                return Some(pos) == s;
+            }
+            let key = key_in(a, e.loc(pos));
+            if back {
+                r.below(key, n)
+            } else {
+                r.above(key, n)
+            }
         };
         p = p.filter(|&pos| !beyond(pos));
         // Records lie scattered in the arena: the walk asks for the one

@@ -109,7 +109,7 @@ impl<'a> LastRead<'a> {
 }
 
 /// An entry's position; good until the next change.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Pos {
     Hash(usize),
     Ordered(ordered::Pos),
