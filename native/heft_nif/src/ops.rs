@@ -1106,7 +1106,7 @@ fn sieve_scan<'a>(
     };
     if !count {
         let keep = |judged| judged != Judgement::Drops;
-        let (records, next) = sieved(env, sched, &t, &range, cursor, max, dir, &sieve, keep)?;
+        let (records, next) = sieved(env, sched, &t, &range, cursor, max, dir, &sieve, true, keep)?;
         return Ok((records, next).encode(env));
     }
     // What the sieve is sure of is counted, not copied; the VM decides the rest.
@@ -1119,7 +1119,9 @@ fn sieve_scan<'a>(
         Judgement::Maybe => true,
         Judgement::Drops => false,
     };
-    let (records, next) = sieved(env, sched, &t, &range, cursor, max, dir, &sieve, undecided)?;
+    let (records, next) = sieved(
+        env, sched, &t, &range, cursor, max, dir, &sieve, false, undecided,
+    )?;
     Ok((matched, records, next).encode(env))
 }
 
@@ -1177,6 +1179,7 @@ fn sieved<'a>(
     max: Term<'a>,
     dir: Direction,
     sieve: &Sieve,
+    adaptive: bool,
     mut copy: impl FnMut(Judgement) -> bool,
 ) -> NifResult<(Vec<Term<'a>>, Term<'a>)> {
     let max = chunk_size(max)?;
@@ -1186,7 +1189,21 @@ fn sieved<'a>(
         let name = |id: u32| names.name(id).unwrap_or("");
         let dicts = t.core.dictionaries();
         let mut unpacked = Vec::new();
+        // Where the sieve keeps record after record (a key range of
+        // matches), judging costs more than it saves: after `TRUSTED` kept
+        // in a row, only every `SAMPLE`th record is judged, until one is
+        // dropped. Skipping is always safe when `adaptive`: what the sieve
+        // keeps still goes through the VM's matcher.
+        const TRUSTED: u32 = 64;
+        const SAMPLE: u32 = 8;
+        let mut in_a_row = 0u32;
         let mut keep = |r: &Stored| {
+            if adaptive && in_a_row >= TRUSTED {
+                in_a_row += 1;
+                if in_a_row % SAMPLE != 0 {
+                    return Kept::Yes { read_body: false };
+                }
+            }
             let mut read_body = false;
             let judged = sieve.judge(
                 r.key(),
@@ -1197,8 +1214,10 @@ fn sieved<'a>(
                 name,
             );
             if copy(judged) {
+                in_a_row = in_a_row.saturating_add(1);
                 Kept::Yes { read_body }
             } else {
+                in_a_row = 0;
                 Kept::No { read_body }
             }
         };
