@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# OTP 25.2.3's own Mnesia test suite (lib/mnesia/test, driven by its `mt`
-# module) run with Heft standing in for the suite's test backend: the
+# The running OTP release's own Mnesia test suite (lib/mnesia/test, driven
+# by its `mt` module) run with Heft standing in for the suite's test backend: the
 # suite's `ext_test` module is replaced by heft_mnesia, its alias
 # `ext_ets` mapped to heft_ram_copies and `ext_dets` to heft_copies
 # (heft's mnesia_aliases env, passed to every node through ERL_AFLAGS).
@@ -18,12 +18,16 @@
 #                                      checks) rewritten to heft_copies, which
 #                                      the suite's schemas then register
 #
-# OTP_SRC=<an unpacked OTP 25.2.3 source tree> uses its lib/mnesia/test
-# instead of fetching Debian's source package.
-#
-# Needs a deb-src line for bookworm main (see docs/mnesia.md). Work files
-# go to tmp/otp_mnesia/ (the suite is unpacked afresh each run; the
-# source tarball is kept).
+# OTP_SRC=<an unpacked OTP source tree of the running release> uses its
+# lib/mnesia/test instead of a source package. Otherwise the release's
+# tarball is taken from tmp/otp_mnesia/, then from
+# $HEFT_OTP_CACHE/src/<release>/ (default /var/cache/heft-otp, where
+# bin/test-otp keeps them and mounts them into its chroots), then fetched
+# with `apt-get source` (a deb-src line for the Debian suite the release
+# comes from: see docs/mnesia.md). On OTP 27 or 29:
+#   bin/test-otp 29 -- test/otp_mnesia/run.sh trans
+# Work files go to tmp/otp_mnesia/ (the suite is unpacked afresh each
+# run; a fetched tarball is kept).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -33,15 +37,24 @@ case_=${1:-dirty}
 work=$root/tmp/otp_mnesia
 mkdir -p "$work"
 
+source bin/ensure-deps >/dev/null
+release=$(erl -noshell -eval 'io:format("~s", [erlang:system_info(otp_release)]), halt().')
 rm -rf "$work/suite" "$work/unpack"
 if [ -n "${OTP_SRC:-}" ]; then
   cp -r "$OTP_SRC/lib/mnesia/test" "$work/suite"
 else
-  tarball=$(ls "$work"/erlang_25.2.3*.orig.tar.xz 2>/dev/null | head -1 || true)
+  src_cache=${HEFT_OTP_CACHE:-/var/cache/heft-otp}/src/$release
+  find_tarball() {
+    ls "$work"/erlang_"$release".*.orig.tar.xz "$src_cache"/erlang_"$release".*.orig.tar.xz \
+      2>/dev/null | head -1 || true
+  }
+  tarball=$(find_tarball)
   if [ -z "$tarball" ]; then
     (cd "$work" && apt-get source --download-only erlang)
-    tarball=$(ls "$work"/erlang_25.2.3*.orig.tar.xz | head -1)
+    tarball=$(find_tarball)
+    [ -n "$tarball" ] || { echo "no OTP $release source package found" >&2; exit 1; }
   fi
+  echo "OTP $release's Mnesia suite from $(basename "$tarball")"
   mkdir -p "$work/unpack"
   tar -xJf "$tarball" -C "$work/unpack" --wildcards '*/lib/mnesia/test/*'
   mv "$work"/unpack/*/lib/mnesia/test "$work/suite"
@@ -60,7 +73,6 @@ if [ -n "$map_disc_only" ]; then
     grep -q '{heft_copies, heft_mnesia}' mnesia_test_lib.hrl)
 fi
 
-source bin/ensure-deps >/dev/null
 MIX_ENV=test mix compile >/dev/null
 (cd "$work/suite" && erlc *.erl)
 

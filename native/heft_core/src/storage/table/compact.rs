@@ -152,6 +152,10 @@ pub(crate) struct Auto {
     /// past what a run that gained nothing left.
     floor: AtomicU64,
     stats: Mutex<Compactions>,
+    /// Tests: an on-demand compaction panics between its steps when this
+    /// counts down to zero (0: never), as a bug in a step would.
+    #[cfg(test)]
+    panic_in: std::sync::atomic::AtomicUsize,
 }
 
 /// Called once a compaction the caller asked for ended.
@@ -355,7 +359,19 @@ impl Table {
             share: 0,
             paced: false,
         };
-        self.compact_counted(how, &|| true)
+        let go_on = || {
+            #[cfg(test)]
+            if self.auto.panic_in.fetch_update(
+                AtomicOrdering::AcqRel,
+                AtomicOrdering::Acquire,
+                |n| n.checked_sub(1),
+            ) == Ok(1)
+            {
+                panic!("a compaction step failed (a test's)");
+            }
+            true
+        };
+        self.compact_counted(how, &go_on)
     }
 
     /// A compaction, counted in [`Table::compactions`].
@@ -772,6 +788,37 @@ mod tests {
             // end: the writers ran between at least four steps.
             assert!(version.get() > 4 * 30, "{kind:?}: {}", version.get());
             same(&t, &model.borrow(), n + 1000);
+        }
+    }
+
+    #[test]
+    fn a_compaction_that_panics_leaves_the_table_whole_and_the_compactor_working() {
+        for kind in [Kind::Set, Kind::OrderedSet] {
+            let t = table(kind);
+            let mut model = churned(&t, 10_000, 10);
+            let compact = || {
+                let (tx, rx) = std::sync::mpsc::channel();
+                assert!(compact_now(&t, Box::new(move |r| tx.send(r).unwrap())));
+                rx.recv_timeout(Duration::from_secs(20)).unwrap()
+            };
+            // Its third step panics: records have moved by then.
+            t.auto.panic_in.store(3, AtomicOrdering::Relaxed);
+            let r = compact();
+            assert!(matches!(&r, Err(Error::Io(_))), "{r:?}");
+            assert!(!t.compactions().running);
+            same(&t, &model, 10_000);
+            // Frees are not held back for it: a record deleted now leaves
+            // free space behind; writes go on.
+            let free = t.stats().unwrap().arena_free_bytes;
+            t.remove(t.hash(&key(0)), &key(0), None).unwrap();
+            model.remove(&0);
+            assert!(t.stats().unwrap().arena_free_bytes > free);
+            put(&t, 1, 1);
+            model.insert(1, vec![body(1, 1)]);
+            // The compactor's thread lives on, and the next run completes.
+            let done = compact().unwrap();
+            assert!(done.returned_bytes > 0, "{done:?}");
+            same(&t, &model, 10_000);
         }
     }
 
