@@ -23,6 +23,11 @@
 # a fifth process trains a dictionary again and again (each training
 # re-compresses the older records in the background), so kills land
 # while dictionaries are made, logged, snapshotted and used.
+#
+# With "compact", a fifth process inserts 200 records of 2 KB and deletes
+# them again, over and over, and compacts the table after each round
+# (printing `moved N`, the records it moved), so kills land while records
+# move in the working copy that dumps read.
 # A record's value: what persist_crash_test.exs checks it reads back as
 # (JSON-like, so that a dictionary beats zstd alone on it).
 value = fn b ->
@@ -36,6 +41,7 @@ import Bitwise
 first = String.to_integer(first)
 sync = if List.first(rest) == "none", do: :none, else: :commit
 train = "train" in rest
+compact = "compact" in rest
 big = "big" in rest
 
 compression =
@@ -63,6 +69,20 @@ if train do
     |> Enum.each(fn
       {:ok, _id} -> Process.sleep(20)
       {:error, _} -> Process.sleep(5)
+    end)
+  end)
+end
+
+if compact do
+  spawn_link(fn ->
+    junk = :binary.copy("j", 2000)
+
+    Stream.iterate(0, &(&1 + 1))
+    |> Enum.each(fn i ->
+      true = Heft.insert(tab, for(j <- 1..200, do: {{:junk, j}, i, junk}))
+      200 = Heft.select_delete(tab, [{{{:junk, :_}, :_, :_}, [], [true]}])
+      {:ok, %{moved_records: moved}} = Heft.compact(tab)
+      IO.puts("moved #{moved}")
     end)
   end)
 end
