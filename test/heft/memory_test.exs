@@ -159,25 +159,28 @@ defmodule Heft.MemoryTest do
   describe "ets/0" do
     test "bytes are words times the word size, and match the VM's byte count" do
       # :erlang.memory(:ets) also moves with every other table (a table of
-      # an exited test process is freed in the background): a few tries,
-      # one of which must agree; bytes misread as words never would.
-      assert Enum.any?(1..3, fn _ -> ets_bytes_match_the_vm_growth() end)
+      # an exited test process is freed in the background, Mnesia's tables
+      # come and go): a table large enough that they move it little, a few
+      # tries, one of which must agree; bytes misread as words (or words
+      # as half-words) never would.
+      assert Enum.any?(1..5, fn _ -> ets_bytes_match_the_vm_growth() end)
     end
 
     defp ets_bytes_match_the_vm_growth do
+      records = for i <- 1..200_000, do: {i, "value-#{i}", [i, i]}
       before = :erlang.memory(:ets)
       t = :ets.new(:heft_memory_test, [:set, :public])
-      :ets.insert(t, for(i <- 1..50_000, do: {i, "value-#{i}", [i, i]}))
+      :ets.insert(t, records)
       grown = :erlang.memory(:ets) - before
 
       entry = Enum.find(Memory.ets().ets, &(&1.id == t))
       assert entry.bytes == :ets.info(t, :memory) * :erlang.system_info(:wordsize)
-      assert entry.size == 50_000 and entry.owner == self()
+      assert entry.size == 200_000 and entry.owner == self()
       :ets.delete(t)
       # :erlang.memory(:ets) is in bytes: the table's growth in bytes, not
       # half of it (words x 4) or a word count. It also counts ets_alloc's
       # own block overhead (~6%).
-      abs(entry.bytes - grown) <= grown * 0.1
+      abs(entry.bytes - grown) <= grown * 0.2
     end
 
     test "largest first, owners named" do
