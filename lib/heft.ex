@@ -414,7 +414,8 @@ defmodule Heft do
       (fixed Huffman codes), whatever the level.
     * `arena: :memory` (default) or `{:file, dir}` - RAM (huge pages, or
       a memfd; see "How records are stored"), or a file in the existing
-      directory `dir` (mode 0600, removed with the table).
+      directory `dir` (mode 0600; gone from `dir` when `delete/1`
+      returns, its pages unmapped in the background).
     * `{:read_concurrency, _}`, `{:write_concurrency, _}`,
       `{:decentralized_counters, _}` - accepted for compatibility, ignored.
 

@@ -4,6 +4,7 @@ defmodule Heft.SchedulingTest do
   # file-backed table) instead of doing the work. These tests call the NIFs
   # directly to see the routing, then check Heft gets the job done.
   use ExUnit.Case, async: true
+  import Bitwise
   alias Heft.Native
 
   setup do
@@ -54,6 +55,50 @@ defmodule Heft.SchedulingTest do
     assert Heft.insert(t, {1, 2})
     assert Heft.lookup(t, 1) == [{1, 2}]
     assert Heft.tab2list(t) == [{1, 2}]
+  end
+
+  @tag :tmp_dir
+  test "delete/1 of a large file arena has removed its file when it returns", %{tmp_dir: dir} do
+    # Over 16 MiB: unmapped by a thread after delete/1 returns, yet the
+    # file is gone by then (an owner's exit removes it soon after).
+    blob = :crypto.strong_rand_bytes(4096)
+
+    for how <- [:delete, :owner_exit] do
+      parent = self()
+
+      owner =
+        spawn(fn ->
+          t = Heft.new(:filed_big, [:public, arena: {:file, dir}, compression: :none])
+          Heft.insert(t, for(i <- 1..6_000, do: {i, blob}))
+          send(parent, {:table, t})
+          receive do: (:go -> :ok)
+        end)
+
+      t = receive do: ({:table, t} -> t)
+      assert [_] = Path.wildcard(Path.join(dir, "*.arena"))
+      assert Heft.info(t, :arena_mapped_bytes) > 16 <<< 20
+
+      case how do
+        :delete ->
+          true = Heft.delete(t)
+
+        :owner_exit ->
+          send(owner, :go)
+          wait_until(fn -> Path.wildcard(Path.join(dir, "*.arena")) == [] end)
+          assert Heft.info(t, :size) == :undefined
+      end
+
+      assert Path.wildcard(Path.join(dir, "*.arena")) == [], inspect(how)
+      Process.exit(owner, :kill)
+    end
+  end
+
+  defp wait_until(fun, tries \\ 500) do
+    cond do
+      fun.() -> :ok
+      tries == 0 -> flunk("timed out")
+      true -> Process.sleep(10) && wait_until(fun, tries - 1)
+    end
   end
 
   # Makes quick calls `native.()` until one answers :"$heft_cpu"; checks that

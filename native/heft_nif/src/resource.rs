@@ -709,7 +709,9 @@ enum Reap {
 /// The heavy half of a delete, without locks: frees the storage and
 /// starts closing a persistent table.
 fn release(res: &ResourceArc<TableRes>, how: Reap) {
-    if let Some(storage) = res.core.take_storage() {
+    if let Some(mut storage) = res.core.take_storage() {
+        // Gone from the directory when delete/1 returns; unmapped later.
+        storage.remove_files();
         reap(storage, how);
     }
     if let Some(p) = &res.persist {

@@ -575,20 +575,30 @@ impl Arena {
         self.bytes().as_ptr() as usize
     }
 
-    /// The backing file's path (file arenas only).
+    /// The backing file's path (file arenas only, until it is removed).
     pub fn path(&self) -> Option<&Path> {
         match &self.pages {
-            Pages::File(_, path, _) => Some(path),
+            Pages::File(_, path, _) if !path.as_os_str().is_empty() => Some(path),
             _ => None,
+        }
+    }
+}
+
+impl Arena {
+    /// Removes a file arena's file (once; its mapping stays usable).
+    pub(crate) fn remove_file(&mut self) {
+        if let Pages::File(_, path, _) = &mut self.pages {
+            if !path.as_os_str().is_empty() {
+                let _ = fs::remove_file(&*path);
+                *path = PathBuf::new();
+            }
         }
     }
 }
 
 impl Drop for Arena {
     fn drop(&mut self) {
-        if let Some(path) = self.path() {
-            let _ = fs::remove_file(path);
-        }
+        self.remove_file();
     }
 }
 

@@ -511,6 +511,14 @@ impl State {
     pub fn mapped_bytes(&self) -> u64 {
         self.arena.mapped_bytes()
     }
+
+    /// Removes a file arena's file now (its name; its pages stay mapped
+    /// until this state is dropped), so that a table's delete has removed
+    /// its file when it returns, while the unmapping, which takes
+    /// milliseconds for gigabytes, is left to a thread.
+    pub fn remove_files(&mut self) {
+        self.arena.remove_file();
+    }
 }
 
 impl State {
