@@ -1849,7 +1849,10 @@ defmodule Heft do
       in RAM, pages modified and not written back (for a memory arena, all
       resident pages: they are never written back, only swapped), pages in
       swap. On huge pages resident memory grows in 2 MiB steps, so it may
-      exceed `:arena_used_bytes` by up to 2 MiB.
+      exceed `:arena_used_bytes` by up to 2 MiB. A file arena's resident
+      bytes are its pages in RAM whether this process maps them now or
+      not (mincore(2): the page cache holds pages smaps no longer
+      counts once the table outgrows memory).
     * `:index_resident_bytes` - the kernel's view of the index mapping:
       pages in RAM.
     * `:payload_raw_bytes` - sum over objects of their encoded key and

@@ -449,8 +449,14 @@ fn kernel_view<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
         .map_err(|e| errors::io_error(&e))?;
     let arena = found.first().copied().flatten().unwrap_or_default();
     let index = found.get(1).copied().flatten().unwrap_or_default();
+    // A file arena's pages in the page cache are its memory too, mapped
+    // into this process or not (smaps counts only the mapped ones).
+    let cached = t.core.arena_cached_bytes().map_err(errors::core)?;
     let pairs = [
-        (atoms::arena_resident_bytes(), arena.resident),
+        (
+            atoms::arena_resident_bytes(),
+            cached.map_or(arena.resident, |c| c.max(arena.resident)),
+        ),
         (atoms::arena_dirty_bytes(), arena.dirty),
         (atoms::arena_swap_bytes(), arena.swap),
         (atoms::index_resident_bytes(), index.resident),

@@ -541,6 +541,34 @@ impl Arena {
         self.bytes().len() as u64
     }
 
+    /// Of the mapping's `len` bytes from `from`, those whose pages are in
+    /// RAM: for a file arena, in the page cache whether or not this
+    /// process maps them now (mincore(2)). `None` for other arenas, whose
+    /// pages the process's own mapping counts, or if the kernel refuses.
+    pub fn cached_bytes(&self, from: u64, len: u64) -> Option<u64> {
+        let Pages::File(_, _, map) = &self.pages else {
+            return None;
+        };
+        let page = PAGE as usize;
+        let start = (from as usize / page) * page;
+        let end = (from.saturating_add(len) as usize).min(map.len());
+        if start >= end {
+            return Some(0);
+        }
+        let mut vec = vec![0u8; (end - start).div_ceil(page)];
+        // SAFETY: the range lies inside the live mapping (`map` is borrowed
+        // for the call, so it is neither unmapped nor moved), `start` is
+        // page-aligned, and `vec` has a byte for each of its pages.
+        let rc = unsafe {
+            libc::mincore(
+                map.as_ptr().add(start) as *mut libc::c_void,
+                end - start,
+                vec.as_mut_ptr(),
+            )
+        };
+        (rc == 0).then(|| vec.iter().filter(|&&b| b & 1 == 1).count() as u64 * page as u64)
+    }
+
     /// Bytes handed out so far: blocks in use, blocks on free lists, and the
     /// 8-byte reserved head. Pages punched out of freed blocks are not
     /// counted.
@@ -953,6 +981,36 @@ mod tests {
         assert!(random(&a));
         drop(a);
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_file_arena_counts_its_pages_in_the_page_cache_mapped_or_not() {
+        let dir = std::env::temp_dir().join(format!("heft-arena-cached-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let mut a = Arena::new(&Backing::File(dir.clone()), "cached").unwrap();
+        fill_across_2_mib(&mut a);
+        let used = a.used_bytes();
+        let all = a.mapped_bytes();
+        assert!(a.cached_bytes(0, all).unwrap() >= used - PAGE);
+        let Pages::File(_, _, map) = &a.pages else {
+            unreachable!()
+        };
+        // SAFETY: the whole live mapping; MADV_DONTNEED on a shared file
+        // mapping only drops this process's page table entries (the pages
+        // stay in the page cache, their data in the file).
+        let rc = unsafe { libc::madvise(map.as_ptr() as *mut _, map.len(), libc::MADV_DONTNEED) };
+        assert_eq!(rc, 0);
+        let mapped = crate::accounting::mappings(&[a.address() as u64]).unwrap()[0].unwrap();
+        assert!(mapped.resident < used / 2, "{mapped:?}");
+        assert!(a.cached_bytes(0, all).unwrap() >= used - PAGE);
+        // A range counts only its own pages.
+        assert_eq!(a.cached_bytes(0, 2 * PAGE).unwrap(), 2 * PAGE);
+        assert_eq!(a.cached_bytes(all, PAGE).unwrap(), 0);
+        fill_across_2_mib(&mut a);
+        drop(a);
+        fs::remove_dir_all(&dir).unwrap();
+        let memory = Arena::new(&Backing::Memory, "cached").unwrap();
+        assert_eq!(memory.cached_bytes(0, PAGE), None);
     }
 
     /// The /proc/self/maps line of the mapping that starts at `addr`.

@@ -773,6 +773,25 @@ impl Table {
         &self.backing
     }
 
+    /// A file arena's bytes in RAM, page cache included (`None` for other
+    /// arenas: see [`Arena::cached_bytes`]). Asked 64 MiB of the mapping
+    /// per read-lock hold, so that writers never wait long.
+    pub fn arena_cached_bytes(&self) -> Result<Option<u64>, Error> {
+        const STEP: u64 = 64 << 20;
+        let (mut from, mut total) = (0u64, 0u64);
+        loop {
+            let st = self.read()?;
+            let Some(n) = st.arena.cached_bytes(from, STEP) else {
+                return Ok(None);
+            };
+            total += n;
+            from += STEP;
+            if from >= st.arena.mapped_bytes() {
+                return Ok(Some(total));
+            }
+        }
+    }
+
     /// The arena file, for a file arena.
     pub fn arena_path(&self) -> Option<std::path::PathBuf> {
         let st = self.read().ok()?;
