@@ -306,9 +306,16 @@ defmodule Heft.Memory do
       written to disk while in use. The message gives the
       `vm.dirty_background_bytes` / `vm.dirty_bytes` that would hold them,
       computed from this host's RAM and dirty data (or says none can).
+      When the arenas hold more than half of the node's cgroup limit, the
+      warning says so instead: the cgroup's reclaim writes their pages back
+      and reads them again whatever the host-wide settings, and only a
+      higher limit (or smaller arenas) helps.
     * `:dirty_expiry` (warning): file-backed arenas whose pages stay dirty
       longer than `vm.dirty_expire_centisecs` are written back however much
-      RAM is free; the message gives timer values for a disposable arena.
+      RAM is free; the message gives timer values for a disposable arena
+      (not given when the arenas outgrow their cgroup, as above). Heft's own
+      durability never depends on these settings: a persistent table syncs
+      its log itself.
     * `:swap_in_use` (warning): this node or the host has pages in swap.
     * `:io_pressure` (warning): all tasks stalled on I/O 10% or more of the
       last minute.

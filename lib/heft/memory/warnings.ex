@@ -13,6 +13,9 @@ defmodule Heft.Memory.Warnings do
   # Share of wall time all non-idle tasks were stalled on I/O (PSI "full",
   # avg60) worth a warning; the seed query ran at 25%.
   @io_full_pct 10.0
+  # File arenas holding more than this share of their cgroup's limit cannot
+  # stay in its page cache beside the node: host-wide dirty settings are moot.
+  @cgroup_file_share 0.5
   # ETS tables below this are too small for the x4 mistake to matter.
   @words_min_bytes 1024 * 1024
 
@@ -71,24 +74,38 @@ defmodule Heft.Memory.Warnings do
       |> Enum.map(&max(&1[:arena_live_bytes] || 0, &1[:arena_dirty_bytes] || 0))
       |> Enum.sum()
 
-    arena_dirty = files |> Enum.map(&(&1[:arena_dirty_bytes] || 0)) |> Enum.sum()
-    limits = host[:dirty_limits] || %{}
+    where = files |> Enum.map(fn t -> elem(t[:arena], 1) end) |> Enum.uniq() |> Enum.join(", ")
+    cg = host[:cgroup] || %{}
 
-    if files == [] or ws == 0 or not is_integer(host[:mem_total]) do
-      []
-    else
-      others = max((host[:dirty] || 0) - arena_dirty, 0)
-      rec = Writeback.recommend(host, ws, Keyword.put(opts, :arena_dirty, arena_dirty))
-      where = files |> Enum.map(fn t -> elem(t[:arena], 1) end) |> Enum.uniq() |> Enum.join(", ")
+    cond do
+      files == [] or ws == 0 or not is_integer(host[:mem_total]) ->
+        []
 
-      [
-        budget(ws, others, limits, rec, where),
-        expiry(ws, limits, rec, where)
-      ]
+      is_integer(cg[:limit]) and cg.limit > 0 and ws > cg.limit * @cgroup_file_share ->
+        outgrown(ws, cg, where)
+
+      true ->
+        arena_dirty = files |> Enum.map(&(&1[:arena_dirty_bytes] || 0)) |> Enum.sum()
+        others = max((host[:dirty] || 0) - arena_dirty, 0)
+        rec = Writeback.recommend(host, ws, Keyword.put(opts, :arena_dirty, arena_dirty))
+        limits = host[:dirty_limits] || %{}
+        [budget(ws, others, limits, rec, where), expiry(ws, limits, rec, where)]
     end
   end
 
   defp dirty(_host, _heft, _opts), do: []
+
+  # The arenas hold more than the cgroup can keep as page cache beside the
+  # node: its reclaim writes their pages back and reads them in again as
+  # they are used, whatever the host-wide vm.dirty_* settings say, so
+  # advising those (or the flusher's expiry) would be beside the point.
+  defp outgrown(ws, cg, where) do
+    {:warning, :dirty_budget,
+     "file arenas (#{where}) hold #{b(ws)}, more than half of cgroup #{cg.path}'s " <>
+       "limit #{b(cg.limit)}: the cgroup's reclaim writes their pages back and reads " <>
+       "them again as they are used, whatever the vm.dirty_* settings (host-wide). " <>
+       "Raise the cgroup's memory limit, or keep the arenas well under it"}
+  end
 
   defp budget(ws, others, limits, rec, where) do
     bg = limits[:background_threshold]

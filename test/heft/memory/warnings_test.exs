@@ -129,6 +129,19 @@ defmodule Heft.Memory.WarningsTest do
       assert msg =~ "vm.dirty_bytes = #{16 * @gib}"
     end
 
+    test "arenas that outgrow the cgroup's limit: the cgroup's reclaim, not host-wide settings" do
+      # docker-v2-limited: a 2 GiB cgroup on a larger host.
+      ws = Warnings.check(snapshot("docker-v2-limited", heft: [file_table(3 * @gib, 0)]))
+      {:warning, :dirty_budget, msg} = find(ws, :dirty_budget)
+      assert msg =~ "hold 3.0 GiB, more than half of cgroup /'s limit 2.0 GiB"
+      assert msg =~ "Raise the cgroup's memory limit"
+      refute msg =~ "vm.dirty_bytes ="
+      refute :dirty_expiry in codes(ws)
+      # Well inside the limit, the host-wide advice stands.
+      ws = Warnings.check(snapshot("docker-v2-limited", heft: [file_table(200 * 1024 * 1024, 0)]))
+      refute (find(ws, :dirty_budget) || {nil, nil, ""}) |> elem(2) =~ "cgroup"
+    end
+
     test "an arena no safe budget can hold" do
       ws = Warnings.check(snapshot("chroot-nocgroup", heft: [file_table(2 * @gib, 0)]))
       {:error, :dirty_budget, msg} = find(ws, :dirty_budget)
