@@ -220,10 +220,13 @@ defmodule Heft.TabFile do
         <<head::binary-13, hcrc::little-32, total::little-64, pcrc::little-32>> = frame
         <<_tag, _seq::little-32, count::little-32, len::little-32>> = head
 
-        if :erlang.crc32(head) == hcrc and count == 0 and len == 8 and
-             :erlang.crc32(<<total::little-64>>) == pcrc,
-           do: {:ok, total},
-           else: {:error, {:corrupt, at}}
+        cond do
+          # Not an end frame's header, only a byte that looks like its
+          # tag (one in 256 files cut short): the file ends early.
+          :erlang.crc32(head) != hcrc -> {:error, {:truncated, length}}
+          count == 0 and len == 8 and :erlang.crc32(<<total::little-64>>) == pcrc -> {:ok, total}
+          true -> {:error, {:corrupt, at}}
+        end
       else
         {:error, _} = error -> error
         _ -> {:error, {:truncated, length}}
