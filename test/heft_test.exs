@@ -178,7 +178,7 @@ defmodule HeftTest do
       ref = Process.monitor(pid)
       Process.exit(pid, :kill)
       assert_receive {:DOWN, ^ref, _, _, _}
-      assert wait_until(fn -> not File.exists?(path) end)
+      assert Heft.Test.Wait.until(fn -> not File.exists?(path) end)
     end
   end
 
@@ -219,14 +219,6 @@ defmodule HeftTest do
         {out, _} ->
           IO.puts("skipping the ENOSPC test: cannot mount a tmpfs here (#{String.trim(out)})")
       end
-    end
-  end
-
-  defp wait_until(fun, tries \\ 200) do
-    cond do
-      fun.() -> true
-      tries == 0 -> false
-      true -> Process.sleep(10) && wait_until(fun, tries - 1)
     end
   end
 end

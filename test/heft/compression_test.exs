@@ -235,7 +235,7 @@ defmodule Heft.CompressionTest do
     Process.sleep(50)
     assert Heft.info(t, :dictionaries) == []
     fill(t, n..(n + 500))
-    wait_for(fn -> Heft.info(t, :dictionaries) != [] end)
+    assert Heft.Test.Wait.until(fn -> Heft.info(t, :dictionaries) != [] end)
     assert %{state: :done} = settled(t)
     assert [%{id: 1, records: r}] = Heft.info(t, :dictionaries)
     assert r == n + 500
@@ -319,13 +319,5 @@ defmodule Heft.CompressionTest do
     for i <- 3..20_000//3, do: assert(Heft.lookup(t, i) == [{i, json(i)}])
     counts = Heft.info(t, :records_by_codec)
     assert Enum.sum(Map.values(counts)) == Heft.info(t, :size)
-  end
-
-  defp wait_for(f, tries \\ 1000) do
-    cond do
-      f.() -> :ok
-      tries == 0 -> flunk("timed out")
-      true -> Process.sleep(5) && wait_for(f, tries - 1)
-    end
   end
 end

@@ -26,15 +26,15 @@ defmodule Heft.LeakTest do
         end)
       end
 
-    assert wait_until(fn -> Heft.Native.live_tables() >= live0 + 500 end)
+    assert Heft.Test.Wait.until(fn -> Heft.Native.live_tables() >= live0 + 500 end)
     assert heft_mapped_bytes() > mapped0
 
     for pid <- owners, do: send(pid, :stop)
 
-    assert wait_until(fn -> Heft.Native.live_tables() == live0 end),
+    assert Heft.Test.Wait.until(fn -> Heft.Native.live_tables() == live0 end),
            "live tables: #{Heft.Native.live_tables()}, expected #{live0}"
 
-    assert wait_until(fn -> heft_mapped_bytes() == mapped0 end),
+    assert Heft.Test.Wait.until(fn -> heft_mapped_bytes() == mapped0 end),
            "mapped arena bytes: #{heft_mapped_bytes()}, expected #{mapped0}"
   end
 
@@ -58,13 +58,5 @@ defmodule Heft.LeakTest do
       to - from
     end)
     |> Enum.sum()
-  end
-
-  defp wait_until(fun, tries \\ 500) do
-    cond do
-      fun.() -> true
-      tries == 0 -> false
-      true -> Process.sleep(10) && wait_until(fun, tries - 1)
-    end
   end
 end

@@ -6,6 +6,7 @@ defmodule Heft.PersistTest do
   # SIGKILL of a writing VM is in persist_crash_test.exs.
   use ExUnit.Case, async: true
   import Bitwise
+  alias Heft.Test.Wait
 
   @moduletag :tmp_dir
 
@@ -457,7 +458,8 @@ defmodule Heft.PersistTest do
     dumps = Heft.info(t, :dumps)
     first = Task.async(fn -> Heft.dump(t) end)
     # The dump has begun once it cut the log: what was pending is its.
-    wait_until(fn -> Heft.info(t, :dumping) and Heft.info(t, :log_pending_records) == 0 end)
+    assert Wait.until(fn -> Heft.info(t, :dumping) and Heft.info(t, :log_pending_records) == 0 end)
+
     true = Heft.insert(t, {:late, i})
     overlapped = Heft.info(t, :dumping)
     second = Task.async(fn -> Heft.dump(t) end)
@@ -486,14 +488,6 @@ defmodule Heft.PersistTest do
       {:heft_overloaded, ^t, _} -> flush_dumped(t)
     after
       50 -> :ok
-    end
-  end
-
-  defp wait_until(fun, tries \\ 2000) do
-    cond do
-      fun.() -> :ok
-      tries == 0 -> flunk("condition never held")
-      true -> Process.sleep(1) && wait_until(fun, tries - 1)
     end
   end
 
@@ -550,7 +544,7 @@ defmodule Heft.PersistTest do
 
     for big <- 1..5, do: true = Heft.insert(t, {{:big, big}, :binary.copy("b", 3_000_000)})
     Process.sleep(10)
-    wait_until(fn -> Heft.info(t, :size) == 4005 end)
+    assert Wait.until(fn -> Heft.info(t, :size) == 4005 end)
     segments = Heft.info(t, :log_segments)
     assert segments >= 5, "#{segments} segments for 27 MB of log"
     :ok = Heft.close(t)

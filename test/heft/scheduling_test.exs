@@ -84,20 +84,12 @@ defmodule Heft.SchedulingTest do
 
         :owner_exit ->
           send(owner, :go)
-          wait_until(fn -> Path.wildcard(Path.join(dir, "*.arena")) == [] end)
+          assert Heft.Test.Wait.until(fn -> Path.wildcard(Path.join(dir, "*.arena")) == [] end)
           assert Heft.info(t, :size) == :undefined
       end
 
       assert Path.wildcard(Path.join(dir, "*.arena")) == [], inspect(how)
       Process.exit(owner, :kill)
-    end
-  end
-
-  defp wait_until(fun, tries \\ 500) do
-    cond do
-      fun.() -> :ok
-      tries == 0 -> flunk("timed out")
-      true -> Process.sleep(10) && wait_until(fun, tries - 1)
     end
   end
 
