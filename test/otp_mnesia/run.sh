@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The running OTP release's own Mnesia test suite (lib/mnesia/test, driven
 # by its `mt` module) run with Heft standing in for the suite's test backend: the
-# suite's `ext_test` module is replaced by heft_mnesia, its alias
-# `ext_ets` mapped to heft_ram_copies and `ext_dets` to heft_copies
+# suite's `ext_test` module is replaced by heft_mnesia, its aliases
+# (`ext_ets` and `ext_dets`, from OTP 27 `ext_ram_copies` and
+# `ext_disc_only_copies`) mapped to heft_ram_copies and heft_copies
 # (heft's mnesia_aliases env, passed to every node through ERL_AFLAGS).
 # Not part of bin/test: it fetches Debian's source package of erlang.
 #
@@ -68,7 +69,7 @@ if [ -n "$map_disc_only" ]; then
       mnesia_trans_access_test.erl mnesia_atomicity_test.erl mnesia_isolation_test.erl \
       mnesia_durability_test.erl mnesia_recovery_test.erl mnesia_consistency_test.erl \
       mnesia_evil_backup.erl mnesia_test_lib.erl &&
-    sed -i 's/{ext_dets, heft_mnesia}\]/{ext_dets, heft_mnesia}, {heft_copies, heft_mnesia}]/' \
+    sed -i 's/\({ext_\(dets\|disc_only_copies\), heft_mnesia}\)\]/\1, {heft_copies, heft_mnesia}]/' \
       mnesia_test_lib.hrl &&
     grep -q '{heft_copies, heft_mnesia}' mnesia_test_lib.hrl)
 fi
@@ -81,7 +82,11 @@ for d in "$root"/_build/test/lib/*/ebin; do paths+=(-pa "$d"); done
 elixir_lib=$(elixir -e 'IO.write(:code.lib_dir(:elixir))')
 paths+=(-pa "$elixir_lib/ebin")
 
-export ERL_AFLAGS="-heft mnesia_aliases [{ext_ets,heft_ram_copies},{ext_dets,heft_copies}]"
+# The suite's backend aliases: ext_ets and ext_dets up to OTP 26,
+# ext_ram_copies and ext_disc_only_copies from OTP 27 on.
+aliases="{ext_ets,heft_ram_copies},{ext_dets,heft_copies}"
+aliases="$aliases,{ext_ram_copies,heft_ram_copies},{ext_disc_only_copies,heft_copies}"
+export ERL_AFLAGS="-heft mnesia_aliases [$aliases]"
 cd "$work/suite"
 # mt:t/1 answers a tree: {Seconds, {Group, [Subtree]}} for a group,
 # {Seconds, {ok | failed | skip | crash, {Mod, Fun}, _}} for a case.
