@@ -301,6 +301,29 @@ defmodule Heft.MnesiaTest do
     assert :heft_mnesia.select(:"$end_of_table") == :"$end_of_table"
   end
 
+  test "select_reverse/3,4 (Mnesia's from OTP 29): descending keys in an ordered_set, continued by select/1" do
+    create(:rev, :heft_copies, type: :ordered_set)
+    {:atomic, :ok} = MnesiaNode.write_all(for i <- 1..600, do: {:rev, i, i})
+    a = :heft_copies
+    ms = [{{:rev, :"$1", :_}, [{:>, :"$1", 100}], [:"$1"]}]
+    assert :heft_mnesia.select_reverse(a, :rev, ms) == Enum.to_list(600..101//-1)
+
+    {first, cont} = :heft_mnesia.select_reverse(a, :rev, ms, 200)
+    assert first == Enum.to_list(600..401//-1)
+    refute has_resource?(cont)
+    cont = cont |> :erlang.term_to_binary() |> :erlang.binary_to_term()
+    {second, cont} = :heft_mnesia.select(:heft_mnesia.repair_continuation(cont, ms))
+    assert second == Enum.to_list(400..201//-1)
+    assert {third, _} = :heft_mnesia.select(cont)
+    assert third == Enum.to_list(200..101//-1)
+
+    assert :heft_mnesia.select_reverse(a, :rev, ms, :infinity) ==
+             {Enum.to_list(600..101//-1), :"$end_of_table"}
+
+    assert :heft_mnesia.select_reverse(a, :rev, [{{:rev, 0, :_}, [], [:"$_"]}], 5) ==
+             :"$end_of_table"
+  end
+
   defp has_resource?(term) when is_reference(term), do: true
   defp has_resource?(term) when is_tuple(term), do: has_resource?(Tuple.to_list(term))
   defp has_resource?(term) when is_list(term), do: Enum.any?(term, &has_resource?/1)
