@@ -794,6 +794,30 @@ fn a_manifest_that_cannot_be_rewritten_does_not_poison_the_log() {
 }
 
 #[test]
+fn a_table_created_where_a_deleted_one_left_only_its_manifest_opens_empty() {
+    // A directory removed file by file while its table closed: the close
+    // rewrote the MANIFEST after the segments and META were gone.
+    let d = TempDir::new();
+    let (o, _) = create(&d.0, config());
+    put(&o, 1, 1);
+    close(o);
+    for e in fs::read_dir(&d.0).unwrap() {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        if !name.starts_with("MANIFEST") {
+            fs::remove_file(d.join(&name)).unwrap();
+        }
+    }
+    assert!(read_manifest(&d.0).unwrap().is_some());
+    let (o, _) = create(&d.0, config());
+    assert_eq!(o.table.len().unwrap(), 0);
+    put(&o, 2, 2);
+    close(o);
+    let o = reopen(&d.0, false).unwrap();
+    assert_eq!(o.table.len().unwrap(), 1);
+    close(o);
+}
+
+#[test]
 fn the_manifest_is_written_into_its_reserve() {
     let d = TempDir::new();
     let (o, _) = create(&d.0, config());

@@ -405,6 +405,11 @@ pub fn recover(
         }
         Err(e) => return Err(e),
     };
+    // A table created (its META was missing) where a deleted one left its
+    // MANIFEST and nothing else (a removal of the directory that raced
+    // the old table's close, which rewrote its MANIFEST): that MANIFEST
+    // names segments that are gone, and there is nothing to replay.
+    let manifest = manifest.filter(|_| !(fresh && segments.is_empty() && !has_snapshot));
     if manifest.is_none() && rec.dropped.is_none() && meta_version >= 3 && !fresh {
         // A version 3 table writes its MANIFEST before anything else: only
         // one that never held data (a crash while it was created) may
