@@ -352,10 +352,7 @@ select(Alias, Tab, Ms) ->
 %% table resource, no compiled spec), so it survives term_to_binary and
 %% an RPC to another node of the same table.
 select(Alias, Tab, Ms, infinity) ->
-    case select(Alias, Tab, Ms) of
-        [] -> '$end_of_table';
-        Results -> {Results, '$end_of_table'}
-    end;
+    at_once(select(Alias, Tab, Ms));
 select(Alias, Tab, Ms, Limit) ->
     portable(Alias, Tab, heft:select(h(Alias, Tab), Ms, Limit)).
 
@@ -367,10 +364,7 @@ select_reverse(Alias, Tab, Ms) ->
 
 %% @doc As select/4, in reverse (select_reverse/3).
 select_reverse(Alias, Tab, Ms, infinity) ->
-    case select_reverse(Alias, Tab, Ms) of
-        [] -> '$end_of_table';
-        Results -> {Results, '$end_of_table'}
-    end;
+    at_once(select_reverse(Alias, Tab, Ms));
 select_reverse(Alias, Tab, Ms, Limit) ->
     portable(Alias, Tab, heft:select_reverse(h(Alias, Tab), Ms, Limit)).
 
@@ -378,6 +372,10 @@ select('$end_of_table') ->
     '$end_of_table';
 select({heft_mnesia_cont, Alias, Tab, Cont}) ->
     portable(Alias, Tab, 'Elixir.Heft.Select':resume(h(Alias, Tab), Cont)).
+
+%% All results of a select without a limit, as a select with one answers.
+at_once([]) -> '$end_of_table';
+at_once(Results) -> {Results, '$end_of_table'}.
 
 portable(_Alias, _Tab, '$end_of_table') ->
     '$end_of_table';
