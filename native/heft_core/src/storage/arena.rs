@@ -48,6 +48,18 @@ mod compact;
 use anon::Region;
 pub use compact::{Next, Ticket};
 
+/// What becomes of the pages of free space put on the free lists
+/// ([`Arena::free_range`]).
+#[derive(Clone, Copy)]
+enum RestPages {
+    /// They stay as they are, in use.
+    Kept,
+    /// They were given back already: the blocks say so, and count them.
+    GivenBack,
+    /// Each block large enough gives them back now ([`Arena::punch`]).
+    GiveBack,
+}
+
 /// The smallest mapping an arena starts with.
 const INITIAL_BYTES: u64 = 64 * 1024;
 /// The largest single growth step.
@@ -299,24 +311,58 @@ impl Arena {
             return loc;
         }
         let size = class_size(class) as u64;
-        self.live -= class_size(c) as u64 - size;
-        let mut at = offset(loc) + size;
-        let mut rest = class_size(c) as u64 - size;
-        while rest > 0 {
-            let piece = floor_class(rest as usize);
-            let piece_size = class_size(piece) as u64;
-            let mut entry = at | ((piece as u64) << CLASS_SHIFT);
-            if punched {
-                if let Some((_, plen)) = punchable(at, piece_size) {
-                    self.punched += plen;
-                    entry |= PUNCHED;
+        let (start, end) = (offset(loc) + size, offset(loc) + class_size(c) as u64);
+        self.live -= end - start;
+        let pages = if punched {
+            RestPages::GivenBack
+        } else {
+            RestPages::Kept
+        };
+        self.free_range(start, end, pages);
+        offset(loc) | ((class as u64) << CLASS_SHIFT)
+    }
+
+    /// Puts the free bytes `[start, end)` on the free lists as blocks of
+    /// the largest classes that fit (sizes are even and every even size up
+    /// to 64 is a class, so nothing is left over), their pages as `pages`
+    /// says.
+    fn free_range(&mut self, start: u64, end: u64, pages: RestPages) {
+        let mut at = start;
+        while at < end {
+            let class = floor_class((end - at) as usize);
+            let size = class_size(class) as u64;
+            let entry = at | ((class as u64) << CLASS_SHIFT);
+            let entry = match pages {
+                RestPages::Kept => entry,
+                RestPages::GivenBack => match punchable(at, size) {
+                    Some((_, len)) => {
+                        self.punched += len;
+                        entry | PUNCHED
+                    }
+                    None => entry,
+                },
+                RestPages::GiveBack => self.punch(entry),
+            };
+            self.push_free(class, entry);
+            at += size;
+        }
+    }
+
+    /// A freed block's free-list entry, its whole pages given back first
+    /// if it is at least [`PUNCH_MIN`] bytes. Only memory arenas punch: a
+    /// file arena keeps its disk blocks so a reused block can never hit a
+    /// full disk through the mapping.
+    fn punch(&mut self, entry: u64) -> u64 {
+        let size = block_size(entry) as u64;
+        if size as usize >= PUNCH_MIN && !matches!(self.pages, Pages::File(..)) {
+            if let Some((start, len)) = punchable(offset(entry), size) {
+                if self.give_back(start, len).is_ok() {
+                    self.punched += len;
+                    return entry | PUNCHED;
                 }
             }
-            self.push_free(piece, entry);
-            at += piece_size;
-            rest -= piece_size;
         }
-        offset(loc) | ((class as u64) << CLASS_SHIFT)
+        entry
     }
 
     /// The smallest class at or above `class` with a free block.
@@ -339,7 +385,7 @@ impl Arena {
         let list = &mut self.free[c];
         let entry = list.pop().unwrap_or_default();
         if list.is_empty() {
-            self.nonempty[c / 64] &= !(1 << (c % 64));
+            self.mark_empty(c);
         }
         let loc = entry & !PUNCHED;
         let size = class_size(c) as u64;
@@ -350,6 +396,11 @@ impl Arena {
         self.free_bytes -= size;
         self.live += size;
         (loc, punched)
+    }
+
+    /// Notes that class `class`'s free list is empty now.
+    fn mark_empty(&mut self, class: usize) {
+        self.nonempty[class / 64] &= !(1 << (class % 64));
     }
 
     /// Puts a free-list entry (a handle, maybe flagged [`PUNCHED`]) of
@@ -366,20 +417,8 @@ impl Arena {
     /// Returns a block to its free list.
     pub fn free(&mut self, loc: u64) {
         let class = (loc >> CLASS_SHIFT) as usize;
-        let off = offset(loc);
-        let size = class_size(class) as u64;
-        let mut entry = loc;
-        // Only memory arenas punch: a file arena keeps its disk blocks so a
-        // reused block can never hit a full disk through the mapping.
-        if size as usize >= PUNCH_MIN && !matches!(self.pages, Pages::File(..)) {
-            if let Some((start, plen)) = punchable(off, size) {
-                if self.give_back(start, plen).is_ok() {
-                    self.punched += plen;
-                    entry |= PUNCHED;
-                }
-            }
-        }
-        self.live -= size;
+        let entry = self.punch(loc);
+        self.live -= class_size(class) as u64;
         if let Some(entry) = self.doom(entry) {
             self.push_free(class, entry);
         }

@@ -869,6 +869,13 @@ mod tests {
         assert_eq!(ix.get(ix.end()), None);
     }
 
+    /// Every key, in walk order.
+    fn walk(ix: &OrderedIndex) -> Vec<u64> {
+        std::iter::successors(ix.first(), |&p| ix.next(p))
+            .map(|p| key(ix.get(p).unwrap()))
+            .collect()
+    }
+
     #[test]
     fn packing_keeps_every_key_in_order_and_gives_pages_back() {
         let mut ix = OrderedIndex::new("pack");
@@ -905,10 +912,7 @@ mod tests {
             "{before} -> {}",
             ix.heap_bytes()
         );
-        let walked: Vec<u64> = std::iter::successors(ix.first(), |&p| ix.next(p))
-            .map(|p| key(ix.get(p).unwrap()))
-            .collect();
-        assert_eq!(walked, model.keys().copied().collect::<Vec<_>>());
+        assert_eq!(walk(&ix), model.keys().copied().collect::<Vec<_>>());
         assert_eq!(ix.len(), model.len());
         for &k in model.keys() {
             assert_eq!(ix.get(ix.find(probe(k)).unwrap()), Some(loc(k)));
@@ -920,10 +924,7 @@ mod tests {
                 model.insert(k, ());
             }
         }
-        let walked: Vec<u64> = std::iter::successors(ix.first(), |&p| ix.next(p))
-            .map(|p| key(ix.get(p).unwrap()))
-            .collect();
-        assert_eq!(walked, model.keys().copied().collect::<Vec<_>>());
+        assert_eq!(walk(&ix), model.keys().copied().collect::<Vec<_>>());
     }
 
     #[test]

@@ -669,12 +669,13 @@ impl State {
 /// The record at an indexed offset. The index only ever points at records
 /// this table wrote, so a bad header is a bug, not bad input.
 fn record_in(arena: &Arena, loc: u64) -> (Header, &[u8]) {
-    let h = Header::parse_prefix(arena.tail(loc, record::MAX_HEADER))
-        .expect("valid record header at an indexed offset");
-    let bytes = arena
-        .get(loc, h.total_len())
-        .expect("indexed record lies inside the arena");
-    (h, bytes)
+    whole_record(arena, loc).expect("a whole record at an indexed offset")
+}
+
+/// The record at `loc`, if a valid header and all it announces lie there.
+fn whole_record(arena: &Arena, loc: u64) -> Option<(Header, &[u8])> {
+    let h = Header::parse_prefix(arena.tail(loc, record::MAX_HEADER)).ok()?;
+    Some((h, arena.get(loc, h.total_len())?))
 }
 
 fn key_in(arena: &Arena, loc: u64) -> &[u8] {

@@ -153,7 +153,7 @@ impl Arena {
             self.free_bytes -= bytes;
             self.doomed_bytes += bytes;
             if list.is_empty() {
-                self.nonempty[class / 64] &= !(1 << (class % 64));
+                self.mark_empty(class);
                 class += 1;
             }
         }
@@ -181,7 +181,7 @@ impl Arena {
         let mut class = 0;
         while let Some(c) = self.smallest_free(class) {
             left.append(&mut self.free[c]);
-            self.nonempty[c / 64] &= !(1 << (c % 64));
+            self.mark_empty(c);
             class = c + 1;
         }
         let bytes: u64 = left.iter().map(|&e| block_size(e) as u64).sum();
@@ -301,7 +301,7 @@ impl Arena {
             }
         } else if fill < end {
             self.doomed_bytes -= end - fill;
-            self.put_back(fill, end);
+            self.free_range(fill, end, RestPages::GiveBack);
         }
         if matches!(self.pages, Pages::File(..)) {
             // Best effort: a file that stays long only keeps its blocks.
@@ -349,7 +349,7 @@ impl Arena {
         let c = self.compaction.take().expect("checked above");
         if scan > fill {
             self.doomed_bytes -= scan - fill;
-            self.put_back(fill, scan);
+            self.free_range(fill, scan, RestPages::GiveBack);
         }
         for e in c.late.into_values().chain(c.holes.into_iter().skip(c.next)) {
             self.undoom_one(e);
@@ -392,28 +392,6 @@ impl Arena {
         // the arena `&mut`, and the bytes cut off hold no block.
         unsafe { map.remap(len as usize, RemapOptions::new())? };
         file.set_len(len)
-    }
-
-    /// Puts the free bytes `[start, end)` on the free lists as blocks of
-    /// the largest classes that fit, giving back the pages of those of at
-    /// least [`PUNCH_MIN`] bytes.
-    fn put_back(&mut self, start: u64, end: u64) {
-        let mut at = start;
-        while at < end {
-            let class = floor_class((end - at) as usize);
-            let size = class_size(class) as u64;
-            let mut entry = at | ((class as u64) << CLASS_SHIFT);
-            if size as usize >= PUNCH_MIN && !matches!(self.pages, Pages::File(..)) {
-                if let Some((s, len)) = punchable(at, size) {
-                    if self.give_back(s, len).is_ok() {
-                        self.punched += len;
-                        entry |= PUNCHED;
-                    }
-                }
-            }
-            self.push_free(class, entry);
-            at += size;
-        }
     }
 }
 

@@ -233,6 +233,16 @@ fn work() {
     }
 }
 
+/// Queues an automatic run of `table`, not before `not_before`. False if
+/// the compactor's thread could not be started.
+fn queue_automatic(table: &Weak<Table>, not_before: Instant) -> bool {
+    enqueue(Job {
+        table: table.clone(),
+        done: None,
+        not_before,
+    })
+}
+
 /// Compacts `table` on the compactor's thread, unpaced, for any gain, and
 /// calls `done` with what it did. False (and `done` is not called) if the
 /// thread could not be started.
@@ -279,11 +289,7 @@ impl Table {
         {
             return false;
         }
-        let queued = enqueue(Job {
-            table: me.clone(),
-            done: None,
-            not_before: Instant::now(),
-        });
+        let queued = queue_automatic(me, Instant::now());
         if !queued {
             self.auto.queued.store(false, AtomicOrdering::Release);
         }
@@ -320,12 +326,7 @@ impl Table {
             self.auto.floor.store(0, AtomicOrdering::Relaxed);
             if self.worth_compacting() {
                 if let Some(me) = self.auto.me.get() {
-                    let again = Job {
-                        table: me.clone(),
-                        done: None,
-                        not_before: Instant::now() + AUTO_PAUSE,
-                    };
-                    if enqueue(again) {
+                    if queue_automatic(me, Instant::now() + AUTO_PAUSE) {
                         return;
                     }
                 }
@@ -525,8 +526,7 @@ impl State {
     /// The index entry of the live block at offset `at`, and its handle:
     /// the record there names its key.
     fn indexed_at(&self, ord: Order, at: u64) -> Option<(Pos, u64)> {
-        let h = Header::parse_prefix(self.arena.tail(at, record::MAX_HEADER)).ok()?;
-        let bytes = self.arena.get(at, h.total_len())?;
+        let (h, bytes) = whole_record(&self.arena, at)?;
         let key = &bytes[h.key_start()..h.body_start()];
         let (first, n) = self.find(ord, self.entries.hash_of(key), key)?;
         (0..n)
