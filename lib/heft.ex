@@ -356,6 +356,47 @@ defmodule Heft do
   > refuses writes with `{:error, :poisoned}` until it is reopened, since
   > the kernel may have dropped the unsynced pages.
 
+  ## Budgets and eviction
+
+  `max_records: n` and `max_bytes: n` (options of `new/2` and `open/2`)
+  bound a table, which then keeps within the bound by *evicting* keys, as
+  a cache does. ETS has no such thing: in a bounded table an insert can
+  make other keys disappear.
+
+    * `max_records` counts records (`info(tab, :size)`; every object of a
+      bag). `max_bytes` counts what `info(tab, :memory)` counts (index,
+      arena, dictionaries, the atom dictionary and the eviction queue) but
+      for the arena's free blocks: evicting a record frees its block for
+      later writes, and compaction gives free blocks back to the kernel
+      (sooner in a bounded table: once they pass 1/64 of the budget), so
+      `:memory` comes back within the budget once it has run.
+    * A write that takes the table over its bound evicts keys, each with
+      all its records, before it returns. A write on a normal scheduler
+      evicts at most 64 keys and brings in at most 64 KiB (a larger one
+      moves to a dirty scheduler); what it could not evict, later writes
+      do.
+    * Which keys go: the policy is SIEVE, chosen by measurement against
+      LRU, CLOCK and S3-FIFO (docs/benchmarks.md, "Eviction policies"). The
+      table queues its keys in the order they arrived; a *read* marks a
+      key; the eviction hand walks from the oldest key, sparing marked
+      ones, and evicts the first unmarked one. A read is a call that looks
+      one key up: `lookup/2`, `lookup_element/3,4`, `member/2`, `take/2`,
+      `update_counter/3,4`, `update_element/3,4` and `select`/`match`
+      with the key bound; a write that replaces a key's record marks it
+      too. Walks (`select`, `match`, `foldl/3`, `first/1`, `next/2`,
+      `tab2list/1`) do not, so a scan does not make keys stay. Marks are
+      kept per hash bucket, not per key (docs/benchmarks.md gives the
+      cost in hit ratio).
+    * In a persistent table an eviction is logged as a delete, so a
+      reopened table holds what the table held. The bound is not stored:
+      pass it again to `new/2` or `open/2` (a table reopened over a lower
+      bound evicts down to it at once).
+    * `info(tab, :budget)`: `nil` for an unbounded table, else
+      `%{max_bytes:, max_records:, used_bytes:, evicted_keys:,
+      evicted_records:, hits:, misses:}` - the bounds, what `max_bytes`
+      counts now, what was evicted, and the reads that found their key
+      and those that did not (counted only in bounded tables).
+
   ## Scheduling
 
   No call runs much longer than a millisecond on a normal scheduler: big
@@ -416,6 +457,11 @@ defmodule Heft do
       a memfd; see "How records are stored"), or a file in the existing
       directory `dir` (mode 0600; gone from `dir` when `delete/1`
       returns, its pages unmapped in the background).
+    * `max_bytes: n`, `max_records: n` (positive integers; default `nil`,
+      unbounded) - bound the table, which then evicts keys to stay within
+      the bound (see "Budgets and eviction"): `max_records` counts
+      records (`info(tab, :size)`), `max_bytes` the bytes of
+      `info(tab, :memory)` but for the arena's free blocks.
     * `{:read_concurrency, _}`, `{:write_concurrency, _}`,
       `{:decentralized_counters, _}` - accepted for compatibility, ignored.
 
@@ -492,7 +538,9 @@ defmodule Heft do
         {:file, dir} -> {:file, dir}
       end
 
-    {o, {o.type, o.named, o.protection, o.keypos, o.heir, compression, arena}}
+    {o,
+     {o.type, o.named, o.protection, o.keypos, o.heir, compression, arena,
+      {o.max_bytes, o.max_records}}}
   end
 
   defp parse_options(opts), do: __parse_options__(opts)
@@ -513,7 +561,9 @@ defmodule Heft do
       heir: :none,
       compression: :zlib,
       level: 1,
-      arena: :memory
+      arena: :memory,
+      max_bytes: nil,
+      max_records: nil
     }
   end
 
@@ -552,6 +602,11 @@ defmodule Heft do
 
   defp option({:arena, :memory}, o), do: %{o | arena: :memory}
 
+  defp option({key, n}, o) when key in [:max_bytes, :max_records] and is_integer(n) and n > 0,
+    do: Map.put(o, key, n)
+
+  defp option({key, nil}, o) when key in [:max_bytes, :max_records], do: Map.put(o, key, nil)
+
   defp option({:arena, {:file, dir}}, o) when is_binary(dir) or is_list(dir) do
     dir = IO.chardata_to_string(dir)
 
@@ -575,6 +630,8 @@ defmodule Heft do
               :compression,
               :compression_level,
               :arena,
+              :max_bytes,
+              :max_records,
               :read_concurrency,
               :write_concurrency,
               :decentralized_counters
@@ -1788,7 +1845,8 @@ defmodule Heft do
     :records_by_codec,
     :recompression,
     :training,
-    :compaction
+    :compaction,
+    :budget
   ]
   @kernel_items [
     :arena_resident_bytes,
@@ -2274,7 +2332,8 @@ defmodule Heft do
 
   Options override what is stored: `:name`, `:sync`,
   `:dump_log_write_threshold`, `:dump_log_time_threshold`, and also
-  `heir: {pid, data}` and `repair: true` (keep everything before damage in
+  `max_bytes:` and `max_records:` (see "Budgets and eviction"; not
+  stored), `heir: {pid, data}` and `repair: true` (keep everything before damage in
   the middle of the log, set the rest aside as `lost-*` files, and report
   it in `info(tab, :repaired)` as `%{file: f, offset: o, bytes: n,
   records_dropped: r}`: the first damage, the bytes set aside or lost, and

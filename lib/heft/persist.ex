@@ -192,7 +192,8 @@ defmodule Heft.Persist do
       ]
 
       {p, []} = split_options(Keyword.merge(stored, persist))
-      {o, args} = Heft.__parse_options__(table_opts ++ heir)
+      budget = Keyword.take(opts, [:max_bytes, :max_records])
+      {o, args} = Heft.__parse_options__(table_opts ++ heir ++ budget)
       open_native(name, args, p, meta(name, o, p), false) |> settled(m)
     end
   rescue
@@ -209,7 +210,9 @@ defmodule Heft.Persist do
       sync: &valid_sync?/1,
       dump_log_write_threshold: &(is_integer(&1) and &1 >= 1),
       dump_log_time_threshold: &(is_integer(&1) and &1 >= 1),
-      repair: &is_boolean/1
+      repair: &is_boolean/1,
+      max_bytes: &(&1 == nil or (is_integer(&1) and &1 > 0)),
+      max_records: &(&1 == nil or (is_integer(&1) and &1 > 0))
     ]
   end
 

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use heft_core::table::Kind;
+use heft_core::table::{Budget, Kind};
 use heft_core::{accounting, Backing, Compression, Options, Table};
 use rustler::{Atom, Binary, Encoder, Env, LocalPid, NifResult, ResourceArc, Term};
 
@@ -114,6 +114,8 @@ pub struct NewArgs {
     pub auto: bool,
     pub backing: Backing,
     pub label: String,
+    /// `max_bytes`, `max_records` (table/evict.rs).
+    pub budget: Budget,
 }
 
 /// A compression as Heft.new/2 passes it (see [`parse_new_args`]);
@@ -155,15 +157,23 @@ pub fn compression_term(env: Env, c: Compression) -> Term {
 }
 
 /// Options arrive validated by Heft.new/2:
-/// `{type, named, protection, keypos, heir, compression, arena}` with heir
+/// `{type, named, protection, keypos, heir, compression, arena, budget}`
+/// with budget `{max_bytes, max_records}` (each `nil` or a positive
+/// integer), heir
 /// `:none | {pid, data}`, compression `:none | {:zlib, level} | :lz4 |
 /// {:zstd, level, dictionary :: boolean} | :auto` and arena
 /// `:memory | {:file, dir}`.
 pub fn parse_new_args<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<NewArgs> {
-    type Opts<'b> = (Atom, bool, Atom, usize, Term<'b>, Term<'b>, Term<'b>);
-    let (kind, named, protection, keypos, heir, compression, arena): Opts<'a> = opts
-        .decode()
-        .map_err(|_| badarg("malformed table options"))?;
+    let malformed = || badarg("malformed table options");
+    let [kind, named, protection, keypos, heir, compression, arena, budget]: [Term<'a>; 8] =
+        rustler::types::tuple::get_tuple(opts)
+            .map_err(|_| malformed())?
+            .try_into()
+            .map_err(|_| malformed())?;
+    let kind: Atom = kind.decode().map_err(|_| malformed())?;
+    let named: bool = named.decode().map_err(|_| malformed())?;
+    let protection: Atom = protection.decode().map_err(|_| malformed())?;
+    let keypos: usize = keypos.decode().map_err(|_| malformed())?;
     let kind = kind_of(kind)?;
     let protection = protection_of(protection)?;
     let heir = Heir::decode(heir)?;
@@ -190,6 +200,7 @@ pub fn parse_new_args<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult
         auto,
         backing,
         label,
+        budget: crate::budget::budget_of(budget)?,
     })
 }
 
@@ -245,6 +256,7 @@ fn new_impl<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>>
     if args.auto {
         core.set_auto();
     }
+    core.set_budget(args.budget).map_err(errors::core)?;
     let core = Arc::new(core);
     core.compact_on_its_own();
     install(env, name, args, core, None).map(|(tab, _)| tab)
@@ -434,6 +446,7 @@ fn info<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
     ];
     pairs.extend(crate::learn::info_items(env, &t.core));
     pairs.push(crate::compact::info_item(env, &t.core));
+    pairs.push(crate::budget::info_item(env, &s));
     Term::map_from_pairs(env, &pairs).map_err(|_| badarg("internal error building info"))
 }
 

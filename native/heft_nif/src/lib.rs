@@ -5,6 +5,7 @@
 
 mod admin;
 mod atom_words;
+mod budget;
 mod codec;
 mod compact;
 mod errors;

@@ -303,6 +303,11 @@ fn persist_open_io<'a>(
         // It trained before it was closed: its dictionaries came back.
         opened.table.learned_before();
     }
+    // A budget is not stored with the table: the options given now bound
+    // it, evicting (and logging) down to them at once.
+    if let Err(e) = opened.table.set_budget(args.budget) {
+        return Err(crate::errors::core(e));
+    }
     let p = PersistRes {
         persisted: opened.persisted,
         subscribers,

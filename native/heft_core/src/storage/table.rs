@@ -18,6 +18,7 @@
 mod compact;
 pub use compact::{compact_now, Compacted, Compactions, Done as CompactDone};
 mod entries;
+mod evict;
 pub mod learn;
 mod objects;
 
@@ -41,6 +42,7 @@ use crate::hash::KeyedHash;
 use crate::index::Slot;
 use crate::record::{self, Header};
 use entries::{Entries, Order, Pos};
+pub use evict::Budget;
 
 /// A table's kind, with ETS's semantics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,6 +132,12 @@ const QUICK_RESIZE_SLOTS: usize = 1 << 15;
 /// Bytes of index and arena a quick call may clear (giving back 4 MiB of
 /// pages takes about as long).
 const QUICK_CLEAR_BYTES: u64 = 4 << 20;
+/// Keys a bounded table evicts in one quick call at most (the rest at
+/// later writes, or at once if the write is retried outside `quick`).
+const QUICK_EVICTIONS: usize = 64;
+/// Bytes a bounded table's write may bring in a quick call: more could
+/// evict many keys, so the write is retried outside `quick`.
+const QUICK_BOUNDED_BYTES: usize = 64 << 10;
 
 thread_local! {
     /// Set inside [`quick`].
@@ -485,6 +493,17 @@ pub struct Stats {
     pub arena_address: u64,
     /// Start address of the index's mapping (slot array or pages).
     pub index_address: u64,
+    /// A bounded table's budget (table/evict.rs); all `None` otherwise.
+    pub budget: Budget,
+    /// What a budget counts ([`Table::set_budget`]); 0 if unbounded.
+    pub budget_used_bytes: u64,
+    /// Keys and records evicted (bounded tables).
+    pub evicted_keys: u64,
+    pub evicted_records: u64,
+    /// Lookups (`get`, `contains`) that found their key, and those that did
+    /// not (counted in bounded tables only).
+    pub hits: u64,
+    pub misses: u64,
 }
 
 /// A table's storage. Dropping it frees the index and unmaps the arena.
@@ -498,6 +517,8 @@ pub struct State {
     stored_bytes: u64,
     /// Records by codec and by dictionary.
     tally: learn::Tally,
+    /// A bounded table's eviction queue (table/evict.rs).
+    evict: Option<evict::Evict>,
 }
 
 impl Drop for State {
@@ -736,6 +757,7 @@ impl Table {
                 raw_bytes: 0,
                 stored_bytes: 0,
                 tally: learn::Tally::default(),
+                evict: None,
             })),
             atoms: Arc::new(RwLock::new(AtomTable::new())),
             backing: opts.backing.clone(),
@@ -945,6 +967,7 @@ impl Table {
                     st.release(old);
                 }
             }
+            self.bounded_again(&mut st, ord);
             return Ok(());
         }
         // Into an empty hash index at once: sorted by (hash, key, placing
@@ -980,7 +1003,17 @@ impl Table {
             }
         }
         st.entries.build_sorted(&slots);
+        self.bounded_again(&mut st, ord);
         Ok(())
+    }
+
+    /// After a bulk load into a bounded table: its keys queued afresh, and
+    /// evicted down to its budget.
+    fn bounded_again(&self, st: &mut State, ord: Order) {
+        if st.evict.is_some() {
+            self.queue_all(st);
+            self.enforce(st, ord);
+        }
     }
 
     /// Places and indexes `recs` in order, all or none, logging what it
@@ -1002,6 +1035,12 @@ impl Table {
             _ => recs.len(),
         };
         st.refuse_long(recs.len(), added, 0)?;
+        if QUICK.get()
+            && st.evict.is_some()
+            && recs.iter().map(|r| r.bytes.len()).sum::<usize>() > QUICK_BOUNDED_BYTES
+        {
+            return Err(Error::TooLong);
+        }
         let locs = st.place(&recs)?;
         let logged = if self.kind.is_bag() {
             self.log_bag_keys(st, ord, &recs)
@@ -1013,10 +1052,146 @@ impl Table {
             return Err(e);
         }
         for (r, loc) in recs.iter().zip(locs) {
+            let new_key = st.evict.is_some() && st.find(ord, r.hash, r.key()).is_none();
             st.link(self.kind, ord, r, loc);
+            self.note_write(st, ord, r, new_key);
         }
         self.learner.count(st.entries.len());
+        self.enforce(st, ord);
         Ok(())
+    }
+
+    /// After `r` was linked: a bounded table queues a key new to it, and
+    /// counts a replaced record as a read of its key.
+    fn note_write(&self, st: &mut State, ord: Order, r: &Prepared, new_key: bool) {
+        let State {
+            evict,
+            entries,
+            arena,
+            ..
+        } = st;
+        let Some(ev) = evict.as_mut() else { return };
+        if new_key {
+            let records = entries.len();
+            let live = |k: &[u8]| entries.find(arena, ord, self.hash(k), k).is_some();
+            ev.added(r.key(), records, live, |k| self.hash(k));
+        } else if !self.kind.is_bag() {
+            ev.touch(r.hash);
+        }
+    }
+
+    /// Bytes a budget counts: `info(:memory)` but for the arena's free
+    /// blocks (which later writes reuse and compaction gives back), so
+    /// that evicting a record brings the count down.
+    fn charged_bytes(&self, st: &State, ord: Order) -> u64 {
+        let atoms = match ord {
+            Order::Term(names) => names.heap_bytes(),
+            Order::Bytes => self.atoms.read().heap_bytes(),
+        };
+        st.entries.heap_bytes()
+            + st.arena.live_bytes()
+            + st.arena.overhead_bytes()
+            + atoms
+            + self.dicts.memory() as u64
+            + st.evict.as_ref().map_or(0, evict::Evict::heap_bytes)
+    }
+
+    /// Whether a bounded table holds more than its budget.
+    fn over_budget(&self, st: &State, ord: Order) -> bool {
+        let Some(ev) = &st.evict else { return false };
+        let b = ev.budget;
+        b.max_records.is_some_and(|m| st.entries.len() as u64 > m)
+            || b.max_bytes.is_some_and(|m| self.charged_bytes(st, ord) > m)
+    }
+
+    /// Evicts keys (each with all its records) while the table is over its
+    /// budget, logging each as a delete. A victim whose delete cannot be
+    /// logged now (a full disk, or a new log segment needed in a quick
+    /// call) is queued again and the table stays over its budget until a
+    /// later write.
+    fn enforce(&self, st: &mut State, ord: Order) {
+        let mut evicted = 0;
+        while self.over_budget(st, ord) {
+            if QUICK.get() && evicted >= QUICK_EVICTIONS {
+                return;
+            }
+            let State {
+                evict,
+                entries,
+                arena,
+                ..
+            } = &mut *st;
+            let Some(ev) = evict.as_mut() else { return };
+            let live = |k: &[u8]| entries.find(arena, ord, self.hash(k), k).is_some();
+            let Some(key) = ev.victim(live, |k| self.hash(k)) else {
+                return;
+            };
+            let Some((pos, n)) = st.find(ord, self.hash(&key), &key) else {
+                continue;
+            };
+            if self.log(&[Change::Delete(&key)]).is_err() {
+                if let Some(ev) = st.evict.as_mut() {
+                    ev.requeue(&key);
+                }
+                return;
+            }
+            for loc in st.entries.remove_where(pos, n, |_| true) {
+                st.release(loc);
+            }
+            if let Some(ev) = st.evict.as_mut() {
+                ev.evicted_keys += 1;
+                ev.evicted_records += n as u64;
+            }
+            evicted += 1;
+        }
+    }
+
+    /// Bounds the table by `budget` (none: unbounds it): queues its keys,
+    /// in index order, and evicts down to the budget at once. Meant for a
+    /// table just made or opened (it walks the whole index under the
+    /// lock).
+    pub fn set_budget(&self, budget: Budget) -> Result<(), Error> {
+        let mut st = self.write()?;
+        let names = self.names();
+        let ord = order(&names);
+        let bounded = budget.max_bytes.map_or(0, |m| {
+            (m / compact::BOUNDED_SHARE).max(compact::BOUNDED_MIN_FREE)
+        });
+        self.auto.bounded.store(bounded, AtomicOrdering::Relaxed);
+        if budget.is_none() {
+            st.evict = None;
+            return Ok(());
+        }
+        st.evict = Some(evict::Evict::new(budget));
+        self.queue_all(&mut st);
+        self.enforce(&mut st, ord);
+        Ok(())
+    }
+
+    /// Queues every key of a bounded table afresh, in index order.
+    fn queue_all(&self, st: &mut State) {
+        let Some(mut ev) = st.evict.take() else {
+            return;
+        };
+        ev.clear();
+        let mut next = st.entries.first();
+        while let Some(pos) = next {
+            let key = st.key_at(st.entries.loc(pos));
+            ev.requeue(key);
+            let last = st.entries.last_of_key(&st.arena, pos);
+            next = st.entries.next(last);
+        }
+        st.evict = Some(ev);
+    }
+
+    /// The table's budget (none for an unbounded table).
+    pub fn budget(&self) -> Result<Budget, Error> {
+        Ok(self
+            .read()?
+            .evict
+            .as_ref()
+            .map(|e| e.budget)
+            .unwrap_or_default())
     }
 
     /// The table's kind.
@@ -1114,7 +1289,11 @@ impl Table {
     pub fn get(&self, hash: u64, key: &[u8], out: &mut RecordBuf) -> Result<bool, Error> {
         let st = self.read()?;
         let names = self.names();
-        let Some(f) = st.entries.find_record(&st.arena, order(&names), hash, key) else {
+        let found = st.entries.find_record(&st.arena, order(&names), hash, key);
+        if let Some(ev) = &st.evict {
+            ev.read(hash, found.is_some());
+        }
+        let Some(f) = found else {
             return Ok(false);
         };
         out.push(f.hash, f.loc, f.header, f.bytes);
@@ -1126,7 +1305,11 @@ impl Table {
     pub fn contains(&self, hash: u64, key: &[u8]) -> Result<bool, Error> {
         let st = self.read()?;
         let names = self.names();
-        Ok(st.find(order(&names), hash, key).is_some())
+        let found = st.find(order(&names), hash, key).is_some();
+        if let Some(ev) = &st.evict {
+            ev.read(hash, found);
+        }
+        Ok(found)
     }
 
     /// Removes every record with the key; copies them into `out` when
@@ -1360,8 +1543,12 @@ impl Table {
                         st.entries.set_loc(p, locs[0]);
                         st.release(old);
                     }
-                    _ => st.link(self.kind, ord, new, locs[0]),
+                    _ => {
+                        st.link(self.kind, ord, new, locs[0]);
+                        self.note_write(&mut st, ord, new, pos.is_none());
+                    }
                 }
+                self.enforce(&mut st, ord);
             }
             (Some(p), None) => {
                 if bag {
@@ -1392,6 +1579,9 @@ impl Table {
         st.raw_bytes = 0;
         st.stored_bytes = 0;
         st.tally = learn::Tally::default();
+        if let Some(ev) = st.evict.as_mut() {
+            ev.clear();
+        }
         Ok(n)
     }
 
@@ -1662,12 +1852,20 @@ impl Table {
     /// Current figures.
     pub fn stats(&self) -> Result<Stats, Error> {
         let st = self.read()?;
+        let names = self.names();
+        let ev = st.evict.as_ref();
+        let (hits, misses) = ev.map_or((0, 0), evict::Evict::hits_misses);
+        let atoms = match &names {
+            Some(n) => n.heap_bytes(),
+            None => self.atoms.read().heap_bytes(),
+        };
         Ok(Stats {
             size: st.entries.len() as u64,
             index_bytes: st.entries.heap_bytes(),
-            meta_bytes: self.atoms.read().heap_bytes()
+            meta_bytes: atoms
                 + st.arena.overhead_bytes()
-                + self.dicts.memory() as u64,
+                + self.dicts.memory() as u64
+                + ev.map_or(0, evict::Evict::heap_bytes),
             dictionary_bytes: self.dicts.memory() as u64,
             arena_mapped_bytes: st.arena.mapped_bytes(),
             arena_used_bytes: st.arena.used_bytes(),
@@ -1678,6 +1876,15 @@ impl Table {
             payload_stored_bytes: st.stored_bytes,
             arena_address: st.arena.address() as u64,
             index_address: st.entries.address() as u64,
+            budget: ev.map(|e| e.budget).unwrap_or_default(),
+            budget_used_bytes: match ev {
+                Some(_) => self.charged_bytes(&st, order(&names)),
+                None => 0,
+            },
+            evicted_keys: ev.map_or(0, |e| e.evicted_keys),
+            evicted_records: ev.map_or(0, |e| e.evicted_records),
+            hits,
+            misses,
         })
     }
 }
@@ -2626,6 +2833,149 @@ mod tests {
             }
         }
         t.bulk_finish(&mut bulk).unwrap();
+    }
+
+    const KINDS: [Kind; 4] = [Kind::Set, Kind::OrderedSet, Kind::Bag, Kind::DuplicateBag];
+
+    #[test]
+    fn a_bounded_table_never_holds_more_than_its_budget_and_logs_its_evictions() {
+        for kind in KINDS {
+            for budget in [
+                Budget {
+                    max_records: Some(500),
+                    max_bytes: None,
+                },
+                Budget {
+                    max_records: None,
+                    max_bytes: Some(256 << 10),
+                },
+            ] {
+                let t = table_of(kind, Compression::None);
+                let rec = Arc::new(Recorder::default());
+                assert!(t.set_journal(rec.clone()));
+                t.set_budget(budget).unwrap();
+                let mut inserted = 0u64;
+                for i in 0..5000i64 {
+                    // Bags get two objects for some keys.
+                    let objs: Vec<Prepared> = (0..1 + (kind.is_bag() && i % 3 == 0) as i64)
+                        .map(|j| t.prepare(&key(i), &body(j, (i % 200) as usize)))
+                        .collect();
+                    inserted += objs.len() as u64;
+                    t.insert(&objs).unwrap();
+                    let s = t.stats().unwrap();
+                    if let Some(m) = budget.max_records {
+                        assert!(s.size <= m, "{kind:?}: {} records", s.size);
+                    }
+                    if let Some(m) = budget.max_bytes {
+                        assert!(s.budget_used_bytes <= m, "{kind:?}: {s:?}");
+                    }
+                    assert_eq!(s.size + s.evicted_records, inserted, "{kind:?}");
+                }
+                let s = t.stats().unwrap();
+                assert!(s.evicted_keys > 0 && s.size > 0, "{kind:?} {s:?}");
+                // Replaying the log (evictions are deletes) gives the table.
+                let fresh = table_of(kind, Compression::None);
+                replay(&fresh, &rec.0.lock());
+                assert_eq!(records_by_key(&fresh), records_by_key(&t), "{kind:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_bounded_table_keeps_the_keys_it_reads() {
+        for kind in KINDS {
+            let t = table_of(kind, Compression::None);
+            t.set_budget(Budget {
+                max_records: Some(1000),
+                max_bytes: None,
+            })
+            .unwrap();
+            let hot: Vec<i64> = (0..100).map(|i| i * 7).collect();
+            for i in 0..20_000i64 {
+                t.insert(&[t.prepare(&key(i), &body(i, 10))]).unwrap();
+                if i % 10 == 0 {
+                    for &h in hot.iter().filter(|&&h| h <= i) {
+                        get_body(&t, &key(h));
+                    }
+                }
+            }
+            let kept = hot.iter().filter(|&&h| get_body(&t, &key(h)).is_some());
+            // The hot keys are read every 10 inserts; a key not read is
+            // evicted within a pass of the hand over the 1,000 keys.
+            assert_eq!(kept.count(), hot.len(), "{kind:?}");
+            let s = t.stats().unwrap();
+            assert_eq!(s.size, 1000);
+            assert!(s.hits > 0 && s.misses == 0, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn a_budget_set_on_a_full_table_evicts_at_once_and_can_be_lifted() {
+        for kind in KINDS {
+            let t = table_of(kind, Compression::None);
+            for i in 0..2000i64 {
+                t.insert(&[t.prepare(&key(i), &body(i, 10))]).unwrap();
+            }
+            assert_eq!(t.stats().unwrap().hits, 0, "unbounded tables count nothing");
+            let b = Budget {
+                max_records: Some(300),
+                max_bytes: None,
+            };
+            t.set_budget(b).unwrap();
+            assert_eq!(t.budget().unwrap(), b);
+            assert_eq!(t.len().unwrap(), 300);
+            // A cleared table starts its queue again.
+            t.clear().unwrap();
+            for i in 0..400i64 {
+                t.insert(&[t.prepare(&key(i), &body(i, 10))]).unwrap();
+            }
+            assert_eq!(t.len().unwrap(), 300);
+            assert_eq!(t.stats().unwrap().evicted_records, 1700 + 100);
+            t.set_budget(Budget::default()).unwrap();
+            t.insert(&[t.prepare(&key(-1), &body(1, 10))]).unwrap();
+            assert_eq!(t.len().unwrap(), 301);
+        }
+    }
+
+    #[test]
+    fn a_bounded_table_loaded_in_bulk_is_evicted_down_to_its_budget() {
+        for kind in KINDS {
+            let src = table_of(kind, Compression::None);
+            for i in 0..1000i64 {
+                src.insert(&[src.prepare(&key(i), &body(i, 10))]).unwrap();
+            }
+            let t = table_of(kind, Compression::None);
+            t.set_budget(Budget {
+                max_records: Some(100),
+                max_bytes: None,
+            })
+            .unwrap();
+            let mut bulk = Bulk::default();
+            for run in records_by_key(&src) {
+                let recs: Vec<&[u8]> = run[1..].iter().map(Vec::as_slice).collect();
+                t.bulk_put(loaded(&t, recs), &mut bulk).unwrap();
+            }
+            t.bulk_finish(&mut bulk).unwrap();
+            assert_eq!(t.len().unwrap(), 100, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn a_compare_and_swap_into_a_bounded_table_evicts_too() {
+        let t = table(Compression::None);
+        t.set_budget(Budget {
+            max_records: Some(10),
+            max_bytes: None,
+        })
+        .unwrap();
+        for i in 0..20i64 {
+            let h = t.hash(&key(i));
+            assert!(t
+                .replace_if(h, &key(i), None, Some(&t.prepare(&key(i), &body(i, 1))))
+                .unwrap());
+        }
+        assert_eq!(t.len().unwrap(), 10);
+        assert_eq!(t.stats().unwrap().evicted_keys, 10);
     }
 
     #[test]

@@ -74,6 +74,13 @@ struct Moving {
     returned: i64,
 }
 
+/// A table bounded in bytes compacts on its own once its free blocks
+/// still in memory pass this fraction of its budget (and 64 KiB).
+pub(super) const BOUNDED_SHARE: u64 = 64;
+
+/// The least free bytes a bounded table compacts for.
+pub(super) const BOUNDED_MIN_FREE: u64 = 64 << 10;
+
 /// The least pause between two automatic runs of one table.
 const AUTO_PAUSE: Duration = Duration::from_millis(100);
 
@@ -151,6 +158,10 @@ pub(crate) struct Auto {
     /// Free bytes a write must leave before the next automatic run: raised
     /// past what a run that gained nothing left.
     floor: AtomicU64,
+    /// A table bounded in bytes: the free bytes from which it compacts on
+    /// its own, whatever their share of the arena ([`BOUNDED_SHARE`] of
+    /// its budget); 0 for other tables.
+    pub(super) bounded: AtomicU64,
     stats: Mutex<Compactions>,
     /// Tests: an on-demand compaction panics between its steps when this
     /// counts down to zero (0: never), as a bug in a step would.
@@ -308,17 +319,27 @@ impl Table {
         };
         let held = st.arena.held_free_bytes();
         let floor = self.auto.floor.load(AtomicOrdering::Relaxed);
-        held >= AUTO_MIN_FREE.max(floor) && held * 5 >= st.arena.used_bytes()
+        match self.auto.bounded.load(AtomicOrdering::Relaxed) {
+            0 => held >= AUTO_MIN_FREE.max(floor) && held * 5 >= st.arena.used_bytes(),
+            bounded => held >= bounded.max(floor),
+        }
     }
 
     /// One automatic run of this table (see the module doc): afterwards
     /// the table goes to the back of the queue if it gained something and
     /// is still worth a run, else it leaves the queue.
     fn compact_automatically(&self) {
-        let how = How {
-            min_gain: MIN_GAIN,
-            share: 8,
-            paced: true,
+        let how = match self.auto.bounded.load(AtomicOrdering::Relaxed) {
+            0 => How {
+                min_gain: MIN_GAIN,
+                share: 8,
+                paced: true,
+            },
+            bounded => How {
+                min_gain: bounded,
+                share: 0,
+                paced: true,
+            },
         };
         let done = self.compact_counted(how, &|| true);
         let gained = matches!(done, Ok(c) if c.moved_records > 0 || c.returned_bytes > 0);

@@ -1,0 +1,481 @@
+//! Budgets: a table bounded in bytes or records evicts keys by SIEVE
+//! (Zhang et al., NSDI '24), chosen by the hit-ratio study of
+//! docs/benchmarks.md ("Eviction policies").
+//!
+//! The queue holds the table's keys in the order they arrived, oldest
+//! first, as their encoded bytes (a key's hash is recomputed when needed;
+//! compaction moves records, never keys, so the queue need not follow it).
+//! A read marks the key *visited*; the hand walks from the oldest key
+//! towards the newest: a visited key stays where it is, the first key not
+//! visited is the victim. A key is evicted with all its objects (bag,
+//! duplicate_bag).
+//!
+//! Two approximations keep this cheap, both measured in the study:
+//! - The marks are not per key but two bitsets of four bits per queued key,
+//!   indexed by the key's hash, so a read is one relaxed atomic `or` under
+//!   the table's read lock, with no map from key to queue position. SIEVE
+//!   clears a key's bit as the hand passes it; a shared bit cannot be
+//!   cleared for one key alone (that would unmark the others), so marks are
+//!   cleared a pass at a time instead: a read sets a bit of the *current*
+//!   set, each time the hand wraps the current set becomes the *previous*
+//!   one and a clear set the current, and a key is visited if either has
+//!   its bit. A key read since the hand last passed it is always visited,
+//!   as in SIEVE; one read in the pass before that also is, and keys
+//!   sharing a bit with a read key are spared once more than they would
+//!   be.
+//! - The hand looks at no more than [`MAX_VISITED`] keys for one victim:
+//!   the last of them is evicted even if visited, so a victim costs a
+//!   bounded number of steps.
+//!
+//! Deleted keys are not looked for in the queue: the hand drops a key it
+//! finds no longer in the table. A key deleted and inserted again is
+//! queued twice, its older place dropped when the hand finds the key gone.
+//! So that a table that deletes as much as it inserts, never evicting,
+//! does not grow its queue without end, each new key also advances the
+//! hand over up to [`TIDY_STEPS`] keys, dropping the deleted ones, once the
+//! queue holds more than twice the table's records.
+//!
+//! The hand compacts the queue as it walks: the keys it keeps are copied
+//! down behind it, so the queue stays in arrival order and takes at most
+//! the bytes of its keys twice over.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// How far a table is bounded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Budget {
+    /// The most bytes of `info(:memory)` the records, index, dictionaries
+    /// and this queue may hold (see [`super::Table::charged_bytes`]).
+    pub max_bytes: Option<u64>,
+    /// The most records (objects, in a bag).
+    pub max_records: Option<u64>,
+}
+
+impl Budget {
+    /// True if neither bound is set.
+    pub fn is_none(&self) -> bool {
+        self.max_bytes.is_none() && self.max_records.is_none()
+    }
+}
+
+/// Keys the hand passes for one victim, at most (about 30 ns each: a hash
+/// and a bit, no lookup).
+pub(super) const MAX_VISITED: usize = 8192;
+/// Keys the hand tidies per new key, when the queue is over twice the
+/// table's records.
+const TIDY_STEPS: usize = 4;
+/// The fewest visited bits (a power of two).
+const MIN_BITS: usize = 4096;
+
+/// Stripes of the read counters: readers on different threads count on
+/// different cache lines.
+const STRIPES: usize = 8;
+
+/// One stripe of read counters.
+#[derive(Default)]
+#[repr(align(64))]
+struct Stripe {
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+static NEXT_STRIPE: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's stripe.
+    static STRIPE: usize = NEXT_STRIPE.fetch_add(1, Ordering::Relaxed) % STRIPES;
+}
+
+/// A bounded table's eviction queue and visited bits.
+pub(super) struct Evict {
+    pub(super) budget: Budget,
+    /// Queued keys' bytes, back to back.
+    keys: Vec<u8>,
+    /// Where each queued key ends in `keys`.
+    ends: Vec<usize>,
+    /// The next queue position the hand looks at.
+    hand: usize,
+    /// Positions below this hold the keys kept so far in this pass (those
+    /// from `kept` to `hand` are dropped or copied down).
+    kept: usize,
+    /// Marks of reads since the hand last wrapped, and of the pass before.
+    current: Box<[AtomicU64]>,
+    previous: Box<[AtomicU64]>,
+    /// Keys evicted (each with all its records) and records evicted.
+    pub(super) evicted_keys: u64,
+    pub(super) evicted_records: u64,
+    reads: Box<[Stripe]>,
+}
+
+/// What the hand does with the keys it passes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Walk {
+    /// Find a victim.
+    Evict,
+    /// Only drop keys no longer in the table.
+    Tidy,
+}
+
+impl Evict {
+    pub(super) fn new(budget: Budget) -> Evict {
+        Evict {
+            budget,
+            keys: Vec::new(),
+            ends: Vec::new(),
+            hand: 0,
+            kept: 0,
+            current: bits(MIN_BITS),
+            previous: bits(MIN_BITS),
+            evicted_keys: 0,
+            evicted_records: 0,
+            reads: (0..STRIPES).map(|_| Stripe::default()).collect(),
+        }
+    }
+
+    /// Counts a lookup of the key of `hash` (under the table's read lock),
+    /// and marks the key visited if it was found.
+    pub(super) fn read(&self, hash: u64, found: bool) {
+        let stripe = &self.reads[STRIPE.with(|s| *s)];
+        if found {
+            stripe.hits.fetch_add(1, Ordering::Relaxed);
+            self.touch(hash);
+        } else {
+            stripe.misses.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Lookups that found their key, and those that did not.
+    pub(super) fn hits_misses(&self) -> (u64, u64) {
+        self.reads.iter().fold((0, 0), |(h, m), s| {
+            (
+                h + s.hits.load(Ordering::Relaxed),
+                m + s.misses.load(Ordering::Relaxed),
+            )
+        })
+    }
+
+    /// Heap bytes of the queue and the visited bits.
+    pub(super) fn heap_bytes(&self) -> u64 {
+        let marks = (self.current.len() + self.previous.len()) * 8;
+        (self.keys.capacity() + self.ends.capacity() * 8 + marks) as u64
+    }
+
+    /// Keys queued (deleted ones the hand has not dropped yet included).
+    #[cfg(test)]
+    fn queued(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// The word and bit of a hash's mark, in a set of `words` words.
+    fn bit(words: usize, hash: u64) -> (usize, u64) {
+        let i = (hash as usize) & (words * 64 - 1);
+        (i / 64, 1 << (i % 64))
+    }
+
+    /// Marks the key of `hash` read (under the table's read lock).
+    pub(super) fn touch(&self, hash: u64) {
+        let (w, mask) = Evict::bit(self.current.len(), hash);
+        let word = &self.current[w];
+        if word.load(Ordering::Relaxed) & mask == 0 {
+            word.fetch_or(mask, Ordering::Relaxed);
+        }
+    }
+
+    fn visited(&self, hash: u64) -> bool {
+        let (w, mask) = Evict::bit(self.current.len(), hash);
+        (self.current[w].load(Ordering::Relaxed) | self.previous[w].load(Ordering::Relaxed)) & mask
+            != 0
+    }
+
+    /// Queues a key new to the table, as the newest. `records` is how many
+    /// the table holds; `live` tells whether a key is still in it and
+    /// `hash_of` gives a key's hash, for tidying.
+    pub(super) fn added(
+        &mut self,
+        key: &[u8],
+        records: usize,
+        live: impl FnMut(&[u8]) -> bool,
+        hash_of: impl FnMut(&[u8]) -> u64,
+    ) {
+        if self.ends.len() * 4 >= self.current.len() * 64 {
+            // Grown past four bits a key: twice as many. A key's bit is its
+            // hash's low bits, one more of them now: both halves start as
+            // the old bits, so no mark is lost.
+            self.current = doubled(&self.current);
+            self.previous = doubled(&self.previous);
+        }
+        self.keys.extend_from_slice(key);
+        self.ends.push(self.keys.len());
+        if self.ends.len() > 2 * records + 64 {
+            self.walk(Walk::Tidy, TIDY_STEPS, live, hash_of);
+        }
+    }
+
+    /// Queues a key again as the newest (its eviction was not applied).
+    pub(super) fn requeue(&mut self, key: &[u8]) {
+        self.keys.extend_from_slice(key);
+        self.ends.push(self.keys.len());
+    }
+
+    /// The next victim: the oldest key still in the table whose visited bit
+    /// is clear (clearing those passed), taken off the queue. `None` if the
+    /// queue holds no key of the table.
+    pub(super) fn victim(
+        &mut self,
+        live: impl FnMut(&[u8]) -> bool,
+        hash_of: impl FnMut(&[u8]) -> u64,
+    ) -> Option<Vec<u8>> {
+        // Every queued key can be looked at twice: once visited, once not.
+        self.walk(Walk::Evict, 2 * self.ends.len() + 2, live, hash_of)
+    }
+
+    /// Moves the hand over at most `steps` keys (wrapping to the oldest at
+    /// the newest).
+    fn walk(
+        &mut self,
+        how: Walk,
+        steps: usize,
+        mut live: impl FnMut(&[u8]) -> bool,
+        mut hash_of: impl FnMut(&[u8]) -> u64,
+    ) -> Option<Vec<u8>> {
+        let mut passed = 0;
+        for _ in 0..steps {
+            if self.hand == self.ends.len() {
+                self.wrap();
+                if self.ends.is_empty() {
+                    return None;
+                }
+                if how == Walk::Tidy {
+                    return None;
+                }
+            }
+            let (start, end) = self.span(self.hand);
+            let key = &self.keys[start..end];
+            // A visited key is kept without looking it up: it is dropped
+            // at a later pass if it has left the table.
+            let spared = how == Walk::Evict && {
+                passed += 1;
+                passed < MAX_VISITED && self.visited(hash_of(key))
+            };
+            if !spared && !live(key) {
+                self.hand += 1;
+                continue;
+            }
+            if how == Walk::Evict && !spared {
+                let key = key.to_vec();
+                self.hand += 1;
+                return Some(key);
+            }
+            self.keep(start, end);
+        }
+        None
+    }
+
+    fn span(&self, i: usize) -> (usize, usize) {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        (start, self.ends[i])
+    }
+
+    /// Keeps the key at the hand (its bytes `start..end`), copying it
+    /// down behind the keys kept before it.
+    fn keep(&mut self, start: usize, end: usize) {
+        let to = if self.kept == 0 {
+            0
+        } else {
+            self.ends[self.kept - 1]
+        };
+        if to != start {
+            self.keys.copy_within(start..end, to);
+        }
+        self.ends[self.kept] = to + (end - start);
+        self.kept += 1;
+        self.hand += 1;
+    }
+
+    /// The hand reached the newest key: the queue becomes the keys kept,
+    /// and the hand starts again at the oldest.
+    fn wrap(&mut self) {
+        let bytes = if self.kept == 0 {
+            0
+        } else {
+            self.ends[self.kept - 1]
+        };
+        self.keys.truncate(bytes);
+        self.ends.truncate(self.kept);
+        self.hand = 0;
+        self.kept = 0;
+        std::mem::swap(&mut self.current, &mut self.previous);
+        self.current
+            .iter()
+            .for_each(|w| w.store(0, Ordering::Relaxed));
+        if self.keys.capacity() > 2 * self.keys.len() + 4096 {
+            self.keys.shrink_to(self.keys.len() * 3 / 2);
+            self.ends.shrink_to(self.ends.len() * 3 / 2);
+        }
+    }
+
+    /// Forgets every key (the table was cleared).
+    pub(super) fn clear(&mut self) {
+        self.keys = Vec::new();
+        self.ends = Vec::new();
+        self.hand = 0;
+        self.kept = 0;
+        self.current = bits(MIN_BITS);
+        self.previous = bits(MIN_BITS);
+    }
+}
+
+fn doubled(set: &[AtomicU64]) -> Box<[AtomicU64]> {
+    (0..2 * set.len())
+        .map(|i| AtomicU64::new(set[i % set.len()].load(Ordering::Relaxed)))
+        .collect()
+}
+
+fn bits(n: usize) -> Box<[AtomicU64]> {
+    (0..n / 64).map(|_| AtomicU64::new(0)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    fn h(k: &[u8]) -> u64 {
+        // A mixer good enough for distinct test keys.
+        let mut x = k.iter().fold(0xcbf2_9ce4_8422_2325u64, |a, &b| {
+            (a ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        });
+        x ^= x >> 33;
+        x.wrapping_mul(0xff51_afd7_ed55_8ccd)
+    }
+
+    fn key(i: u32) -> Vec<u8> {
+        i.to_be_bytes().to_vec()
+    }
+
+    /// A model table: the set of keys present.
+    fn add(e: &mut Evict, live: &BTreeSet<Vec<u8>>, k: &[u8]) {
+        e.added(k, live.len(), |k| live.contains(k), h);
+    }
+
+    #[test]
+    fn evicts_oldest_unvisited_first_and_spares_visited_keys() {
+        let mut e = Evict::new(Budget::default());
+        let mut live = BTreeSet::new();
+        for i in 0..10 {
+            live.insert(key(i));
+            add(&mut e, &live, &key(i));
+        }
+        e.touch(h(&key(0)));
+        e.touch(h(&key(2)));
+        let v = e.victim(|k| live.contains(k), h).unwrap();
+        assert_eq!(v, key(1));
+        live.remove(&v);
+        let v = e.victim(|k| live.contains(k), h).unwrap();
+        assert_eq!(v, key(3), "2 was visited: spared");
+        live.remove(&v);
+        // The hand goes on from where it stopped, then wraps: 0 and 2 are
+        // spared once more (read in the pass before), then evicted.
+        for want in [4, 5, 6, 7, 8, 9, 0, 2] {
+            let v = e.victim(|k| live.contains(k), h).unwrap();
+            assert_eq!(v, key(want));
+            live.remove(&v);
+        }
+        assert_eq!(e.victim(|k| live.contains(k), h), None);
+        assert_eq!(e.queued(), 0);
+    }
+
+    #[test]
+    fn deleted_keys_are_dropped_and_never_returned() {
+        let mut e = Evict::new(Budget::default());
+        let mut live = BTreeSet::new();
+        for i in 0..100 {
+            live.insert(key(i));
+            add(&mut e, &live, &key(i));
+        }
+        for i in (0..100).step_by(2) {
+            live.remove(&key(i));
+        }
+        let mut got = Vec::new();
+        while let Some(v) = e.victim(|k| live.contains(k), h) {
+            assert!(live.remove(&v), "a victim is a key of the table");
+            got.push(v);
+        }
+        let want: Vec<_> = (1..100).step_by(2).map(key).collect();
+        assert_eq!(got, want, "in arrival order");
+    }
+
+    #[test]
+    fn a_table_that_deletes_what_it_inserts_keeps_its_queue_short() {
+        let mut e = Evict::new(Budget::default());
+        let mut live = BTreeSet::new();
+        for i in 0..100_000u32 {
+            live.insert(key(i));
+            add(&mut e, &live, &key(i));
+            if i >= 10 {
+                live.remove(&key(i - 10));
+            }
+        }
+        // Tidying starts past 2n + 64 keys and moves the hand four keys a
+        // new key: it reaches the newest within a third more.
+        assert!(
+            e.queued() <= (2 * live.len() + 65) * 4 / 3 + 1,
+            "{}",
+            e.queued()
+        );
+        // Every survivor is still queued, once.
+        let mut got = BTreeSet::new();
+        while let Some(v) = e.victim(|k| live.contains(k) && !got.contains(k), h) {
+            assert!(got.insert(v));
+        }
+        assert_eq!(got, live);
+    }
+
+    #[test]
+    fn a_run_of_visited_keys_ends_at_the_bound() {
+        let mut e = Evict::new(Budget::default());
+        let mut live = BTreeSet::new();
+        for i in 0..20_000 {
+            live.insert(key(i));
+            add(&mut e, &live, &key(i));
+            e.touch(h(&key(i)));
+        }
+        let v = e.victim(|k| live.contains(k), h).unwrap();
+        assert_eq!(v, key(MAX_VISITED as u32 - 1));
+    }
+
+    #[test]
+    fn marks_survive_the_bits_growing() {
+        let mut e = Evict::new(Budget::default());
+        let mut live = BTreeSet::new();
+        live.insert(key(0));
+        add(&mut e, &live, &key(0));
+        e.touch(h(&key(0)));
+        for i in 1..10_000 {
+            live.insert(key(i));
+            add(&mut e, &live, &key(i));
+        }
+        assert!(e.current.len() * 64 > MIN_BITS);
+        let v = e.victim(|k| live.contains(k), h).unwrap();
+        assert_eq!(v, key(1), "0 is still visited");
+    }
+
+    #[test]
+    fn a_requeued_key_comes_back_as_the_newest() {
+        let mut e = Evict::new(Budget::default());
+        let mut live = BTreeSet::new();
+        for i in 0..3 {
+            live.insert(key(i));
+            add(&mut e, &live, &key(i));
+        }
+        let v = e.victim(|k| live.contains(k), h).unwrap();
+        e.requeue(&v);
+        let order: Vec<_> = std::iter::from_fn(|| {
+            let v = e.victim(|k| live.contains(k), h)?;
+            live.remove(&v);
+            Some(v)
+        })
+        .collect();
+        assert_eq!(order, vec![key(1), key(2), key(0)]);
+    }
+}
