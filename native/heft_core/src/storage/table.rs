@@ -497,6 +497,8 @@ pub struct Stats {
     pub budget: Budget,
     /// What a budget counts ([`Table::set_budget`]); 0 if unbounded.
     pub budget_used_bytes: u64,
+    /// The eviction queue and its marks (part of `meta_bytes`).
+    pub eviction_bytes: u64,
     /// Keys and records evicted (bounded tables).
     pub evicted_keys: u64,
     pub evicted_records: u64,
@@ -1881,6 +1883,7 @@ impl Table {
                 Some(_) => self.charged_bytes(&st, order(&names)),
                 None => 0,
             },
+            eviction_bytes: ev.map_or(0, evict::Evict::heap_bytes),
             evicted_keys: ev.map_or(0, |e| e.evicted_keys),
             evicted_records: ev.map_or(0, |e| e.evicted_records),
             hits,

@@ -35,11 +35,17 @@
 //! hand over up to [`TIDY_STEPS`] keys, dropping the deleted ones, once the
 //! queue holds more than twice the table's records.
 //!
-//! The hand compacts the queue as it walks: the keys it keeps are copied
-//! down behind it, so the queue stays in arrival order and takes at most
-//! the bytes of its keys twice over.
+//! The queue is kept as two runs of keys, each key after its length, in
+//! chunks of 16 KiB: those the hand has yet to pass in this pass (new keys
+//! join them at the end) and those it kept; when it has passed them all,
+//! the kept ones are the queue again. So a key costs its bytes and one
+//! (more for keys over 127 bytes), and the queue stays in arrival order.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use std::collections::VecDeque;
+
+use crate::codec::{put_varint, varint_len, Reader};
 
 /// How far a table is bounded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -89,15 +95,15 @@ thread_local! {
 /// A bounded table's eviction queue and visited bits.
 pub(super) struct Evict {
     pub(super) budget: Budget,
-    /// Queued keys' bytes, back to back.
-    keys: Vec<u8>,
-    /// Where each queued key ends in `keys`.
-    ends: Vec<usize>,
-    /// The next queue position the hand looks at.
+    /// The keys the hand has yet to pass in this pass, oldest first (new
+    /// keys join at the end), and where the next one starts in the first
+    /// chunk.
+    ahead: Keys,
     hand: usize,
-    /// Positions below this hold the keys kept so far in this pass (those
-    /// from `kept` to `hand` are dropped or copied down).
-    kept: usize,
+    /// The keys the hand kept in this pass, in order.
+    kept: Keys,
+    /// Keys queued, ahead or kept.
+    queued: usize,
     /// Marks of reads since the hand last wrapped, and of the pass before.
     current: Box<[AtomicU64]>,
     previous: Box<[AtomicU64]>,
@@ -120,10 +126,10 @@ impl Evict {
     pub(super) fn new(budget: Budget) -> Evict {
         Evict {
             budget,
-            keys: Vec::new(),
-            ends: Vec::new(),
+            ahead: Keys::default(),
             hand: 0,
-            kept: 0,
+            kept: Keys::default(),
+            queued: 0,
             current: bits(MIN_BITS),
             previous: bits(MIN_BITS),
             evicted_keys: 0,
@@ -157,13 +163,13 @@ impl Evict {
     /// Heap bytes of the queue and the visited bits.
     pub(super) fn heap_bytes(&self) -> u64 {
         let marks = (self.current.len() + self.previous.len()) * 8;
-        (self.keys.capacity() + self.ends.capacity() * 8 + marks) as u64
+        (self.ahead.heap_bytes() + self.kept.heap_bytes() + marks) as u64
     }
 
     /// Keys queued (deleted ones the hand has not dropped yet included).
     #[cfg(test)]
     fn queued(&self) -> usize {
-        self.ends.len()
+        self.queued
     }
 
     /// The word and bit of a hash's mark, in a set of `words` words.
@@ -197,24 +203,27 @@ impl Evict {
         live: impl FnMut(&[u8]) -> bool,
         hash_of: impl FnMut(&[u8]) -> u64,
     ) {
-        if self.ends.len() * 4 >= self.current.len() * 64 {
+        if self.queued * 4 >= self.current.len() * 64 {
             // Grown past four bits a key: twice as many. A key's bit is its
             // hash's low bits, one more of them now: both halves start as
             // the old bits, so no mark is lost.
             self.current = doubled(&self.current);
             self.previous = doubled(&self.previous);
         }
-        self.keys.extend_from_slice(key);
-        self.ends.push(self.keys.len());
-        if self.ends.len() > 2 * records + 64 {
+        self.push(key);
+        if self.queued > 2 * records + 64 {
             self.walk(Walk::Tidy, TIDY_STEPS, live, hash_of);
         }
     }
 
     /// Queues a key again as the newest (its eviction was not applied).
     pub(super) fn requeue(&mut self, key: &[u8]) {
-        self.keys.extend_from_slice(key);
-        self.ends.push(self.keys.len());
+        self.push(key);
+    }
+
+    fn push(&mut self, key: &[u8]) {
+        self.ahead.push(key);
+        self.queued += 1;
     }
 
     /// The next victim: the oldest key still in the table whose visited bit
@@ -226,7 +235,7 @@ impl Evict {
         hash_of: impl FnMut(&[u8]) -> u64,
     ) -> Option<Vec<u8>> {
         // Every queued key can be looked at twice: once visited, once not.
-        self.walk(Walk::Evict, 2 * self.ends.len() + 2, live, hash_of)
+        self.walk(Walk::Evict, 2 * self.queued + 2, live, hash_of)
     }
 
     /// Moves the hand over at most `steps` keys (wrapping to the oldest at
@@ -240,17 +249,14 @@ impl Evict {
     ) -> Option<Vec<u8>> {
         let mut passed = 0;
         for _ in 0..steps {
-            if self.hand == self.ends.len() {
+            let Some((start, end)) = self.ahead.key_at(&mut self.hand) else {
                 self.wrap();
-                if self.ends.is_empty() {
+                if self.queued == 0 || how == Walk::Tidy {
                     return None;
                 }
-                if how == Walk::Tidy {
-                    return None;
-                }
-            }
-            let (start, end) = self.span(self.hand);
-            let key = &self.keys[start..end];
+                continue;
+            };
+            let key = &self.ahead.chunks[0][start..end];
             // A visited key is kept without looking it up: it is dropped
             // at a later pass if it has left the table.
             let spared = how == Walk::Evict && {
@@ -258,70 +264,85 @@ impl Evict {
                 passed < MAX_VISITED && self.visited(hash_of(key))
             };
             if !spared && !live(key) {
-                self.hand += 1;
+                self.hand = end;
+                self.queued -= 1;
                 continue;
             }
             if how == Walk::Evict && !spared {
                 let key = key.to_vec();
-                self.hand += 1;
+                self.hand = end;
+                self.queued -= 1;
                 return Some(key);
             }
-            self.keep(start, end);
+            self.kept.push(key);
+            self.hand = end;
         }
         None
     }
 
-    fn span(&self, i: usize) -> (usize, usize) {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        (start, self.ends[i])
-    }
-
-    /// Keeps the key at the hand (its bytes `start..end`), copying it
-    /// down behind the keys kept before it.
-    fn keep(&mut self, start: usize, end: usize) {
-        let to = if self.kept == 0 {
-            0
-        } else {
-            self.ends[self.kept - 1]
-        };
-        if to != start {
-            self.keys.copy_within(start..end, to);
-        }
-        self.ends[self.kept] = to + (end - start);
-        self.kept += 1;
-        self.hand += 1;
-    }
-
-    /// The hand reached the newest key: the queue becomes the keys kept,
-    /// and the hand starts again at the oldest.
+    /// The hand passed the newest key: the keys kept are the queue, and the
+    /// hand starts again at the oldest.
     fn wrap(&mut self) {
-        let bytes = if self.kept == 0 {
-            0
-        } else {
-            self.ends[self.kept - 1]
-        };
-        self.keys.truncate(bytes);
-        self.ends.truncate(self.kept);
+        self.ahead = std::mem::take(&mut self.kept);
         self.hand = 0;
-        self.kept = 0;
         std::mem::swap(&mut self.current, &mut self.previous);
         self.current
             .iter()
             .for_each(|w| w.store(0, Ordering::Relaxed));
-        if self.keys.capacity() > 2 * self.keys.len() + 4096 {
-            self.keys.shrink_to(self.keys.len() * 3 / 2);
-            self.ends.shrink_to(self.ends.len() * 3 / 2);
-        }
     }
 
     /// Forgets every key (the table was cleared).
     pub(super) fn clear(&mut self) {
-        self.keys = Vec::new();
-        self.ends = Vec::new();
+        self.ahead = Keys::default();
+        self.kept = Keys::default();
+        self.queued = 0;
         self.hand = 0;
-        self.kept = 0;
         self.current = bits(MIN_BITS);
         self.previous = bits(MIN_BITS);
+    }
+}
+
+/// Bytes of a chunk of queued keys.
+const CHUNK: usize = 16 << 10;
+
+/// Keys back to back, each after its length (a varint), in chunks of
+/// [`CHUNK`] bytes (a longer key has one of its own): read only in order,
+/// a chunk freed once read.
+#[derive(Default)]
+struct Keys {
+    chunks: VecDeque<Vec<u8>>,
+}
+
+impl Keys {
+    fn push(&mut self, key: &[u8]) {
+        let need = varint_len(key.len() as u64) + key.len();
+        match self.chunks.back_mut() {
+            Some(last) if last.len() + need <= last.capacity() => {}
+            _ => self.chunks.push_back(Vec::with_capacity(CHUNK.max(need))),
+        }
+        let last = self.chunks.back_mut().expect("a chunk was just made");
+        put_varint(last, key.len() as u64);
+        last.extend_from_slice(key);
+    }
+
+    /// Where the key at offset `*at` of the first chunk lies in that
+    /// chunk, dropping chunks read to their end (`*at` then 0). `None`
+    /// once every key has been read.
+    fn key_at(&mut self, at: &mut usize) -> Option<(usize, usize)> {
+        while self.chunks.front().is_some_and(|c| *at == c.len()) {
+            self.chunks.pop_front();
+            *at = 0;
+        }
+        let chunk = self.chunks.front()?;
+        let mut r = Reader::new(&chunk[*at..]);
+        let len = r.varint().expect("a queued key's length") as usize;
+        let start = *at + r.position();
+        Some((start, start + len))
+    }
+
+    fn heap_bytes(&self) -> usize {
+        let chunks: usize = self.chunks.iter().map(Vec::capacity).sum();
+        chunks + self.chunks.capacity() * std::mem::size_of::<Vec<u8>>()
     }
 }
 
