@@ -392,10 +392,12 @@ defmodule Heft do
       pass it again to `new/2` or `open/2` (a table reopened over a lower
       bound evicts down to it at once).
     * `info(tab, :budget)`: `nil` for an unbounded table, else
-      `%{max_bytes:, max_records:, used_bytes:, evicted_keys:,
-      evicted_records:, hits:, misses:}` - the bounds, what `max_bytes`
-      counts now, what was evicted, and the reads that found their key
-      and those that did not (counted only in bounded tables).
+      `%{max_bytes:, max_records:, used_bytes:, queue_bytes:,
+      evicted_keys:, evicted_records:, hits:, misses:}` - the bounds, what
+      `max_bytes` counts now, the eviction queue's part of it (about a
+      byte a key besides the key's own bytes, and half a byte of marks),
+      what was evicted, and the reads that found their key and those that
+      did not (counted only in bounded tables).
 
   ## Scheduling
 

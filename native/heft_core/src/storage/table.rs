@@ -629,12 +629,15 @@ impl State {
     }
 
     /// Indexes the record `r` placed at `loc`: after its key's objects in a
-    /// bag, else replacing the object of an equal key.
-    fn link(&mut self, kind: Kind, ord: Order, r: &Prepared, loc: u64) {
+    /// bag, else replacing the object of an equal key. Returns whether it
+    /// replaced one.
+    fn link(&mut self, kind: Kind, ord: Order, r: &Prepared, loc: u64) -> bool {
         let State { entries, arena, .. } = self;
-        if let Some(old) = entries.add(arena, ord, kind.is_bag(), r.hash, r.key(), loc) {
+        let old = entries.add(arena, ord, kind.is_bag(), r.hash, r.key(), loc);
+        if let Some(old) = old {
             self.release(old);
         }
+        old.is_some()
     }
 
     /// Of `recs`, in order, those a bag stores: each unless an object of
@@ -1054,9 +1057,12 @@ impl Table {
             return Err(e);
         }
         for (r, loc) in recs.iter().zip(locs) {
-            let new_key = st.evict.is_some() && st.find(ord, r.hash, r.key()).is_none();
-            st.link(self.kind, ord, r, loc);
-            self.note_write(st, ord, r, new_key);
+            // A bag's key is new if it had no object; a set's if its
+            // record replaced none.
+            let bag_key_new =
+                self.kind.is_bag() && st.evict.is_some() && st.find(ord, r.hash, r.key()).is_none();
+            let replaced = st.link(self.kind, ord, r, loc);
+            self.note_write(st, ord, r, bag_key_new || !(self.kind.is_bag() || replaced));
         }
         self.learner.count(st.entries.len());
         self.enforce(st, ord);
@@ -1075,8 +1081,8 @@ impl Table {
         let Some(ev) = evict.as_mut() else { return };
         if new_key {
             let records = entries.len();
-            let live = |k: &[u8]| entries.find(arena, ord, self.hash(k), k).is_some();
-            ev.added(r.key(), records, live, |k| self.hash(k));
+            let find = |k: &[u8]| entries.find(arena, ord, self.hash(k), k);
+            ev.added(r.key(), records, find, |k| self.hash(k));
         } else if !self.kind.is_bag() {
             ev.touch(r.hash);
         }
@@ -1084,26 +1090,45 @@ impl Table {
 
     /// Bytes a budget counts: `info(:memory)` but for the arena's free
     /// blocks (which later writes reuse and compaction gives back), so
-    /// that evicting a record brings the count down.
-    fn charged_bytes(&self, st: &State, ord: Order) -> u64 {
+    /// that evicting a record brings the count down. The free lists', the
+    /// atom dictionary's and the zstd dictionaries' bytes, slower to count,
+    /// are those [`Table::recount_slow_bytes`] last counted.
+    fn charged_bytes(&self, st: &State) -> u64 {
+        st.entries.heap_bytes()
+            + st.arena.live_bytes()
+            + st.evict
+                .as_ref()
+                .map_or(0, |e| e.heap_bytes() + e.slow_bytes)
+    }
+
+    /// Counts the free lists', the atom dictionary's and the zstd
+    /// dictionaries' bytes for a bounded table's [`Table::charged_bytes`],
+    /// every
+    /// [`evict::SLOW_RECOUNT`] writes (they change slowly, and the free
+    /// lists are hundreds of them), or `now`.
+    fn recount_slow_bytes(&self, st: &mut State, ord: Order, now: bool) {
+        let Some(ev) = st.evict.as_mut() else { return };
+        if ev.slow_age > 0 && !now {
+            ev.slow_age -= 1;
+            return;
+        }
         let atoms = match ord {
             Order::Term(names) => names.heap_bytes(),
             Order::Bytes => self.atoms.read().heap_bytes(),
         };
-        st.entries.heap_bytes()
-            + st.arena.live_bytes()
-            + st.arena.overhead_bytes()
-            + atoms
-            + self.dicts.memory() as u64
-            + st.evict.as_ref().map_or(0, evict::Evict::heap_bytes)
+        let slow = atoms + st.arena.overhead_bytes() + self.dicts.memory() as u64;
+        if let Some(ev) = st.evict.as_mut() {
+            ev.slow_bytes = slow;
+            ev.slow_age = evict::SLOW_RECOUNT;
+        }
     }
 
     /// Whether a bounded table holds more than its budget.
-    fn over_budget(&self, st: &State, ord: Order) -> bool {
+    fn over_budget(&self, st: &State) -> bool {
         let Some(ev) = &st.evict else { return false };
         let b = ev.budget;
         b.max_records.is_some_and(|m| st.entries.len() as u64 > m)
-            || b.max_bytes.is_some_and(|m| self.charged_bytes(st, ord) > m)
+            || b.max_bytes.is_some_and(|m| self.charged_bytes(st) > m)
     }
 
     /// Evicts keys (each with all its records) while the table is over its
@@ -1112,8 +1137,9 @@ impl Table {
     /// call) is queued again and the table stays over its budget until a
     /// later write.
     fn enforce(&self, st: &mut State, ord: Order) {
+        self.recount_slow_bytes(st, ord, false);
         let mut evicted = 0;
-        while self.over_budget(st, ord) {
+        while self.over_budget(st) {
             if QUICK.get() && evicted >= QUICK_EVICTIONS {
                 return;
             }
@@ -1124,25 +1150,18 @@ impl Table {
                 ..
             } = &mut *st;
             let Some(ev) = evict.as_mut() else { return };
-            let live = |k: &[u8]| entries.find(arena, ord, self.hash(k), k).is_some();
-            let Some(key) = ev.victim(live, |k| self.hash(k)) else {
+            let find = |k: &[u8]| entries.find(arena, ord, self.hash(k), k);
+            let Some((key, (pos, n))) = ev.victim(find, |k| self.hash(k)) else {
                 return;
-            };
-            let Some((pos, n)) = st.find(ord, self.hash(&key), &key) else {
-                continue;
             };
             if self.log(&[Change::Delete(&key)]).is_err() {
-                if let Some(ev) = st.evict.as_mut() {
-                    ev.requeue(&key);
-                }
+                ev.requeue(&key);
                 return;
             }
+            ev.evicted_keys += 1;
+            ev.evicted_records += n as u64;
             for loc in st.entries.remove_where(pos, n, |_| true) {
                 st.release(loc);
-            }
-            if let Some(ev) = st.evict.as_mut() {
-                ev.evicted_keys += 1;
-                ev.evicted_records += n as u64;
             }
             evicted += 1;
         }
@@ -1166,6 +1185,7 @@ impl Table {
         }
         st.evict = Some(evict::Evict::new(budget));
         self.queue_all(&mut st);
+        self.recount_slow_bytes(&mut st, ord, true);
         self.enforce(&mut st, ord);
         Ok(())
     }
@@ -1546,8 +1566,8 @@ impl Table {
                         st.release(old);
                     }
                     _ => {
-                        st.link(self.kind, ord, new, locs[0]);
-                        self.note_write(&mut st, ord, new, pos.is_none());
+                        let replaced = st.link(self.kind, ord, new, locs[0]);
+                        self.note_write(&mut st, ord, new, !replaced);
                     }
                 }
                 self.enforce(&mut st, ord);
@@ -1880,7 +1900,7 @@ impl Table {
             index_address: st.entries.address() as u64,
             budget: ev.map(|e| e.budget).unwrap_or_default(),
             budget_used_bytes: match ev {
-                Some(_) => self.charged_bytes(&st, order(&names)),
+                Some(_) => self.charged_bytes(&st),
                 None => 0,
             },
             eviction_bytes: ev.map_or(0, evict::Evict::heap_bytes),

@@ -70,6 +70,9 @@ pub(super) const MAX_VISITED: usize = 8192;
 /// Keys the hand tidies per new key, when the queue is over twice the
 /// table's records.
 const TIDY_STEPS: usize = 4;
+/// Writes between two counts of a bounded table's slowly changing bytes.
+pub(super) const SLOW_RECOUNT: u32 = 256;
+
 /// The fewest visited bits (a power of two).
 const MIN_BITS: usize = 4096;
 
@@ -110,6 +113,10 @@ pub(super) struct Evict {
     /// Keys evicted (each with all its records) and records evicted.
     pub(super) evicted_keys: u64,
     pub(super) evicted_records: u64,
+    /// Bytes of the table counted only every [`SLOW_RECOUNT`] writes
+    /// (table.rs `recount_slow_bytes`), and writes until the next count.
+    pub(super) slow_bytes: u64,
+    pub(super) slow_age: u32,
     reads: Box<[Stripe]>,
 }
 
@@ -134,6 +141,8 @@ impl Evict {
             previous: bits(MIN_BITS),
             evicted_keys: 0,
             evicted_records: 0,
+            slow_bytes: 0,
+            slow_age: 0,
             reads: (0..STRIPES).map(|_| Stripe::default()).collect(),
         }
     }
@@ -196,11 +205,11 @@ impl Evict {
     /// Queues a key new to the table, as the newest. `records` is how many
     /// the table holds; `live` tells whether a key is still in it and
     /// `hash_of` gives a key's hash, for tidying.
-    pub(super) fn added(
+    pub(super) fn added<T>(
         &mut self,
         key: &[u8],
         records: usize,
-        live: impl FnMut(&[u8]) -> bool,
+        find: impl FnMut(&[u8]) -> Option<T>,
         hash_of: impl FnMut(&[u8]) -> u64,
     ) {
         if self.queued * 4 >= self.current.len() * 64 {
@@ -212,7 +221,7 @@ impl Evict {
         }
         self.push(key);
         if self.queued > 2 * records + 64 {
-            self.walk(Walk::Tidy, TIDY_STEPS, live, hash_of);
+            self.walk(Walk::Tidy, TIDY_STEPS, find, hash_of);
         }
     }
 
@@ -226,27 +235,28 @@ impl Evict {
         self.queued += 1;
     }
 
-    /// The next victim: the oldest key still in the table whose visited bit
-    /// is clear (clearing those passed), taken off the queue. `None` if the
+    /// The next victim: the oldest key not visited that `find` finds in
+    /// the table (with what it found), taken off the queue. `None` if the
     /// queue holds no key of the table.
-    pub(super) fn victim(
+    pub(super) fn victim<T>(
         &mut self,
-        live: impl FnMut(&[u8]) -> bool,
+        find: impl FnMut(&[u8]) -> Option<T>,
         hash_of: impl FnMut(&[u8]) -> u64,
-    ) -> Option<Vec<u8>> {
-        // Every queued key can be looked at twice: once visited, once not.
-        self.walk(Walk::Evict, 2 * self.queued + 2, live, hash_of)
+    ) -> Option<(Vec<u8>, T)> {
+        // Every queued key can be looked at three times: visited in two
+        // passes, then not.
+        self.walk(Walk::Evict, 3 * self.queued + 3, find, hash_of)
     }
 
     /// Moves the hand over at most `steps` keys (wrapping to the oldest at
     /// the newest).
-    fn walk(
+    fn walk<T>(
         &mut self,
         how: Walk,
         steps: usize,
-        mut live: impl FnMut(&[u8]) -> bool,
+        mut find: impl FnMut(&[u8]) -> Option<T>,
         mut hash_of: impl FnMut(&[u8]) -> u64,
-    ) -> Option<Vec<u8>> {
+    ) -> Option<(Vec<u8>, T)> {
         let mut passed = 0;
         for _ in 0..steps {
             let Some((start, end)) = self.ahead.key_at(&mut self.hand) else {
@@ -263,16 +273,17 @@ impl Evict {
                 passed += 1;
                 passed < MAX_VISITED && self.visited(hash_of(key))
             };
-            if !spared && !live(key) {
+            let found = if spared { None } else { find(key) };
+            if !spared && found.is_none() {
                 self.hand = end;
                 self.queued -= 1;
                 continue;
             }
-            if how == Walk::Evict && !spared {
+            if let (Walk::Evict, Some(found)) = (how, found) {
                 let key = key.to_vec();
                 self.hand = end;
                 self.queued -= 1;
-                return Some(key);
+                return Some((key, found));
             }
             self.kept.push(key);
             self.hand = end;
@@ -311,6 +322,8 @@ const CHUNK: usize = 16 << 10;
 #[derive(Default)]
 struct Keys {
     chunks: VecDeque<Vec<u8>>,
+    /// The chunks' capacities, summed.
+    bytes: usize,
 }
 
 impl Keys {
@@ -318,7 +331,10 @@ impl Keys {
         let need = varint_len(key.len() as u64) + key.len();
         match self.chunks.back_mut() {
             Some(last) if last.len() + need <= last.capacity() => {}
-            _ => self.chunks.push_back(Vec::with_capacity(CHUNK.max(need))),
+            _ => {
+                self.chunks.push_back(Vec::with_capacity(CHUNK.max(need)));
+                self.bytes += CHUNK.max(need);
+            }
         }
         let last = self.chunks.back_mut().expect("a chunk was just made");
         put_varint(last, key.len() as u64);
@@ -330,7 +346,9 @@ impl Keys {
     /// once every key has been read.
     fn key_at(&mut self, at: &mut usize) -> Option<(usize, usize)> {
         while self.chunks.front().is_some_and(|c| *at == c.len()) {
-            self.chunks.pop_front();
+            if let Some(c) = self.chunks.pop_front() {
+                self.bytes -= c.capacity();
+            }
             *at = 0;
         }
         let chunk = self.chunks.front()?;
@@ -341,8 +359,7 @@ impl Keys {
     }
 
     fn heap_bytes(&self) -> usize {
-        let chunks: usize = self.chunks.iter().map(Vec::capacity).sum();
-        chunks + self.chunks.capacity() * std::mem::size_of::<Vec<u8>>()
+        self.bytes + self.chunks.capacity() * std::mem::size_of::<Vec<u8>>()
     }
 }
 
@@ -374,9 +391,13 @@ mod tests {
         i.to_be_bytes().to_vec()
     }
 
+    fn victim(e: &mut Evict, live: &BTreeSet<Vec<u8>>) -> Option<Vec<u8>> {
+        e.victim(|k| live.contains(k).then_some(()), h).map(|v| v.0)
+    }
+
     /// A model table: the set of keys present.
     fn add(e: &mut Evict, live: &BTreeSet<Vec<u8>>, k: &[u8]) {
-        e.added(k, live.len(), |k| live.contains(k), h);
+        e.added(k, live.len(), |k| live.contains(k).then_some(()), h);
     }
 
     #[test]
@@ -389,20 +410,20 @@ mod tests {
         }
         e.touch(h(&key(0)));
         e.touch(h(&key(2)));
-        let v = e.victim(|k| live.contains(k), h).unwrap();
+        let v = victim(&mut e, &live).unwrap();
         assert_eq!(v, key(1));
         live.remove(&v);
-        let v = e.victim(|k| live.contains(k), h).unwrap();
+        let v = victim(&mut e, &live).unwrap();
         assert_eq!(v, key(3), "2 was visited: spared");
         live.remove(&v);
         // The hand goes on from where it stopped, then wraps: 0 and 2 are
         // spared once more (read in the pass before), then evicted.
         for want in [4, 5, 6, 7, 8, 9, 0, 2] {
-            let v = e.victim(|k| live.contains(k), h).unwrap();
+            let v = victim(&mut e, &live).unwrap();
             assert_eq!(v, key(want));
             live.remove(&v);
         }
-        assert_eq!(e.victim(|k| live.contains(k), h), None);
+        assert_eq!(victim(&mut e, &live), None);
         assert_eq!(e.queued(), 0);
     }
 
@@ -418,7 +439,7 @@ mod tests {
             live.remove(&key(i));
         }
         let mut got = Vec::new();
-        while let Some(v) = e.victim(|k| live.contains(k), h) {
+        while let Some(v) = victim(&mut e, &live) {
             assert!(live.remove(&v), "a victim is a key of the table");
             got.push(v);
         }
@@ -446,7 +467,10 @@ mod tests {
         );
         // Every survivor is still queued, once.
         let mut got = BTreeSet::new();
-        while let Some(v) = e.victim(|k| live.contains(k) && !got.contains(k), h) {
+        while let Some(v) = e
+            .victim(|k| (live.contains(k) && !got.contains(k)).then_some(()), h)
+            .map(|v| v.0)
+        {
             assert!(got.insert(v));
         }
         assert_eq!(got, live);
@@ -461,7 +485,7 @@ mod tests {
             add(&mut e, &live, &key(i));
             e.touch(h(&key(i)));
         }
-        let v = e.victim(|k| live.contains(k), h).unwrap();
+        let v = victim(&mut e, &live).unwrap();
         assert_eq!(v, key(MAX_VISITED as u32 - 1));
     }
 
@@ -477,7 +501,7 @@ mod tests {
             add(&mut e, &live, &key(i));
         }
         assert!(e.current.len() * 64 > MIN_BITS);
-        let v = e.victim(|k| live.contains(k), h).unwrap();
+        let v = victim(&mut e, &live).unwrap();
         assert_eq!(v, key(1), "0 is still visited");
     }
 
@@ -489,10 +513,10 @@ mod tests {
             live.insert(key(i));
             add(&mut e, &live, &key(i));
         }
-        let v = e.victim(|k| live.contains(k), h).unwrap();
+        let v = victim(&mut e, &live).unwrap();
         e.requeue(&v);
         let order: Vec<_> = std::iter::from_fn(|| {
-            let v = e.victim(|k| live.contains(k), h)?;
+            let v = victim(&mut e, &live)?;
             live.remove(&v);
             Some(v)
         })
