@@ -342,7 +342,24 @@ defmodule Heft.Report do
 
     "arena #{arena}: mapped #{b(t[:arena_mapped_bytes])}, live #{b(t[:arena_live_bytes])}" <>
       "#{reclaimable(t)}; index #{b(t[:index_bytes])}; payload #{b(t[:payload_raw_bytes])} " <>
-      "stored as #{b(t[:payload_stored_bytes])} (#{compression(t[:compression])})"
+      "stored as #{b(t[:payload_stored_bytes])} (#{compression(t[:compression])})" <>
+      table_budget(t[:budget])
+  end
+
+  # A bounded table's budget: its use, evictions and reads.
+  defp table_budget(nil), do: ""
+
+  defp table_budget(bt) do
+    bounds =
+      [
+        bt.max_bytes && "#{b(bt.used_bytes)} of #{b(bt.max_bytes)}",
+        bt.max_records && "at most #{bt.max_records} records"
+      ]
+      |> Enum.filter(& &1)
+      |> Enum.join(", ")
+
+    "; budget #{bounds}: #{bt.evicted_keys} keys (#{bt.evicted_records} records) evicted, " <>
+      "#{bt.hits} hits, #{bt.misses} misses"
   end
 
   # What a compaction would give back, and whether one runs.

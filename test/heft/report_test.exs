@@ -32,9 +32,22 @@ defmodule Heft.ReportTest do
   defp snapshot(machine) do
     s = Memory.snapshot(root: machine(machine))
 
+    cache =
+      Map.put(heft_table(:cache, :memory), :budget, %{
+        max_bytes: 4 * @gib,
+        max_records: nil,
+        used_bytes: 3 * @gib,
+        queue_bytes: 64 * 1024 * 1024,
+        evicted_keys: 1_234,
+        evicted_records: 1_234,
+        hits: 98_765,
+        misses: 4_321
+      })
+
     heft = [
       heft_table(:users_by_email_address_and_more, :memory),
-      heft_table(:scratch, {:file, "/srv/very/long/path/to/the/heft/scratch/directory"})
+      heft_table(:scratch, {:file, "/srv/very/long/path/to/the/heft/scratch/directory"}),
+      cache
     ]
 
     s = put_in(s.tables.heft, heft)
@@ -95,6 +108,8 @@ defmodule Heft.ReportTest do
     assert hd(rows) =~ ~r/^heft users_by_email_ad\.\. .* 12345678 +3\.0 GiB +2\.0 GiB +1\.0 GiB$/
     assert text =~ "arena file /srv/very/long/path"
     assert text =~ ~r/payload 20.0 GiB\s+stored as 2.5 GiB \(zlib\)/
+    # A bounded table's budget, its evictions and reads.
+    assert text =~ ~r/budget 3.0 GiB of 4.0 GiB:\s+1234 keys \(1234 records\)\s+evicted,\s+98765\s+hits,\s+4321\s+misses/
   end
 
   test "warnings, wrapped under their code" do
