@@ -109,7 +109,8 @@ defmodule Heft.ReportTest do
     assert text =~ "arena file /srv/very/long/path"
     assert text =~ ~r/payload 20.0 GiB\s+stored as 2.5 GiB \(zlib\)/
     # A bounded table's budget, its evictions and reads.
-    assert text =~ ~r/budget 3.0 GiB of 4.0 GiB:\s+1234 keys \(1234 records\)\s+evicted,\s+98765\s+hits,\s+4321\s+misses/
+    assert text =~
+             ~r/budget 3.0 GiB of 4.0 GiB:\s+1234 keys \(1234 records\)\s+evicted,\s+98765\s+hits,\s+4321\s+misses/
   end
 
   test "warnings, wrapped under their code" do
