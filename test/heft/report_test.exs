@@ -110,7 +110,7 @@ defmodule Heft.ReportTest do
     assert text =~ ~r/payload 20.0 GiB\s+stored as 2.5 GiB \(zlib\)/
     # A bounded table's budget, its evictions and reads.
     assert text =~
-             ~r/budget 3.0 GiB of 4.0 GiB:\s+1234 keys \(1234 records\)\s+evicted,\s+98765\s+hits,\s+4321\s+misses/
+             ~r/budget\s+3.0\s+GiB\s+of\s+4.0\s+GiB:\s+1234\s+keys\s+\(1234\s+records\)\s+evicted,\s+98765\s+hits,\s+4321\s+misses/
   end
 
   test "warnings, wrapped under their code" do
