@@ -376,7 +376,8 @@ defmodule Heft do
       moves to a dirty scheduler); what it could not evict, later writes
       do.
     * Which keys go: the policy is SIEVE, chosen by measurement against
-      LRU, CLOCK and S3-FIFO (docs/benchmarks.md, "Eviction policies"). The
+      LRU, CLOCK and S3-FIFO (docs/benchmarks.md, "Eviction policies":
+      its hit ratios are above LRU's on every stream, by up to 5 points). The
       table queues its keys in the order they arrived; a *read* marks a
       key; the eviction hand walks from the oldest key, sparing marked
       ones, and evicts the first unmarked one. A read is a call that looks
@@ -395,7 +396,7 @@ defmodule Heft do
       `%{max_bytes:, max_records:, used_bytes:, queue_bytes:,
       evicted_keys:, evicted_records:, hits:, misses:}` - the bounds, what
       `max_bytes` counts now, the eviction queue's part of it (about a
-      byte a key besides the key's own bytes, and half a byte of marks),
+      byte a key besides the key's own bytes, and 2 to 4 bytes of marks),
       what was evicted, and the reads that found their key and those that
       did not (counted only in bounded tables).
 

@@ -2860,14 +2860,18 @@ mod tests {
 
     const KINDS: [Kind; 4] = [Kind::Set, Kind::OrderedSet, Kind::Bag, Kind::DuplicateBag];
 
+    fn at_most(records: u64) -> Budget {
+        Budget {
+            max_records: Some(records),
+            max_bytes: None,
+        }
+    }
+
     #[test]
     fn a_bounded_table_never_holds_more_than_its_budget_and_logs_its_evictions() {
         for kind in KINDS {
             for budget in [
-                Budget {
-                    max_records: Some(500),
-                    max_bytes: None,
-                },
+                at_most(500),
                 Budget {
                     max_records: None,
                     max_bytes: Some(256 << 10),
@@ -2908,11 +2912,7 @@ mod tests {
     fn a_bounded_table_keeps_the_keys_it_reads() {
         for kind in KINDS {
             let t = table_of(kind, Compression::None);
-            t.set_budget(Budget {
-                max_records: Some(1000),
-                max_bytes: None,
-            })
-            .unwrap();
+            t.set_budget(at_most(1000)).unwrap();
             let hot: Vec<i64> = (0..100).map(|i| i * 7).collect();
             for i in 0..20_000i64 {
                 t.insert(&[t.prepare(&key(i), &body(i, 10))]).unwrap();
@@ -2940,10 +2940,7 @@ mod tests {
                 t.insert(&[t.prepare(&key(i), &body(i, 10))]).unwrap();
             }
             assert_eq!(t.stats().unwrap().hits, 0, "unbounded tables count nothing");
-            let b = Budget {
-                max_records: Some(300),
-                max_bytes: None,
-            };
+            let b = at_most(300);
             t.set_budget(b).unwrap();
             assert_eq!(t.budget().unwrap(), b);
             assert_eq!(t.len().unwrap(), 300);
@@ -2968,11 +2965,7 @@ mod tests {
                 src.insert(&[src.prepare(&key(i), &body(i, 10))]).unwrap();
             }
             let t = table_of(kind, Compression::None);
-            t.set_budget(Budget {
-                max_records: Some(100),
-                max_bytes: None,
-            })
-            .unwrap();
+            t.set_budget(at_most(100)).unwrap();
             let mut bulk = Bulk::default();
             for run in records_by_key(&src) {
                 let recs: Vec<&[u8]> = run[1..].iter().map(Vec::as_slice).collect();
@@ -2986,11 +2979,7 @@ mod tests {
     #[test]
     fn a_compare_and_swap_into_a_bounded_table_evicts_too() {
         let t = table(Compression::None);
-        t.set_budget(Budget {
-            max_records: Some(10),
-            max_bytes: None,
-        })
-        .unwrap();
+        t.set_budget(at_most(10)).unwrap();
         for i in 0..20i64 {
             let h = t.hash(&key(i));
             assert!(t
