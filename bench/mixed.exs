@@ -10,8 +10,8 @@
 # of the first `records` and inserts a new key with a larger blob
 # (200-399 bytes), in turns, as fast as they can: the freed blocks are
 # too small for the new records, so free space grows; for Heft a fourth
-# process runs `Heft.compact/1` over and over (on demand: unpaced, the
-# worst case for the others), so the table is compacting all along (the
+# process runs `Heft.compact/1` over and over (on demand, back to back:
+# the worst case for the others), so the table is compacting all along (the
 # compactions, automatic ones included, and the longest they held the
 # table's lock are printed). Every call is timed (monotonic clock, ns)
 # into a histogram of 1 µs buckets up to 100 ms; printed: calls, p50,

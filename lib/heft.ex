@@ -2185,7 +2185,8 @@ defmodule Heft do
   on. After a run that gained nothing, a table waits until another 1 MiB
   is freed.
   `compact/1` runs on that thread too (after any run queued before it),
-  unpaced and whatever there is to gain; the calling process waits.
+  also paced to half a core, whatever there is to gain; the calling
+  process waits.
 
   Returns `{:ok, %{moved_records: r, moved_bytes: m, returned_bytes: b,
   longest_lock_hold_us: us}}` (`b`: how far `info(tab, :memory)` came
