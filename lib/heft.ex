@@ -413,6 +413,12 @@ defmodule Heft do
   (no system call); only when the log needs a new file that is not ready
   does the write move to a dirty I/O scheduler to make it. Fsyncs, new log
   files and dumps are the work of the table's own two threads.
+
+  One exception: a resize holds the table's lock while it lays the index
+  out again whole, and the table's other callers wait for it on their own
+  schedulers (31 ms for a set growing past a million keys, in
+  docs/benchmarks.md, "Readers and a writer while compacting"). ETS grows
+  its hash table a bucket at a time.
   """
 
   import Heft.Native, only: [call: 1]
