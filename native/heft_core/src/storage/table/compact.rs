@@ -20,8 +20,8 @@
 //!   until another [`AUTO_MIN_FREE`] bytes are freed;
 //! - on demand ([`compact_now`]), on the compactor's thread, for any gain,
 //!   paced like the others: unpaced, it took a whole core from the two
-//!   schedulers of a 2-core host (bench/mixed.exs, 300,000 records:
-//!   readers' p99.9 915 µs unpaced, 51 µs paced).
+//!   schedulers of a 2-core host (bench/mixed.exs: readers' p99.9
+//!   1,108 µs unpaced, 140 µs paced).
 
 use std::cell::Cell;
 use std::collections::VecDeque;
