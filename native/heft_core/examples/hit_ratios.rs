@@ -249,7 +249,7 @@ impl Policy for Sieve {
 }
 
 /// Heft's SIEVE (table/evict.rs): a queue in arrival order walked by a
-/// hand that wraps, marks in two hashed bitsets.
+/// hand that wraps, marks in one hashed bitset cleared at each wrap.
 struct HeftSieve {
     cap: usize,
     resident: Set,

@@ -468,7 +468,8 @@ pub struct Stats {
     /// pages in use and directory (see each index's `heap_bytes`).
     pub index_bytes: u64,
     /// Other heap memory: the atom dictionary (estimated from capacities),
-    /// the arena's free lists and the zstd dictionaries.
+    /// the arena's free lists, the zstd dictionaries and a bounded table's
+    /// eviction queue.
     pub meta_bytes: u64,
     /// The zstd dictionaries (their bytes and digests; part of
     /// `meta_bytes`).
@@ -1112,15 +1113,22 @@ impl Table {
             ev.slow_age -= 1;
             return;
         }
-        let atoms = match ord {
-            Order::Term(names) => names.heap_bytes(),
-            Order::Bytes => self.atoms.read().heap_bytes(),
-        };
-        let slow = atoms + st.arena.overhead_bytes() + self.dicts.memory() as u64;
+        let slow = self.slow_meta_bytes(st, ord);
         if let Some(ev) = st.evict.as_mut() {
             ev.slow_bytes = slow;
             ev.slow_age = evict::SLOW_RECOUNT;
         }
+    }
+
+    /// The part of [`Stats::meta_bytes`] that changes slowly: the atom
+    /// dictionary's, the free lists' and the zstd dictionaries' bytes. An
+    /// ordered_set's `ord` holds the atom dictionary's lock already.
+    fn slow_meta_bytes(&self, st: &State, ord: Order) -> u64 {
+        let atoms = match ord {
+            Order::Term(names) => names.heap_bytes(),
+            Order::Bytes => self.atoms.read().heap_bytes(),
+        };
+        atoms + st.arena.overhead_bytes() + self.dicts.memory() as u64
     }
 
     /// Whether a bounded table holds more than its budget.
@@ -1877,16 +1885,10 @@ impl Table {
         let names = self.names();
         let ev = st.evict.as_ref();
         let (hits, misses) = ev.map_or((0, 0), evict::Evict::hits_misses);
-        let atoms = match &names {
-            Some(n) => n.heap_bytes(),
-            None => self.atoms.read().heap_bytes(),
-        };
         Ok(Stats {
             size: st.entries.len() as u64,
             index_bytes: st.entries.heap_bytes(),
-            meta_bytes: atoms
-                + st.arena.overhead_bytes()
-                + self.dicts.memory() as u64
+            meta_bytes: self.slow_meta_bytes(&st, order(&names))
                 + ev.map_or(0, evict::Evict::heap_bytes),
             dictionary_bytes: self.dicts.memory() as u64,
             arena_mapped_bytes: st.arena.mapped_bytes(),
@@ -2860,6 +2862,13 @@ mod tests {
 
     const KINDS: [Kind; 4] = [Kind::Set, Kind::OrderedSet, Kind::Bag, Kind::DuplicateBag];
 
+    /// Inserts the keys `keys`, one record each, one at a time.
+    fn fill(t: &Table, keys: std::ops::Range<i64>) {
+        for i in keys {
+            t.insert(&[t.prepare(&key(i), &body(i, 10))]).unwrap();
+        }
+    }
+
     fn at_most(records: u64) -> Budget {
         Budget {
             max_records: Some(records),
@@ -2936,9 +2945,7 @@ mod tests {
     fn a_budget_set_on_a_full_table_evicts_at_once_and_can_be_lifted() {
         for kind in KINDS {
             let t = table_of(kind, Compression::None);
-            for i in 0..2000i64 {
-                t.insert(&[t.prepare(&key(i), &body(i, 10))]).unwrap();
-            }
+            fill(&t, 0..2000);
             assert_eq!(t.stats().unwrap().hits, 0, "unbounded tables count nothing");
             let b = at_most(300);
             t.set_budget(b).unwrap();
@@ -2946,9 +2953,7 @@ mod tests {
             assert_eq!(t.len().unwrap(), 300);
             // A cleared table starts its queue again.
             t.clear().unwrap();
-            for i in 0..400i64 {
-                t.insert(&[t.prepare(&key(i), &body(i, 10))]).unwrap();
-            }
+            fill(&t, 0..400);
             assert_eq!(t.len().unwrap(), 300);
             assert_eq!(t.stats().unwrap().evicted_records, 1700 + 100);
             t.set_budget(Budget::default()).unwrap();
@@ -2961,9 +2966,7 @@ mod tests {
     fn a_bounded_table_loaded_in_bulk_is_evicted_down_to_its_budget() {
         for kind in KINDS {
             let src = table_of(kind, Compression::None);
-            for i in 0..1000i64 {
-                src.insert(&[src.prepare(&key(i), &body(i, 10))]).unwrap();
-            }
+            fill(&src, 0..1000);
             let t = table_of(kind, Compression::None);
             t.set_budget(at_most(100)).unwrap();
             let mut bulk = Bulk::default();

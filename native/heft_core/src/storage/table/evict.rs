@@ -201,7 +201,7 @@ impl Evict {
     }
 
     /// Queues a key new to the table, as the newest. `records` is how many
-    /// the table holds; `live` tells whether a key is still in it and
+    /// the table holds; `find` tells whether a key is still in it and
     /// `hash_of` gives a key's hash, for tidying.
     pub(super) fn added<T>(
         &mut self,
