@@ -10,7 +10,7 @@
 # of the first `records` and inserts a new key with a larger blob
 # (200-399 bytes), in turns, as fast as they can: the freed blocks are
 # too small for the new records, so free space grows; for Heft a fourth
-# process runs `Heft.compact/1` over and over (on demand, back to back:
+# process runs `Heft.compact/1` over and over, 10 ms apart (on demand:
 # the worst case for the others), so the table is compacting all along (the
 # compactions, automatic ones included, and the longest they held the
 # table's lock are printed). Every call is timed (monotonic clock, ns)
@@ -130,9 +130,7 @@ defmodule Heft.Bench.Mixed do
       calls
     else
       k = :rand.uniform(n)
-      t0 = System.monotonic_time(:nanosecond)
-      lookup(store, t, k)
-      note(h, System.monotonic_time(:nanosecond) - t0)
+      timed(h, fn -> lookup(store, t, k) end)
       reader(store, t, n, stop, h, calls + 1)
     end
   end
@@ -142,12 +140,8 @@ defmodule Heft.Bench.Mixed do
       calls
     else
       k = :rand.uniform(n)
-      t0 = System.monotonic_time(:nanosecond)
-      delete_key(store, t, k)
-      note(h, System.monotonic_time(:nanosecond) - t0)
-      t1 = System.monotonic_time(:nanosecond)
-      insert(store, t, record(next, 200))
-      note(h, System.monotonic_time(:nanosecond) - t1)
+      timed(h, fn -> delete_key(store, t, k) end)
+      timed(h, fn -> insert(store, t, record(next, 200)) end)
       writer(store, t, n, stop, h, next + 1, calls + 2)
     end
   end
@@ -163,7 +157,13 @@ defmodule Heft.Bench.Mixed do
     end
   end
 
-  defp note(h, ns), do: :atomics.add(h, min(div(ns, 1000), @buckets - 1) + 1, 1)
+  # Runs `call`, counting its time (µs) in the histogram `h`.
+  defp timed(h, call) do
+    t0 = System.monotonic_time(:nanosecond)
+    call.()
+    ns = System.monotonic_time(:nanosecond) - t0
+    :atomics.add(h, min(div(ns, 1000), @buckets - 1) + 1, 1)
+  end
 
   defp merged(hs) do
     for i <- 1..@buckets, do: Enum.reduce(hs, 0, &(&2 + :atomics.get(&1, i)))

@@ -611,10 +611,9 @@ defmodule Heft do
 
   defp option({:arena, :memory}, o), do: %{o | arena: :memory}
 
-  defp option({key, n}, o) when key in [:max_bytes, :max_records] and is_integer(n) and n > 0,
-    do: Map.put(o, key, n)
-
-  defp option({key, nil}, o) when key in [:max_bytes, :max_records], do: Map.put(o, key, nil)
+  defp option({key, n}, o)
+       when key in [:max_bytes, :max_records] and (is_nil(n) or (is_integer(n) and n > 0)),
+       do: Map.put(o, key, n)
 
   defp option({:arena, {:file, dir}}, o) when is_binary(dir) or is_list(dir) do
     dir = IO.chardata_to_string(dir)

@@ -202,6 +202,7 @@ defmodule Heft.Persist do
 
   defp open_options do
     local_pid? = &(is_pid(&1) and node(&1) == node())
+    bound? = &(&1 == nil or (is_integer(&1) and &1 > 0))
 
     [
       name: &is_atom/1,
@@ -211,8 +212,8 @@ defmodule Heft.Persist do
       dump_log_write_threshold: &(is_integer(&1) and &1 >= 1),
       dump_log_time_threshold: &(is_integer(&1) and &1 >= 1),
       repair: &is_boolean/1,
-      max_bytes: &(&1 == nil or (is_integer(&1) and &1 > 0)),
-      max_records: &(&1 == nil or (is_integer(&1) and &1 > 0))
+      max_bytes: bound?,
+      max_records: bound?
     ]
   end
 
