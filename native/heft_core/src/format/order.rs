@@ -209,6 +209,24 @@ fn text_bits(t: Text) -> u64 {
     u64::from_be_bytes(w) >> 4
 }
 
+/// `a == b`, with no call to `memcmp` for the short encodings most keys
+/// and constants have: a scan's sieve compares one of them with each
+/// record's, and the call cost more than the comparison.
+#[inline]
+pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    if a.len() > 16 {
+        return a == b;
+    }
+    let mut diff = 0u8;
+    for (x, y) in a.iter().zip(b) {
+        diff |= x ^ y;
+    }
+    diff == 0
+}
+
 /// [`compare`] (or, with `exact`, [`compare_exact`]) that reports
 /// malformed input instead of falling back to byte order.
 pub fn try_compare<'n>(
@@ -217,7 +235,7 @@ pub fn try_compare<'n>(
     atom_name: &dyn Fn(u32) -> &'n str,
     exact: bool,
 ) -> Result<Ordering, DecodeError> {
-    if a == b {
+    if same_bytes(a, b) {
         return Ok(Equal);
     }
     // Most keys are one scalar: no walk needed.

@@ -395,7 +395,7 @@ fn check<'b, 'n>(
                     ))
                 }
                 Op::ExactNe => {
-                    if plain_scalar(term) && term == value.as_slice() {
+                    if plain_scalar(term) && order::same_bytes(term, value) {
                         Verdict::Fail
                     } else {
                         sure(Verdict::Pass)

@@ -1731,32 +1731,34 @@ impl Table {
         p = p.filter(|&pos| !beyond(pos));
         // Records lie scattered in the arena: the walk asks for the one
         // `AHEAD` records on while it reads this one (most of a scan's time
-        // was spent waiting for each record's first cache line).
+        // was spent waiting for each record's first cache line). The
+        // positions and locations stepped to ahead are kept in a ring, so
+        // that each is found in the index once.
         const AHEAD: usize = 8;
         let step = |pos: Pos| if back { e.prev(pos) } else { e.next(pos) };
-        // Moves the look-ahead one record on and asks for that record.
-        let prefetch_next = |ahead: Option<Pos>| {
-            let next = ahead.and_then(step);
-            if let Some(x) = next {
-                a.prefetch(e.loc(x));
-            }
-            next
-        };
+        let mut ring = [None::<(Pos, u64)>; AHEAD];
         let mut ahead = p;
-        for _ in 0..AHEAD {
-            ahead = prefetch_next(ahead);
+        for slot in ring.iter_mut() {
+            ahead = ahead.and_then(step);
+            *slot = ahead.map(|x| (x, e.loc(x)));
+            if let Some((_, l)) = *slot {
+                a.prefetch(l);
+            }
         }
+        let mut head = 0;
         let first = out.len();
         let (mut raw, mut walked) = (0usize, 0usize);
         // The location of the last record walked, kept or not.
         let mut last: Option<u64> = None;
+        // The location of `p`, when the ring had it.
+        let mut p_loc: Option<u64> = None;
         while let Some(pos) = p {
             let full = walked >= max_records || raw >= max_raw;
             let same_key = || last.is_some_and(|l| st.key_at(e.loc(pos)) == st.key_at(l));
             if full && !(self.kind.is_bag() && same_key()) {
                 break;
             }
-            let loc = e.loc(pos);
+            let loc = p_loc.unwrap_or_else(|| e.loc(pos));
             let (h, bytes) = st.record_at(loc);
             raw += h.key_len;
             match keep(&Stored { header: h, bytes }) {
@@ -1770,9 +1772,16 @@ impl Table {
             }
             walked += 1;
             last = Some(loc);
-            ahead = prefetch_next(ahead);
-            p = step(pos);
-            p = p.filter(|&next| !beyond(next));
+            // The next record is the ring's oldest; the ring steps on.
+            let next = ring[head];
+            ahead = ahead.and_then(step);
+            ring[head] = ahead.map(|x| (x, e.loc(x)));
+            if let Some((_, l)) = ring[head] {
+                a.prefetch(l);
+            }
+            head = (head + 1) % AHEAD;
+            p = next.map(|(x, _)| x).filter(|&next| !beyond(next));
+            p_loc = next.map(|(_, l)| l);
         }
         if back && self.kind.is_bag() {
             out.reverse_runs(first);

@@ -990,3 +990,21 @@ fn prefixes_keep_term_order_where_keys_share_their_first_bytes_or_round_alike() 
     assert_eq!(prefix(&[0x0b], name), None);
     assert_eq!(prefix(&[], name), None);
 }
+
+#[test]
+fn same_bytes_is_slice_equality_at_every_length() {
+    let base: Vec<u8> = (0..40).collect();
+    for len in 0..=base.len() {
+        let a = &base[..len];
+        assert!(same_bytes(a, a));
+        if len > 0 {
+            assert!(!same_bytes(a, &base[..len - 1]));
+        }
+        for i in 0..len {
+            let mut b = a.to_vec();
+            b[i] ^= 0x80;
+            assert!(!same_bytes(a, &b), "length {len}, byte {i}");
+        }
+    }
+    assert!(!same_bytes(&[1], &[1, 1]));
+}
