@@ -12,7 +12,8 @@ use heft_core::compress::{compress, decompress, unpack, Codec, Compression};
 use heft_core::dict::{self, Dictionaries};
 use heft_core::index::HashIndex;
 use heft_core::record::Header;
-use heft_core::table::{Kind, Options, RecordBuf, Table};
+use heft_core::sieve::{Op, Sieve, Test};
+use heft_core::table::{Direction, Kept, KeyRange, Kind, Options, RecordBuf, Table};
 
 /// `{i, %{age: i % 90, id: i, name: "user-i"}}` with atoms age=0, id=1, name=2.
 fn small_record(i: i64) -> Value {
@@ -489,7 +490,82 @@ fn table(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, codec, deflate, index, arena, table);
+/// A full-table scan as a select with a guard on element 2 runs it: 10,000
+/// records `{{rec, k}, k, <0-1,499 bytes>}` walked in one chunk, the sieve
+/// judging each (`{_, X, _}` when `X < 10`), the 9 it keeps copied out.
+/// The NIF adds only the decoding of those 9.
+fn scan(c: &mut Criterion) {
+    let mut g = c.benchmark_group("scan");
+    let t = Table::new(&Options {
+        backing: Backing::Memory,
+        compression: Compression::None,
+        label: "bench".into(),
+        kind: Kind::Set,
+    })
+    .unwrap();
+    let n: u32 = std::env::var("SCAN_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let mut seed = 0x9e37_79b9_u32;
+    let recs: Vec<_> = (1..=n)
+        .map(|k| {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            let key = Value::Tuple(vec![Value::Atom(0), Value::Int(k.into())]).to_bytes();
+            let blob = vec![(k % 251) as u8; (seed % 1500) as usize];
+            t.prepare(&key, &body_of(&[Value::Int(k.into()), Value::Binary(blob)]))
+        })
+        .collect();
+    t.insert(&recs).unwrap();
+    let sieve = Sieve::new(
+        vec![vec![Test::Cmp {
+            path: vec![1],
+            op: Op::Lt,
+            value: Value::Int(10).to_bytes(),
+        }]],
+        1,
+    );
+    let dicts = t.dictionaries().clone();
+    g.throughput(Throughput::Elements(n.into()));
+    g.bench_function("sieved walk of 10k records, guard on element 2", |b| {
+        let mut buf = RecordBuf::new();
+        let mut scratch = Vec::new();
+        b.iter(|| {
+            buf.clear();
+            let mut keep = |r: &heft_core::table::Stored| {
+                let mut read_body = false;
+                let judged = sieve.judge(
+                    r.key(),
+                    || {
+                        read_body = true;
+                        r.body(&dicts, &mut scratch).ok()
+                    },
+                    |_| "rec",
+                );
+                match judged {
+                    heft_core::sieve::Judgement::Drops => Kept::No { read_body },
+                    _ => Kept::Yes { read_body },
+                }
+            };
+            let range = KeyRange::default();
+            t.chunk_kept(
+                Direction::Forward,
+                &range,
+                None,
+                usize::MAX,
+                usize::MAX,
+                &mut buf,
+                &mut keep,
+            )
+            .unwrap()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, codec, deflate, index, arena, table, scan);
 criterion_group! {
     name = cpu_time;
     config = Criterion::default().with_measurement(ThreadCpu);

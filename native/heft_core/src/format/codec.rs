@@ -168,9 +168,25 @@ impl<'a> Reader<'a> {
         Ok(b)
     }
 
-    /// Reads a LEB128 varint.
-    #[inline]
+    /// Reads a LEB128 varint. Most are one or two bytes (lengths of keys
+    /// and records, small integers): those are inlined, the loop is not.
+    #[inline(always)]
     pub fn varint(&mut self) -> Result<u64, DecodeError> {
+        match self.buf.get(self.pos..self.pos + 2) {
+            Some(&[b, _]) if b < 0x80 => {
+                self.pos += 1;
+                Ok(u64::from(b))
+            }
+            Some(&[b, c]) if c < 0x80 => {
+                self.pos += 2;
+                Ok(u64::from(b & 0x7f) | u64::from(c) << 7)
+            }
+            _ => self.varint_long(),
+        }
+    }
+
+    #[inline(never)]
+    fn varint_long(&mut self) -> Result<u64, DecodeError> {
         let mut v: u64 = 0;
         let mut shift = 0u32;
         loop {
@@ -702,7 +718,17 @@ pub fn tuple_arity(bytes: &[u8]) -> Option<u64> {
 
 /// Skips one complete term; returns its encoded length. Used to walk a
 /// record's top-level elements without building them.
+#[inline]
 pub fn skip(bytes: &[u8]) -> Result<usize, DecodeError> {
+    // One-byte terms (small integers and atoms, [], a key) are most of
+    // what a scan's sieve steps over: no walk for them.
+    match bytes.first() {
+        Some(&t) if t >= tag::SMALL_ATOM || t == tag::NIL || t == tag::KEY => Ok(1),
+        _ => skip_walk(bytes),
+    }
+}
+
+fn skip_walk(bytes: &[u8]) -> Result<usize, DecodeError> {
     let mut r = Reader::new(bytes);
     let mut pending: u64 = 1;
     while pending > 0 {

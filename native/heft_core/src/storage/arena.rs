@@ -71,6 +71,8 @@ const PUNCH_MIN: usize = 64 * 1024;
 const PAGE: u64 = 4096;
 /// Marks a free-list entry whose pages were punched out.
 const PUNCHED: u64 = 1 << 63;
+/// The bytes of a block that [`Arena::prefetch`] asks for.
+const PREFETCHED: usize = 32;
 /// A block handle ("loc") is its offset with its size class above this bit.
 const CLASS_SHIFT: u32 = 48;
 const OFFSET_MASK: u64 = (1 << CLASS_SHIFT) - 1;
@@ -454,19 +456,35 @@ impl Arena {
     }
 
     /// Asks the CPU to start loading the first bytes of block `loc` into
-    /// its cache, so that a walk that reads it a few records later does
-    /// not wait for memory. Does nothing past the end of the arena, or on
-    /// other CPUs than x86-64.
+    /// its cache (its first [`PREFETCHED`] bytes: a record's header, a
+    /// short key and the start of its body, one cache line or two), so
+    /// that a walk that reads it a few records later does not wait for
+    /// memory. Does nothing past the end of the arena, or on other CPUs
+    /// than x86-64.
     pub fn prefetch(&self, loc: u64) {
         #[cfg(target_arch = "x86_64")]
-        if let Some(first) = self.tail(loc, 1).first() {
-            // SAFETY: a prefetch hint never faults and changes nothing
-            // observable; the address is that of a byte of the mapping.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch(
-                    (first as *const u8).cast::<i8>(),
-                    std::arch::x86_64::_MM_HINT_T0,
-                );
+        {
+            let bytes = self.tail(loc, PREFETCHED);
+            let ask = |b: &u8| {
+                // SAFETY: a prefetch hint never faults and changes nothing
+                // observable; the address is that of a byte of the mapping.
+                unsafe {
+                    std::arch::x86_64::_mm_prefetch(
+                        (b as *const u8).cast::<i8>(),
+                        std::arch::x86_64::_MM_HINT_T0,
+                    );
+                }
+            };
+            if let Some(first) = bytes.first() {
+                ask(first);
+                // The last byte asked for is in the next line when the
+                // block starts late in its own.
+                if let Some(last) = bytes
+                    .last()
+                    .filter(|_| (first as *const u8 as usize) % 64 + bytes.len() > 64)
+                {
+                    ask(last);
+                }
             }
         }
         #[cfg(not(target_arch = "x86_64"))]

@@ -505,6 +505,7 @@ impl HashIndex {
 
     /// The location of the entry at `pos`, or `None` for an empty slot or
     /// past the end.
+    #[inline]
     pub fn get(&self, pos: usize) -> Option<u64> {
         self.slots
             .get(pos)
@@ -804,6 +805,7 @@ impl HashIndex {
     /// The first occupied position at or after `pos`. Skips empty blocks
     /// of slots by their counts, so that a walk through an index emptied
     /// at one end costs a byte per 64 empty slots.
+    #[inline]
     pub fn next_occupied(&self, pos: usize) -> Option<usize> {
         let low = self.low.load(Relaxed);
         let found = self.occupied_from(pos.max(low));

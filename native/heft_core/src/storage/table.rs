@@ -546,6 +546,7 @@ impl State {
 }
 
 impl State {
+    #[inline]
     fn record_at(&self, loc: u64) -> (Header, &[u8]) {
         record_in(&self.arena, loc)
     }
@@ -695,11 +696,13 @@ impl State {
 
 /// The record at an indexed offset. The index only ever points at records
 /// this table wrote, so a bad header is a bug, not bad input.
+#[inline]
 fn record_in(arena: &Arena, loc: u64) -> (Header, &[u8]) {
     whole_record(arena, loc).expect("a whole record at an indexed offset")
 }
 
 /// The record at `loc`, if a valid header and all it announces lie there.
+#[inline]
 fn whole_record(arena: &Arena, loc: u64) -> Option<(Header, &[u8])> {
     let h = Header::parse_prefix(arena.tail(loc, record::MAX_HEADER)).ok()?;
     Some((h, arena.get(loc, h.total_len())?))
@@ -1736,13 +1739,15 @@ impl Table {
         // that each is found in the index once.
         const AHEAD: usize = 8;
         let step = |pos: Pos| if back { e.prev(pos) } else { e.next(pos) };
-        let mut ring = [None::<(Pos, u64)>; AHEAD];
+        let mut ring_pos = [None::<Pos>; AHEAD];
+        let mut ring_loc = [0u64; AHEAD];
         let mut ahead = p;
-        for slot in ring.iter_mut() {
+        for (pos, loc) in ring_pos.iter_mut().zip(ring_loc.iter_mut()) {
             ahead = ahead.and_then(step);
-            *slot = ahead.map(|x| (x, e.loc(x)));
-            if let Some((_, l)) = *slot {
-                a.prefetch(l);
+            *pos = ahead;
+            if let Some(x) = ahead {
+                *loc = e.loc(x);
+                a.prefetch(*loc);
             }
         }
         let mut head = 0;
@@ -1750,15 +1755,15 @@ impl Table {
         let (mut raw, mut walked) = (0usize, 0usize);
         // The location of the last record walked, kept or not.
         let mut last: Option<u64> = None;
-        // The location of `p`, when the ring had it.
-        let mut p_loc: Option<u64> = None;
+        // The location of `p` once the ring gives it.
+        let mut p_loc = p.map_or(0, |x| e.loc(x));
         while let Some(pos) = p {
             let full = walked >= max_records || raw >= max_raw;
             let same_key = || last.is_some_and(|l| st.key_at(e.loc(pos)) == st.key_at(l));
             if full && !(self.kind.is_bag() && same_key()) {
                 break;
             }
-            let loc = p_loc.unwrap_or_else(|| e.loc(pos));
+            let loc = p_loc;
             let (h, bytes) = st.record_at(loc);
             raw += h.key_len;
             match keep(&Stored { header: h, bytes }) {
@@ -1773,15 +1778,18 @@ impl Table {
             walked += 1;
             last = Some(loc);
             // The next record is the ring's oldest; the ring steps on.
-            let next = ring[head];
+            p = ring_pos[head];
+            p_loc = ring_loc[head];
             ahead = ahead.and_then(step);
-            ring[head] = ahead.map(|x| (x, e.loc(x)));
-            if let Some((_, l)) = ring[head] {
-                a.prefetch(l);
+            ring_pos[head] = ahead;
+            if let Some(x) = ahead {
+                ring_loc[head] = e.loc(x);
+                a.prefetch(ring_loc[head]);
             }
             head = (head + 1) % AHEAD;
-            p = next.map(|(x, _)| x).filter(|&next| !beyond(next));
-            p_loc = next.map(|(_, l)| l);
+            if range.is_some() {
+                p = p.filter(|&next| !beyond(next));
+            }
         }
         if back && self.kind.is_bag() {
             out.reverse_runs(first);

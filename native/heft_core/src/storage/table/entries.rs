@@ -200,6 +200,7 @@ impl Entries {
     }
 
     /// The loc at a valid position.
+    #[inline]
     pub(super) fn loc(&self, pos: Pos) -> u64 {
         match (self, pos) {
             (Entries::Hash(ix, _), Pos::Hash(p)) => ix.get(p).unwrap_or(0),
@@ -425,6 +426,7 @@ impl Entries {
         }
     }
 
+    #[inline]
     pub(super) fn next(&self, pos: Pos) -> Option<Pos> {
         match (self, pos) {
             (Entries::Hash(ix, _), Pos::Hash(p)) => ix.next_occupied(p + 1).map(Pos::Hash),
@@ -435,6 +437,7 @@ impl Entries {
 
     /// The entry before: the next smaller key of an ordered index; the next
     /// entry of a hash index (as `next/2`, like ETS's `prev/2` there).
+    #[inline]
     pub(super) fn prev(&self, pos: Pos) -> Option<Pos> {
         match (self, pos) {
             (Entries::Hash(..), _) => self.next(pos),
