@@ -535,18 +535,19 @@ fn scan(c: &mut Criterion) {
         b.iter(|| {
             buf.clear();
             let mut keep = |r: &heft_core::table::Stored| {
-                let mut read_body = false;
-                let judged = sieve.judge(
+                let mut asked = false;
+                let (judged, reach) = sieve.judge_reach(
                     r.key(),
                     || {
-                        read_body = true;
+                        asked = true;
                         r.body(&dicts, &mut scratch).ok()
                     },
                     |_| "rec",
                 );
+                let read = if asked { r.read_cost(reach) } else { 0 };
                 match judged {
-                    heft_core::sieve::Judgement::Drops => Kept::No { read_body },
-                    _ => Kept::Yes { read_body },
+                    heft_core::sieve::Judgement::Drops => Kept::No { read },
+                    _ => Kept::Yes { read },
                 }
             };
             let range = KeyRange::default();

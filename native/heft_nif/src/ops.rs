@@ -1201,24 +1201,25 @@ fn sieved<'a>(
             if adaptive && in_a_row >= TRUSTED {
                 in_a_row += 1;
                 if in_a_row % SAMPLE != 0 {
-                    return Kept::Yes { read_body: false };
+                    return Kept::Yes { read: 0 };
                 }
             }
-            let mut read_body = false;
-            let judged = sieve.judge(
+            let mut asked = false;
+            let (judged, reach) = sieve.judge_reach(
                 r.key(),
                 || {
-                    read_body = true;
+                    asked = true;
                     r.body(dicts, &mut unpacked).ok()
                 },
                 name,
             );
+            let read = if asked { r.read_cost(reach) } else { 0 };
             if copy(judged) {
                 in_a_row = in_a_row.saturating_add(1);
-                Kept::Yes { read_body }
+                Kept::Yes { read }
             } else {
                 in_a_row = 0;
-                Kept::No { read_body }
+                Kept::No { read }
             }
         };
         let budget = sched.decode_budget();

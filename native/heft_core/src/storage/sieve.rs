@@ -24,6 +24,7 @@
 //! record matches without the VM's matcher, and `select_count/2` counts it
 //! without decoding it.
 
+use std::cell::Cell;
 use std::cmp::Ordering;
 
 use crate::codec::{self, tag, Reader};
@@ -176,6 +177,32 @@ impl Sieve {
         body: impl FnOnce() -> Option<&'b [u8]>,
         atom_name: impl Fn(u32) -> &'n str + Copy,
     ) -> Judgement {
+        self.judge_reach(key, body, atom_name).0
+    }
+
+    /// [`Sieve::judge`], and how many bytes of the body it read: up to the
+    /// end of the furthest term its tests looked at (0 if it read none).
+    /// Reading a stored body's first elements costs little however long
+    /// the body is; a walk that charges a chunk's budget by this, not by
+    /// the body's length, judges many more records a call.
+    pub fn judge_reach<'b, 'n>(
+        &self,
+        key: &'b [u8],
+        body: impl FnOnce() -> Option<&'b [u8]>,
+        atom_name: impl Fn(u32) -> &'n str + Copy,
+    ) -> (Judgement, usize) {
+        let reach = Cell::new(0usize);
+        let judged = self.judge_with(key, body, atom_name, &reach);
+        (judged, reach.get())
+    }
+
+    fn judge_with<'b, 'n>(
+        &self,
+        key: &'b [u8],
+        body: impl FnOnce() -> Option<&'b [u8]>,
+        atom_name: impl Fn(u32) -> &'n str + Copy,
+        reach: &Cell<usize>,
+    ) -> Judgement {
         let mut stack = [Verdict::Fail; STACK_CLAUSES];
         let mut heap = Vec::new();
         let verdicts: &mut [Verdict] = if self.clauses.len() <= STACK_CLAUSES {
@@ -193,7 +220,7 @@ impl Sieve {
         // First the key, for every clause.
         let mut needs_body = false;
         for (c, v) in self.clauses.iter().zip(verdicts.iter_mut()) {
-            *v = Verdict::all(&c.on_key, |t| check(t, &key_root, atom_name));
+            *v = Verdict::all(&c.on_key, |t| check(t, &key_root, atom_name, &|_| {}));
             if *v == Verdict::Pass && c.on_body.is_empty() {
                 return Judgement::Matches;
             }
@@ -209,10 +236,26 @@ impl Sieve {
         let Some(body) = body() else {
             return Judgement::Maybe;
         };
-        let root = |path: &[u32]| locate(body, key, path);
+        // What the tests read of the body: up to the end of the furthest
+        // piece (a term of the key, which a `KEY` tag stands for, is not
+        // the body's). A path that cannot be followed may have walked far:
+        // the whole body counts.
+        let read = |piece: &[u8]| {
+            let start = (piece.as_ptr() as usize).wrapping_sub(body.as_ptr() as usize);
+            if start < body.len() {
+                reach.set(reach.get().max(start + piece.len()));
+            }
+        };
+        let root = |path: &[u32]| {
+            let found = locate(body, key, path);
+            if let Located::Unknown = found {
+                reach.set(body.len());
+            }
+            found
+        };
         let mut any_maybe = false;
         for (c, v) in self.clauses.iter().zip(verdicts.iter()) {
-            match v.and(|| Verdict::all(&c.on_body, |t| check(t, &root, atom_name))) {
+            match v.and(|| Verdict::all(&c.on_body, |t| check(t, &root, atom_name, &read))) {
                 Verdict::Pass => return Judgement::Matches,
                 Verdict::Maybe => any_maybe = true,
                 Verdict::Fail => {}
@@ -342,16 +385,22 @@ fn certain(bytes: &[u8]) -> bool {
     plain_scalar(bytes) && !float_zero(bytes)
 }
 
+/// What `test` says of a record whose terms `at` finds; `read` is told
+/// each piece of them it reads past the path.
 fn check<'b, 'n>(
     test: &Test,
     at: &impl Fn(&[u32]) -> Located<'b>,
     atom_name: impl Fn(u32) -> &'n str + Copy,
+    read: &impl Fn(&'b [u8]),
 ) -> Verdict {
     let pass_if = |b: bool| if b { Verdict::Pass } else { Verdict::Fail };
     match test {
         Test::Arity { path, arity } => match at(path) {
             Located::Term(t) => match tuple_header(t) {
-                Some((n, _)) => pass_if(n == u64::from(*arity)),
+                Some((n, header)) => {
+                    read(&t[..header]);
+                    pass_if(n == u64::from(*arity))
+                }
                 None if t.first() == Some(&tag::ETF) => Verdict::Maybe,
                 None => Verdict::Fail,
             },
@@ -365,8 +414,10 @@ fn check<'b, 'n>(
                 Located::Unknown => return Verdict::Maybe,
             };
             let Some(term) = one_term(t) else {
+                read(t);
                 return Verdict::Maybe;
             };
+            read(term);
             // Decided on scalars that compare by their bytes; elsewhere
             // a failing comparison still drops the record, a passing one
             // leaves it to the VM.
@@ -417,16 +468,21 @@ fn check<'b, 'n>(
         }
         Test::Same { a, b } => match (at(a), at(b)) {
             (Located::Absent, _) | (_, Located::Absent) => Verdict::Fail,
-            (Located::Term(x), Located::Term(y)) => match (one_term(x), one_term(y)) {
-                (Some(x), Some(y)) if plain_scalar(x) && plain_scalar(y) => {
-                    match order::compare_exact(x, y, atom_name) {
-                        Ordering::Equal if certain(x) && certain(y) => Verdict::Pass,
-                        Ordering::Equal => Verdict::Maybe,
-                        _ => Verdict::Fail,
+            (Located::Term(x), Located::Term(y)) => {
+                let (x1, y1) = (one_term(x), one_term(y));
+                read(x1.unwrap_or(x));
+                read(y1.unwrap_or(y));
+                match (x1, y1) {
+                    (Some(x), Some(y)) if plain_scalar(x) && plain_scalar(y) => {
+                        match order::compare_exact(x, y, atom_name) {
+                            Ordering::Equal if certain(x) && certain(y) => Verdict::Pass,
+                            Ordering::Equal => Verdict::Maybe,
+                            _ => Verdict::Fail,
+                        }
                     }
+                    _ => Verdict::Maybe,
                 }
-                _ => Verdict::Maybe,
-            },
+            }
             _ => Verdict::Maybe,
         },
         Test::Is { path, ty } => {
@@ -438,6 +494,7 @@ fn check<'b, 'n>(
             let Some(&first) = t.first() else {
                 return Verdict::Maybe;
             };
+            read(&t[..1]);
             if first == tag::ETF {
                 // A big integer, a pid, a bitstring...: the VM decides.
                 return Verdict::Maybe;
@@ -519,6 +576,39 @@ mod tests {
             path: vec![],
             arity: 3,
         }
+    }
+
+    #[test]
+    fn judge_reach_counts_the_body_bytes_the_tests_read() {
+        // {Key, K, <<30 bytes>>}: 1 byte of tuple header, the key's tag,
+        // K (one byte below 64), then the binary.
+        let (key, body) = record(5);
+        let reach = |tests: Vec<Test>| {
+            let s = Sieve::new(vec![tests], 1);
+            s.judge_reach(&key, || Some(&body), names).1
+        };
+        // The arity reads the tuple's header; element 1 ends at byte 3.
+        assert_eq!(reach(vec![arity3()]), 1);
+        assert_eq!(reach(vec![arity3(), cmp(&[1], Op::Lt, 10)]), 3);
+        // A type test reads the term's tag; `=:=` of two terms reads both
+        // whole.
+        let is_binary = Test::Is {
+            path: vec![2],
+            ty: Type::Binary,
+        };
+        assert_eq!(reach(vec![is_binary]), 4);
+        let same = Test::Same {
+            a: vec![1],
+            b: vec![2],
+        };
+        assert_eq!(reach(vec![same]), body.len());
+        // Tests on the key alone read no body.
+        assert_eq!(reach(vec![cmp(&[0, 1], Op::Lt, 10)]), 0);
+        // A path through a back reference may have walked anywhere: the
+        // whole body counts.
+        let shared = shared_body();
+        let s = Sieve::new(vec![vec![cmp(&[1], Op::Lt, 10)]], 1);
+        assert_eq!(s.judge_reach(&key, || Some(&shared), names).1, shared.len());
     }
 
     #[test]

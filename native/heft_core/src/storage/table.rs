@@ -398,14 +398,24 @@ impl Stored<'_> {
         let stored = &self.bytes[s..s + self.header.stored_len];
         compress::unpack(&self.header, stored, dicts, scratch)
     }
+
+    /// What reading the first `reach` bytes of its body cost, in the
+    /// bytes a walk's budget counts: those bytes of a body stored as it
+    /// is, the whole body of one that had to be decompressed first.
+    pub fn read_cost(&self, reach: usize) -> usize {
+        match self.header.codec {
+            Codec::Raw => reach.min(self.header.raw_len),
+            _ => self.header.raw_len,
+        }
+    }
 }
 
-/// What [`Table::chunk_kept`]'s filter says of a record, and whether it
-/// read its body (which costs as much as decoding it).
+/// What [`Table::chunk_kept`]'s filter says of a record, and what reading
+/// it cost ([`Stored::read_cost`]; 0 if it looked at the key only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kept {
-    Yes { read_body: bool },
-    No { read_body: bool },
+    Yes { read: usize },
+    No { read: usize },
 }
 
 /// Where a walk stopped: the last (hash, key) it returned.
@@ -1660,7 +1670,7 @@ impl Table {
         max_raw: usize,
         out: &mut RecordBuf,
     ) -> Result<Option<Cursor>, Error> {
-        let every = &mut |_: &Stored| Kept::Yes { read_body: false };
+        let every = &mut |_: &Stored| Kept::Yes { read: 0 };
         self.chunk_kept(dir, range, after, max_records, max_raw, out, every)
     }
 
@@ -1767,12 +1777,12 @@ impl Table {
             let (h, bytes) = st.record_at(loc);
             raw += h.key_len;
             match keep(&Stored { header: h, bytes }) {
-                Kept::Yes { read_body } => {
-                    raw += if read_body { 2 * h.raw_len } else { h.raw_len };
+                Kept::Yes { read } => {
+                    raw += read + h.raw_len;
                     st.copy_out(pos, out);
                 }
-                Kept::No { read_body } => {
-                    raw += if read_body { h.raw_len } else { 0 };
+                Kept::No { read } => {
+                    raw += read;
                 }
             }
             walked += 1;
@@ -2108,6 +2118,74 @@ mod tests {
                 .unwrap()
                 .to_vec(),
         )
+    }
+
+    #[test]
+    fn a_sieved_walk_charges_its_byte_budget_what_the_filter_read() {
+        // 100 records of 1,000-byte bodies; a budget of 10,000 bytes.
+        let t = table(Compression::None);
+        let recs: Vec<Prepared> = (0..100)
+            .map(|i| t.prepare(&key(i), &body(i, 1000)))
+            .collect();
+        t.insert(&recs).unwrap();
+        let walked = |keep: &mut dyn FnMut(&Stored) -> Kept| {
+            let mut buf = RecordBuf::new();
+            let mut n = 0;
+            let mut count = |r: &Stored| {
+                n += 1;
+                keep(r)
+            };
+            t.chunk_kept(
+                Direction::Forward,
+                &KeyRange::default(),
+                None,
+                1000,
+                10_000,
+                &mut buf,
+                &mut count,
+            )
+            .unwrap();
+            (n, buf.items().len())
+        };
+        // A filter that read a body's first bytes walks the whole table.
+        assert_eq!(
+            walked(&mut |r| Kept::No {
+                read: r.read_cost(3)
+            }),
+            (100, 0)
+        );
+        // One that read whole bodies stops at the budget: ten records.
+        assert_eq!(
+            walked(&mut |r| Kept::No {
+                read: r.read_cost(usize::MAX)
+            }),
+            (10, 0)
+        );
+        // Records kept cost their length, to be decoded.
+        assert_eq!(walked(&mut |_| Kept::Yes { read: 0 }), (10, 10));
+        // A compressed body read at all was decompressed whole.
+        let z = table(Compression::Zlib(6));
+        let recs: Vec<Prepared> = (0..10)
+            .map(|i| z.prepare(&key(i), &body(i, 1000)))
+            .collect();
+        z.insert(&recs).unwrap();
+        let mut buf = RecordBuf::new();
+        let _ = z
+            .chunk_kept(
+                Direction::Forward,
+                &KeyRange::default(),
+                None,
+                1000,
+                usize::MAX,
+                &mut buf,
+                &mut |r| {
+                    assert!(r.read_cost(3) > 1000);
+                    Kept::No {
+                        read: r.read_cost(3),
+                    }
+                },
+            )
+            .unwrap();
     }
 
     #[test]
