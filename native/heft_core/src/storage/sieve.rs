@@ -238,8 +238,8 @@ impl Sieve {
         };
         // What the tests read of the body: up to the end of the furthest
         // piece (a term of the key, which a `KEY` tag stands for, is not
-        // the body's). A path that cannot be followed may have walked far:
-        // the whole body counts.
+        // the body's). A path that cannot be followed, or leads nowhere,
+        // may have walked far first: the whole body counts.
         let read = |piece: &[u8]| {
             let start = (piece.as_ptr() as usize).wrapping_sub(body.as_ptr() as usize);
             if start < body.len() {
@@ -248,7 +248,7 @@ impl Sieve {
         };
         let root = |path: &[u32]| {
             let found = locate(body, key, path);
-            if let Located::Unknown = found {
+            if let Located::Unknown | Located::Absent = found {
                 reach.set(body.len());
             }
             found
@@ -609,6 +609,8 @@ mod tests {
         let shared = shared_body();
         let s = Sieve::new(vec![vec![cmp(&[1], Op::Lt, 10)]], 1);
         assert_eq!(s.judge_reach(&key, || Some(&shared), names).1, shared.len());
+        // So may one that leads nowhere (element 0 of the binary, past it).
+        assert_eq!(reach(vec![cmp(&[2, 0], Op::Lt, 10)]), body.len());
     }
 
     #[test]
