@@ -535,16 +535,7 @@ fn scan(c: &mut Criterion) {
         b.iter(|| {
             buf.clear();
             let mut keep = |r: &heft_core::table::Stored| {
-                let mut asked = false;
-                let (judged, reach) = sieve.judge_reach(
-                    r.key(),
-                    || {
-                        asked = true;
-                        r.body(&dicts, &mut scratch).ok()
-                    },
-                    |_| "rec",
-                );
-                let read = if asked { r.read_cost(reach) } else { 0 };
+                let (judged, read) = r.judge(&sieve, &dicts, &mut scratch, |_| "rec");
                 match judged {
                     heft_core::sieve::Judgement::Drops => Kept::No { read },
                     _ => Kept::Yes { read },

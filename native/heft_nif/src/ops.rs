@@ -1204,16 +1204,7 @@ fn sieved<'a>(
                     return Kept::Yes { read: 0 };
                 }
             }
-            let mut asked = false;
-            let (judged, reach) = sieve.judge_reach(
-                r.key(),
-                || {
-                    asked = true;
-                    r.body(dicts, &mut unpacked).ok()
-                },
-                name,
-            );
-            let read = if asked { r.read_cost(reach) } else { 0 };
+            let (judged, read) = r.judge(sieve, dicts, &mut unpacked, name);
             if copy(judged) {
                 in_a_row = in_a_row.saturating_add(1);
                 Kept::Yes { read }

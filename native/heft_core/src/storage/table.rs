@@ -41,6 +41,7 @@ use crate::dict::Dictionaries;
 use crate::hash::KeyedHash;
 use crate::index::Slot;
 use crate::record::{self, Header};
+use crate::sieve::{Judgement, Sieve};
 use entries::{Entries, Order, Pos};
 pub use evict::Budget;
 
@@ -397,6 +398,28 @@ impl Stored<'_> {
         let s = self.header.body_start();
         let stored = &self.bytes[s..s + self.header.stored_len];
         compress::unpack(&self.header, stored, dicts, scratch)
+    }
+
+    /// What `sieve` says of the record, and what judging it cost in the
+    /// bytes a walk's budget counts ([`Stored::read_cost`] of what the
+    /// sieve read of the body; 0 if it looked at the key only).
+    pub fn judge<'n>(
+        &self,
+        sieve: &Sieve,
+        dicts: &Dictionaries,
+        scratch: &mut Vec<u8>,
+        atom_name: impl Fn(u32) -> &'n str + Copy,
+    ) -> (Judgement, usize) {
+        let mut asked = false;
+        let (judged, reach) = sieve.judge_reach(
+            self.key(),
+            || {
+                asked = true;
+                self.body(dicts, scratch).ok()
+            },
+            atom_name,
+        );
+        (judged, if asked { self.read_cost(reach) } else { 0 })
     }
 
     /// What reading the first `reach` bytes of its body cost, in the
