@@ -675,10 +675,17 @@ enum Part {
 
 /// Reads one tag and its payload (a compound's header only); returns the
 /// tag and what it starts.
+/// Whether a term whose tag is `t` is that one byte: `[]`, a key, a small
+/// atom or a small integer.
+#[inline]
+fn is_one_byte(t: u8) -> bool {
+    t >= tag::SMALL_ATOM || t == tag::NIL || t == tag::KEY
+}
+
 fn part(r: &mut Reader<'_>) -> Result<(u8, Part), DecodeError> {
     let t = r.u8()?;
     let part = match t {
-        tag::NIL | tag::KEY => Part::Leaf,
+        t if is_one_byte(t) => Part::Leaf,
         tag::INT | tag::ATOM | tag::REF => {
             r.varint()?;
             Part::Leaf
@@ -695,7 +702,6 @@ fn part(r: &mut Reader<'_>) -> Result<(u8, Part), DecodeError> {
         tag::TUPLE | tag::UNSHARED_TUPLE => Part::Compound(r.count(1)?, false),
         tag::LIST => Part::Compound(r.count(1)? + 1, false),
         tag::MAP => Part::Compound(r.count(2)? * 2, true),
-        t if t >= tag::SMALL_ATOM => Part::Leaf,
         t if is_unshared_small_tuple(t) => Part::Compound(usize::from(t & 0x0f), false),
         t if (tag::SMALL_TUPLE..tag::SMALL_TUPLE + 16).contains(&t) => {
             Part::Compound(usize::from(t & 0x0f), false)
@@ -723,7 +729,7 @@ pub fn skip(bytes: &[u8]) -> Result<usize, DecodeError> {
     // One-byte terms (small integers and atoms, [], a key) are most of
     // what a scan's sieve steps over: no walk for them.
     match bytes.first() {
-        Some(&t) if t >= tag::SMALL_ATOM || t == tag::NIL || t == tag::KEY => Ok(1),
+        Some(&t) if is_one_byte(t) => Ok(1),
         _ => skip_walk(bytes),
     }
 }
