@@ -36,8 +36,7 @@ defmodule Heft.Bench.Budget do
 
     IO.puts(
       "# budget: max_bytes #{mib(budget)}, a stream of #{factor}x that, #{runs} runs " <>
-        "(OTP #{:erlang.system_info(:otp_release)}, #{Sys.machine_short()}, " <>
-        "load average #{Sys.load_average()})\n"
+        "(#{Sys.context()})\n"
     )
 
     IO.puts(

@@ -32,10 +32,7 @@ defmodule Heft.Bench.Churn do
     blob = if opts[:blob] == "random", do: :random, else: :repeated
     Process.put(:blob, blob)
 
-    IO.puts(
-      "# churn: #{n} records, #{blob} blobs, #{runs} runs (OTP #{:erlang.system_info(:otp_release)}, " <>
-        "#{Sys.machine_short()}, load average #{Sys.load_average()})\n"
-    )
+    IO.puts("# churn: #{n} records, #{blob} blobs, #{runs} runs (#{Sys.context()})\n")
 
     IO.puts(
       "| table | phase | Heft `info(:memory)` | needed (live + index + dicts) | Heft / needed | ETS | Heft / ETS | settled after | resident down / given back |"

@@ -36,8 +36,7 @@ defmodule Heft.Bench.Mixed do
 
     IO.puts(
       "# mixed: #{n} records, 2 readers and 1 writer for #{seconds} s, #{runs} runs " <>
-        "(OTP #{:erlang.system_info(:otp_release)}, #{Sys.machine_short()}, " <>
-        "load average #{Sys.load_average()})\n"
+        "(#{Sys.context()})\n"
     )
 
     IO.puts(

@@ -62,6 +62,12 @@ defmodule Heft.Bench.Sys do
     )
   end
 
+  # What a benchmark's first line says of where it ran:
+  # "OTP 25, Intel Xeon Processor, 2 cores, ..., load average 0.52".
+  def context do
+    "OTP #{:erlang.system_info(:otp_release)}, #{machine_short()}, load average #{load_average()}"
+  end
+
   # Short form for plot titles: "Intel Xeon Processor, 2 cores, 24 GiB, Debian 12.11, OTP 25".
   def machine_short do
     Enum.join(
