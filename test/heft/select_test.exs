@@ -39,6 +39,16 @@ defmodule Heft.SelectTest do
     assert Enum.sort(Heft.tab2list(h)) == Enum.sort(:ets.tab2list(e))
   end
 
+  test "which atoms are match variables: :\"$N\" with N a number without leading zeros, as ETS" do
+    objs = [{:a, 1}, {:"$01", 2}, {:"$1x", 3}, {:"$", 4}]
+    p = pair(objs)
+
+    for atom <- [:"$0", :"$1", :"$12", :"$01", :"$1x", :"$", :"$_a"] do
+      same(p, fn m, t -> m.match(t, {atom, :_}) end)
+      same(p, fn m, t -> m.select(t, [{{atom, :"$9"}, [], [:"$$"]}]) end)
+    end
+  end
+
   # An Erlang fun2ms call, evaluated as the shell does (ms_transform), with
   # `bindings` for variables imported into the fun.
   defp fun2ms(source, bindings \\ []) do
