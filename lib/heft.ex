@@ -400,6 +400,49 @@ defmodule Heft do
       what was evicted, and the reads that found their key and those that
       did not (counted only in bounded tables).
 
+  ## Expiry
+
+  `ttl: ms` (an option of `new/2` and `open/2`) gives a table a time to
+  live: a key expires `ms` milliseconds after the write that stored it.
+  `insert/3` and `insert_new/3` take `ttl: ms` (`0` included) or
+  `ttl: :infinity` for the keys of one write, in any table. ETS has no
+  such thing: in a table with expiry, keys disappear on their own.
+
+    * An expired key is gone at once for every call: `lookup/2`,
+      `member/2` and the other calls on one key answer as for a missing
+      key, walks (`select/2` and its family, `foldl/3`, `tab2list/1`,
+      `first/1`, `next/2`, `slot/2`, streams) pass over it, and
+      `insert_new/2` inserts where it was. A write that names an expired
+      key removes it first (logged as a delete in a persistent table),
+      so `update_counter/4` starts again from its default.
+    * Expired keys still hold memory until they are removed: a sweep
+      removes them, earliest deadline first, on a thread of its own (256
+      keys per hold of the table's lock, resting between holds as long
+      as it held it; it looks every 100 ms). Until it has, `info(tab,
+      :size)` and `info(tab, :memory)` count them. In a persistent table
+      each removal is logged as a delete.
+    * Which writes set a key's deadline: `insert/2,3` and
+      `insert_new/2,3`, from the time the write is applied: its own
+      `ttl:`, else the table's; a key written with neither has none
+      (`ttl: :infinity` in a table with a `ttl` keeps a key for good).
+      `update_counter/3,4`, `update_element/3,4` and `select_replace/2`
+      keep the key's deadline; a key they create gets the table's. In a
+      bag the deadline is the key's: each insert of the key sets it for
+      all its objects.
+    * Time is the VM host's monotonic clock, in milliseconds: deadlines
+      do not move when the wall clock is set.
+    * Deadlines are not stored: `open/2` gives every key of the table it
+      loads the `ttl` it is given, from the time it opens (a key that had
+      expired but was not yet swept when the table was closed comes back
+      for that long). A table opened without `ttl` has no expiry.
+    * `info(tab, :expiry)`: `nil` for a table that never had a deadline,
+      else `%{ttl:, expiring_keys:, expired_keys:, expired_records:,
+      bytes:}` - the table's time to live (`nil`: none), the keys that
+      have a deadline and are not yet removed, the keys and records
+      removed because they expired, and the bytes the deadlines take
+      (about 100 a key besides the key's own bytes; counted in
+      `:meta_bytes`, `:memory` and a `max_bytes` budget).
+
   ## Scheduling
 
   No call runs much longer than a millisecond on a normal scheduler: big
@@ -423,6 +466,10 @@ defmodule Heft do
 
   import Heft.Native, only: [call: 1]
   alias Heft.Native
+
+  # The longest time to live, in milliseconds (2^62: deadlines are
+  # unsigned 64-bit milliseconds; about 146 million years).
+  @max_ttl 4_611_686_018_427_387_904
 
   @typedoc "A table: a `Heft.Table` identifier, or the name of a named table."
   @type tab :: Heft.Table.t() | atom
@@ -471,6 +518,9 @@ defmodule Heft do
       the bound (see "Budgets and eviction"): `max_records` counts
       records (`info(tab, :size)`), `max_bytes` the bytes of
       `info(tab, :memory)` but for the arena's free blocks.
+    * `ttl: ms` (a positive integer of milliseconds; default `nil`, no
+      expiry) - each key expires `ms` after the write that stored it,
+      unless the write gave its own `ttl:` (see "Expiry").
     * `{:read_concurrency, _}`, `{:write_concurrency, _}`,
       `{:decentralized_counters, _}` - accepted for compatibility, ignored.
 
@@ -549,7 +599,7 @@ defmodule Heft do
 
     {o,
      {o.type, o.named, o.protection, o.keypos, o.heir, compression, arena,
-      {o.max_bytes, o.max_records}}}
+      {o.max_bytes, o.max_records}, o.ttl}}
   end
 
   defp parse_options(opts), do: __parse_options__(opts)
@@ -572,7 +622,8 @@ defmodule Heft do
       level: 1,
       arena: :memory,
       max_bytes: nil,
-      max_records: nil
+      max_records: nil,
+      ttl: nil
     }
   end
 
@@ -615,6 +666,11 @@ defmodule Heft do
        when key in [:max_bytes, :max_records] and (is_nil(n) or (is_integer(n) and n > 0)),
        do: Map.put(o, key, n)
 
+  defp option({:ttl, ms}, o) when is_integer(ms) and ms > 0 and ms <= @max_ttl,
+    do: %{o | ttl: ms}
+
+  defp option({:ttl, t}, o) when t in [nil, :infinity], do: %{o | ttl: nil}
+
   defp option({:arena, {:file, dir}}, o) when is_binary(dir) or is_list(dir) do
     dir = IO.chardata_to_string(dir)
 
@@ -640,6 +696,7 @@ defmodule Heft do
               :arena,
               :max_bytes,
               :max_records,
+              :ttl,
               :read_concurrency,
               :write_concurrency,
               :decentralized_counters
@@ -710,15 +767,28 @@ defmodule Heft do
   end
 
   @doc """
-  `insert/2` with per-call options. `sync: :commit` returns only once the
-  objects are on stable storage, whatever the table's own `:sync` mode
-  (a persistent table only; the default, `sync: :table`, uses the
-  table's mode).
+  `insert/2` with per-call options:
+
+    * `sync: :commit` returns only once the objects are on stable
+      storage, whatever the table's own `:sync` mode (a persistent table
+      only; the default, `sync: :table`, uses the table's mode).
+    * `ttl: ms` (a non-negative integer of milliseconds) or `:infinity`:
+      the objects' keys expire that long after this write, or never,
+      instead of after the table's `:ttl` (see "Expiry"). The default,
+      `ttl: :table`, is the table's.
   """
   @spec insert(tab, object | [object], keyword) :: true | {:error, atom}
   def insert(tab, objects, opts) do
-    sync = sync_option!(tab, opts, "Heft.insert/3")
-    with true <- insert(tab, objects), :ok <- synced(tab, sync), do: true
+    {sync, ttl} = write_options!(tab, opts, "Heft.insert/3")
+
+    with true <- insert_ttl(tab, objects, ttl), :ok <- synced(tab, sync), do: true
+  end
+
+  defp insert_ttl(tab, objects, :table), do: insert(tab, objects)
+
+  defp insert_ttl(tab, objects, ttl) do
+    ref = ref(tab)
+    call(insert_ttl(ref, objects, ttl))
   end
 
   @doc """
@@ -734,24 +804,36 @@ defmodule Heft do
   @doc "`insert_new/2` with per-call options, as `insert/3`."
   @spec insert_new(tab, object | [object], keyword) :: boolean | {:error, atom}
   def insert_new(tab, objects, opts) do
-    sync = sync_option!(tab, opts, "Heft.insert_new/3")
+    {sync, ttl} = write_options!(tab, opts, "Heft.insert_new/3")
 
-    with inserted when is_boolean(inserted) <- insert_new(tab, objects),
+    with inserted when is_boolean(inserted) <- insert_new_ttl(tab, objects, ttl),
          :ok <- synced(tab, sync),
          do: inserted
   end
 
-  # The per-call :sync option of insert/3 and insert_new/3, checked (a
-  # commit needs a persistent table) before anything is written.
-  defp sync_option!(tab, opts, fun) do
-    opts = Heft.Args.options!(opts, fun, sync: &(&1 in [:table, :commit]))
+  defp insert_new_ttl(tab, objects, :table), do: insert_new(tab, objects)
+
+  defp insert_new_ttl(tab, objects, ttl) do
+    ref = ref(tab)
+    call(insert_new_ttl(ref, objects, ttl))
+  end
+
+  # The per-call options of insert/3 and insert_new/3, checked (a commit
+  # needs a persistent table) before anything is written.
+  defp write_options!(tab, opts, fun) do
+    opts =
+      Heft.Args.options!(opts, fun,
+        sync: &(&1 in [:table, :commit]),
+        ttl: &(&1 in [:table, :infinity] or (is_integer(&1) and &1 >= 0 and &1 <= @max_ttl))
+      )
+
     sync = Keyword.get(opts, :sync, :table)
 
     if sync == :commit and Native.persist_info(ref(tab)) == nil do
       raise ArgumentError, "#{fun}: sync: :commit needs a persistent table"
     end
 
-    sync
+    {sync, Keyword.get(opts, :ttl, :table)}
   end
 
   # After a write that was not refused: `sync: :commit` syncs the log.
@@ -1016,7 +1098,7 @@ defmodule Heft do
   # a walk that has ended returns) in an ordered_set, and in a set or bag
   # unless it holds that key.
   defp end_of_table_key!(ref, :"$end_of_table" = key, fun) do
-    if Native.info(ref).type == :ordered_set or not call(member(ref, key)) do
+    if Native.info_map(ref).type == :ordered_set or not call(member(ref, key)) do
       raise ArgumentError, "Heft.#{fun}: the walk has ended (:\"$end_of_table\")"
     end
   end
@@ -1854,7 +1936,8 @@ defmodule Heft do
     :recompression,
     :training,
     :compaction,
-    :budget
+    :budget,
+    :expiry
   ]
   @kernel_items [
     :arena_resident_bytes,
@@ -2068,7 +2151,7 @@ defmodule Heft do
     do: raise(ArgumentError, "not a Heft table identifier or name: #{inspect(other)}")
 
   defp native_info(ref) do
-    map = Native.info(ref)
+    map = Native.info_map(ref)
 
     {:ok,
      Map.merge(map, %{
@@ -2289,7 +2372,7 @@ defmodule Heft do
     opts = opts |> List.wrap() |> table_options!(opts)
 
     # Nothing to set: the caller must still own the table (it exists).
-    if opts == [] and Native.info(ref).owner != self() do
+    if opts == [] and Native.info_map(ref).owner != self() do
       raise ArgumentError, "only the owner may set the table's options"
     end
 
@@ -2342,7 +2425,7 @@ defmodule Heft do
   Options override what is stored: `:name`, `:sync`,
   `:dump_log_write_threshold`, `:dump_log_time_threshold`, and also
   `max_bytes:` and `max_records:` (see "Budgets and eviction"; not
-  stored), `heir: {pid, data}` and `repair: true` (keep everything before damage in
+  stored), `ttl:` (see "Expiry"; not stored), `heir: {pid, data}` and `repair: true` (keep everything before damage in
   the middle of the log, set the rest aside as `lost-*` files, and report
   it in `info(tab, :repaired)` as `%{file: f, offset: o, bytes: n,
   records_dropped: r}`: the first damage, the bytes set aside or lost, and

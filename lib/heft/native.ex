@@ -30,6 +30,8 @@ defmodule Heft.Native do
   @ops [
     insert: 2,
     insert_new: 2,
+    insert_ttl: 3,
+    insert_new_ttl: 3,
     lookup: 2,
     lookup_element: 3,
     member: 2,
@@ -48,6 +50,7 @@ defmodule Heft.Native do
     range_chunk: 4,
     range_chunk_back: 4,
     slot: 2,
+    size: 1,
     key_cursor: 2,
     # Select's sieved walk (ops.rs; its sieve's terms: native/heft_nif/src/sieve.rs)
     sieve_chunk: 6,
@@ -70,6 +73,8 @@ defmodule Heft.Native do
   @write_ops [
     :insert,
     :insert_new,
+    :insert_ttl,
+    :insert_new_ttl,
     :take,
     :delete_key,
     :delete_object,
@@ -161,6 +166,17 @@ defmodule Heft.Native do
   def whereis(_name), do: :erlang.nif_error(:heft_nif_not_loaded)
   def all, do: :erlang.nif_error(:heft_nif_not_loaded)
   def info(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def info_cpu(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
+
+  # The table's facts as a map: `info/1`, or `info_cpu/1` when it asks
+  # (counting many expired objects not yet swept).
+  def info_map(tab) do
+    case info(tab) do
+      :"$heft_cpu" -> info_cpu(tab)
+      map -> map
+    end
+  end
+
   def kernel_view(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
   def safe_fixtable(_tab, _on, _now), do: :erlang.nif_error(:heft_nif_not_loaded)
   def fixations(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)

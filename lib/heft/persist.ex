@@ -1,5 +1,7 @@
 defmodule Heft.Persist do
   @moduledoc false
+  # As Heft's (lib/heft.ex).
+  @max_ttl 4_611_686_018_427_387_904
   # Persistent tables, the Elixir half (the Rust half is
   # native/heft_nif/src/persist.rs over native/heft_core/src/durability/persist.rs):
   # persistence options of Heft.new/2 and Heft.open/2, and the META blob.
@@ -192,7 +194,7 @@ defmodule Heft.Persist do
       ]
 
       {p, []} = split_options(Keyword.merge(stored, persist))
-      budget = Keyword.take(opts, [:max_bytes, :max_records])
+      budget = Keyword.take(opts, [:max_bytes, :max_records, :ttl])
       {o, args} = Heft.__parse_options__(table_opts ++ heir ++ budget)
       open_native(name, args, p, meta(name, o, p), false) |> settled(m)
     end
@@ -213,7 +215,8 @@ defmodule Heft.Persist do
       dump_log_time_threshold: &(is_integer(&1) and &1 >= 1),
       repair: &is_boolean/1,
       max_bytes: bound?,
-      max_records: bound?
+      max_records: bound?,
+      ttl: &(&1 in [nil, :infinity] or (is_integer(&1) and &1 > 0 and &1 <= @max_ttl))
     ]
   end
 

@@ -343,7 +343,17 @@ defmodule Heft.Report do
     "arena #{arena}: mapped #{b(t[:arena_mapped_bytes])}, live #{b(t[:arena_live_bytes])}" <>
       "#{reclaimable(t)}; index #{b(t[:index_bytes])}; payload #{b(t[:payload_raw_bytes])} " <>
       "stored as #{b(t[:payload_stored_bytes])} (#{compression(t[:compression])})" <>
-      table_budget(t[:budget])
+      table_budget(t[:budget]) <> table_expiry(t[:expiry])
+  end
+
+  # A table with deadlines: its time to live and what expired.
+  defp table_expiry(nil), do: ""
+
+  defp table_expiry(e) do
+    ttl = if e.ttl, do: "ttl #{e.ttl} ms", else: "ttl per write"
+
+    "; #{ttl}: #{e.expiring_keys} keys with a deadline (#{b(e.bytes)}), " <>
+      "#{e.expired_keys} keys (#{e.expired_records} records) expired"
   end
 
   # A bounded table's budget: its use, evictions and reads.

@@ -330,7 +330,8 @@ defmodule Heft.Select do
     end
 
     if MatchSpec.counts_all?(spec) do
-      ref |> Native.select_access(false) |> elem(0)
+      _ = Native.select_access(ref, false)
+      call(size(ref))
     else
       source = source(ref, spec, :read)
 
@@ -395,7 +396,7 @@ defmodule Heft.Select do
   @spec select_replace(ref, MatchSpec.t()) :: non_neg_integer | {:error, atom}
   def select_replace(ref, spec) do
     _ = MatchSpec.compile!(spec)
-    %{keypos: keypos} = info = Native.info(ref)
+    %{keypos: keypos} = info = Native.info_map(ref)
 
     if Map.get(info, :type, :set) == :bag do
       raise ArgumentError, "select_replace is not supported on a bag table (as in ETS)"

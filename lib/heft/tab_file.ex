@@ -43,7 +43,7 @@ defmodule Heft.TabFile do
   @spec write(reference | atom, Path.t(), keyword) :: :ok | {:error, File.posix()}
   def write(ref, filename, opts) do
     sync = Keyword.get(opts, :sync, false)
-    info = Native.info(ref)
+    info = Native.info_map(ref)
     _ = Native.select_access(ref, false)
     filename = filename |> IO.chardata_to_string() |> Path.expand()
 

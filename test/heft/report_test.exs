@@ -43,6 +43,13 @@ defmodule Heft.ReportTest do
         hits: 98_765,
         misses: 4_321
       })
+      |> Map.put(:expiry, %{
+        ttl: 60_000,
+        expiring_keys: 5_000,
+        expired_keys: 777,
+        expired_records: 778,
+        bytes: 512 * 1024
+      })
 
     heft = [
       heft_table(:users_by_email_address_and_more, :memory),
@@ -111,6 +118,10 @@ defmodule Heft.ReportTest do
     # A bounded table's budget, its evictions and reads.
     assert text =~
              ~r/budget\s+3.0\s+GiB\s+of\s+4.0\s+GiB:\s+1234\s+keys\s+\(1234\s+records\)\s+evicted,\s+98765\s+hits,\s+4321\s+misses/
+
+    # Its expiry.
+    assert text =~
+             ~r/ttl\s+60000\s+ms:\s+5000\s+keys\s+with\s+a\s+deadline\s+\(512\s+KiB\),\s+777\s+keys\s+\(778\s+records\)\s+expired/
   end
 
   test "warnings, wrapped under their code" do

@@ -116,6 +116,8 @@ pub struct NewArgs {
     pub label: String,
     /// `max_bytes`, `max_records` (table/evict.rs).
     pub budget: Budget,
+    /// `ttl`, in milliseconds (table/expire.rs).
+    pub ttl: Option<u64>,
 }
 
 /// A compression as Heft.new/2 passes it (see [`parse_new_args`]);
@@ -157,15 +159,15 @@ pub fn compression_term(env: Env, c: Compression) -> Term {
 }
 
 /// Options arrive validated by Heft.new/2:
-/// `{type, named, protection, keypos, heir, compression, arena, budget}`
-/// with budget `{max_bytes, max_records}` (each `nil` or a positive
-/// integer), heir
+/// `{type, named, protection, keypos, heir, compression, arena, budget,
+/// ttl}` with budget `{max_bytes, max_records}` and ttl (milliseconds)
+/// each `nil` or a positive integer, heir
 /// `:none | {pid, data}`, compression `:none | {:zlib, level} | :lz4 |
 /// {:zstd, level, dictionary :: boolean} | :auto` and arena
 /// `:memory | {:file, dir}`.
 pub fn parse_new_args<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<NewArgs> {
     let malformed = || badarg("malformed table options");
-    let [kind, named, protection, keypos, heir, compression, arena, budget]: [Term<'a>; 8] =
+    let [kind, named, protection, keypos, heir, compression, arena, budget, ttl]: [Term<'a>; 9] =
         rustler::types::tuple::get_tuple(opts)
             .map_err(|_| malformed())?
             .try_into()
@@ -201,6 +203,7 @@ pub fn parse_new_args<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult
         backing,
         label,
         budget: crate::budget::budget_of(budget)?,
+        ttl: crate::budget::ttl_of(ttl)?,
     })
 }
 
@@ -259,6 +262,7 @@ fn new_impl<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>>
     core.set_budget(args.budget).map_err(errors::core)?;
     let core = Arc::new(core);
     core.compact_on_its_own();
+    core.set_ttl(args.ttl).map_err(errors::core)?;
     install(env, name, args, core, None).map(|(tab, _)| tab)
 }
 
@@ -381,8 +385,28 @@ fn all(env: Env) -> Vec<Term> {
 /// The table's facts and figures as a map (Heft.info/1 orders them).
 #[rustler::nif]
 fn info<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
+    info_of(env, tab, true)
+}
+
+/// [`info`] on a dirty scheduler.
+#[rustler::nif(schedule = "DirtyCpu")]
+fn info_cpu<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
+    info_of(env, tab, false)
+}
+
+/// The figures of [`info`]; `quick`: its size counts the objects of
+/// expired keys not yet swept, a lookup each, so past a few thousand
+/// it answers `:"$heft_cpu"` for `info_cpu`.
+fn info_of<'a>(env: Env<'a>, tab: Term<'a>, quick: bool) -> NifResult<Term<'a>> {
     let t = resolve_arc(tab)?;
-    let s = t.core.stats().map_err(errors::core)?;
+    let s = match quick {
+        true => heft_core::table::quick(|| t.core.stats()),
+        false => t.core.stats(),
+    };
+    if matches!(s, Err(heft_core::table::Error::TooLong)) {
+        return Ok(errors::retry_cpu(env));
+    }
+    let s = s.map_err(errors::core)?;
     let meta = t.meta.lock();
     // An heir that has exited will never take the table: none, then.
     let heir = match &meta.heir {
@@ -447,6 +471,7 @@ fn info<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
     pairs.extend(crate::learn::info_items(env, &t.core));
     pairs.push(crate::compact::info_item(env, &t.core));
     pairs.push(crate::budget::info_item(env, &s));
+    pairs.push(crate::budget::expiry_item(env, &s));
     Term::map_from_pairs(env, &pairs).map_err(|_| badarg("internal error building info"))
 }
 

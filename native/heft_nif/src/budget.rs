@@ -1,8 +1,9 @@
 //! Budgets (heft_core table/evict.rs): the `max_bytes` and `max_records`
-//! options and the info/1 item `:budget`.
+//! options and the info/1 item `:budget`; expiry (table/expire.rs): the
+//! `ttl` option, a write's `ttl:` and the info/1 item `:expiry`.
 
-use heft_core::table::{Budget, Stats};
-use rustler::{Encoder, Env, NifResult, Term};
+use heft_core::table::{Budget, Stats, Ttl};
+use rustler::{Atom, Encoder, Env, NifResult, Term};
 
 use crate::errors::badarg;
 use crate::learn::map;
@@ -18,7 +19,56 @@ mod atoms {
         evicted_records,
         hits,
         misses,
+        expiry,
+        ttl,
+        expiring_keys,
+        expired_keys,
+        expired_records,
+        bytes,
+        infinity,
+        table,
     }
+}
+
+/// The table's time to live as Heft.new/2 passes it: `nil` or a positive
+/// integer (milliseconds).
+pub fn ttl_of(term: Term) -> NifResult<Option<u64>> {
+    match term.decode::<Option<u64>>() {
+        Ok(ttl) if ttl != Some(0) => Ok(ttl),
+        _ => Err(badarg("malformed ttl")),
+    }
+}
+
+/// A write's `ttl:` as Heft.insert/3 passes it: `:table`, `:infinity` or
+/// a non-negative integer (milliseconds).
+pub fn write_ttl_of(term: Term) -> NifResult<Ttl> {
+    if let Ok(ms) = term.decode::<u64>() {
+        return Ok(Ttl::Millis(ms));
+    }
+    match term.decode::<Atom>() {
+        Ok(a) if a == atoms::infinity() => Ok(Ttl::Never),
+        Ok(a) if a == atoms::table() => Ok(Ttl::Table),
+        _ => Err(badarg("malformed ttl")),
+    }
+}
+
+/// The info/1 item `:expiry`: `nil` for a table without deadlines.
+pub fn expiry_item<'a>(env: Env<'a>, s: &Stats) -> (Term<'a>, Term<'a>) {
+    let value = if !s.expires {
+        rustler::types::atom::nil().encode(env)
+    } else {
+        map(
+            env,
+            &[
+                (atoms::ttl(), s.ttl.encode(env)),
+                (atoms::expiring_keys(), s.expiring_keys.encode(env)),
+                (atoms::expired_keys(), s.expired_keys.encode(env)),
+                (atoms::expired_records(), s.expired_records.encode(env)),
+                (atoms::bytes(), s.expiry_bytes.encode(env)),
+            ],
+        )
+    };
+    (atoms::expiry().encode(env), value)
 }
 
 /// The budget as Heft.new/2 passes it: `{max_bytes, max_records}`, each a

@@ -9,7 +9,10 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use heft_core::sieve::{Judgement, Sieve};
-use heft_core::table::{Bound, Direction, Item, Kept, KeyRange, Kind, RecordBuf, Slotted, Stored};
+use heft_core::table::{
+    Bound, Direction, Error as CoreError, Item, Kept, KeyRange, Kind, RecordBuf, Slotted, Stored,
+    Ttl,
+};
 use heft_core::{Backing, Cursor, Prepared};
 use rustler::types::tuple::get_tuple;
 use rustler::{Atom, Binary, Encoder, Env, NewBinary, NifResult, ResourceArc, Term};
@@ -80,23 +83,24 @@ macro_rules! variants {
 /// table whose log needs a new segment first (rare: the table's flusher
 /// thread makes them ahead of time) answers `:"$heft_io"` from the normal
 /// and DirtyCpu variants; the DirtyIo one makes room and retries.
+/// `imp[extra]` passes `extra` after the NIF's own arguments.
 macro_rules! write_variants {
-    ($imp:ident => $normal:ident, $cpu:ident, $io:ident ($tab:ident $(, $arg:ident)*)) => {
+    ($imp:ident $([$extra:expr])? => $normal:ident, $cpu:ident, $io:ident ($tab:ident $(, $arg:ident)*)) => {
         #[rustler::nif]
         fn $normal<'a>(env: Env<'a>, $tab: Term<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
             // A change that would resize a large index (or clear a large
             // table) is refused here, unmade, and retried on DirtyCpu.
-            let r = heft_core::table::quick(|| $imp(env, Sched::Normal, $tab, $($arg),*));
+            let r = heft_core::table::quick(|| $imp(env, Sched::Normal, $tab, $($arg,)* $($extra)?));
             crate::persist::after_write(env, $tab, r)
         }
         #[rustler::nif(schedule = "DirtyCpu")]
         fn $cpu<'a>(env: Env<'a>, $tab: Term<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
-            let r = $imp(env, Sched::Cpu, $tab, $($arg),*);
+            let r = $imp(env, Sched::Cpu, $tab, $($arg,)* $($extra)?);
             crate::persist::after_write(env, $tab, r)
         }
         #[rustler::nif(schedule = "DirtyIo")]
         fn $io<'a>(env: Env<'a>, $tab: Term<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
-            let r = crate::persist::with_room(env, $tab, || $imp(env, Sched::Io, $tab, $($arg),*));
+            let r = crate::persist::with_room(env, $tab, || $imp(env, Sched::Io, $tab, $($arg,)* $($extra)?));
             crate::persist::after_write(env, $tab, r)
         }
     };
@@ -105,6 +109,9 @@ pub(crate) use write_variants;
 
 write_variants!(insert_impl => insert, insert_cpu, insert_io (tab, objs));
 write_variants!(insert_new_impl => insert_new, insert_new_cpu, insert_new_io (tab, objs));
+// With a write's `ttl:` (heft_core table/expire.rs).
+write_variants!(write_ttl[false] => insert_ttl, insert_ttl_cpu, insert_ttl_io (tab, objs, ttl));
+write_variants!(write_ttl[true] => insert_new_ttl, insert_new_ttl_cpu, insert_new_ttl_io (tab, objs, ttl));
 variants!(lookup_impl => lookup, lookup_cpu, lookup_io (tab, key));
 variants!(lookup_element_impl => lookup_element, lookup_element_cpu, lookup_element_io (tab, key, pos));
 variants!(member_impl => member, member_cpu, member_io (tab, key));
@@ -126,6 +133,7 @@ variants!(walk_chunk[Direction::Backward] => chunk_back, chunk_back_cpu, chunk_b
 variants!(range_walk_chunk[Direction::Forward] => range_chunk, range_chunk_cpu, range_chunk_io (tab, range, cursor, max));
 variants!(range_walk_chunk[Direction::Backward] => range_chunk_back, range_chunk_back_cpu, range_chunk_back_io (tab, range, cursor, max));
 variants!(slot_impl => slot, slot_cpu, slot_io (tab, i));
+variants!(size_impl => size, size_cpu, size_io (tab));
 variants!(key_cursor_impl => key_cursor, key_cursor_cpu, key_cursor_io (tab, key));
 variants!(sieve_chunk_impl => sieve_chunk, sieve_chunk_cpu, sieve_chunk_io (tab, sieve, range, cursor, max, dir));
 variants!(sieve_count_impl => sieve_count, sieve_count_cpu, sieve_count_io (tab, sieve, range, cursor, max));
@@ -467,7 +475,20 @@ fn insert_impl<'a>(
     tab: Term<'a>,
     objs: Term<'a>,
 ) -> NifResult<Term<'a>> {
-    write_objects(env, sched, tab, objs, false)
+    write_objects(env, sched, tab, objs, false, Ttl::Table)
+}
+
+/// `insert_ttl` and `insert_new_ttl` (`only_new`): a write's `ttl:`.
+fn write_ttl<'a>(
+    env: Env<'a>,
+    sched: Sched,
+    tab: Term<'a>,
+    objs: Term<'a>,
+    ttl: Term<'a>,
+    only_new: bool,
+) -> NifResult<Term<'a>> {
+    let ttl = crate::budget::write_ttl_of(ttl)?;
+    write_objects(env, sched, tab, objs, only_new, ttl)
 }
 
 fn insert_new_impl<'a>(
@@ -476,7 +497,7 @@ fn insert_new_impl<'a>(
     tab: Term<'a>,
     objs: Term<'a>,
 ) -> NifResult<Term<'a>> {
-    write_objects(env, sched, tab, objs, true)
+    write_objects(env, sched, tab, objs, true, Ttl::Table)
 }
 
 fn write_objects<'a>(
@@ -485,6 +506,7 @@ fn write_objects<'a>(
     tab: Term<'a>,
     objs: Term<'a>,
     only_new: bool,
+    ttl: Ttl,
 ) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, true);
     if objs.is_tuple() {
@@ -492,7 +514,7 @@ fn write_objects<'a>(
         check_record(objs, t.keypos)?;
         let mut enc = TermEncoder::new(&t.atoms, sched.budget());
         return match retry_or(env, prepare_tuple(env, &t, objs, &mut enc))? {
-            Ok(p) => store(env, sched, &t, std::slice::from_ref(&p), only_new),
+            Ok(p) => store(env, sched, &t, std::slice::from_ref(&p), only_new, ttl),
             Err(retry) => Ok(retry),
         };
     }
@@ -513,7 +535,7 @@ fn write_objects<'a>(
     if t.core.kind() == Kind::Bag && BAG_BATCH_REVERSED.load(Ordering::Relaxed) {
         prepared.reverse();
     }
-    store(env, sched, &t, &prepared, only_new)
+    store(env, sched, &t, &prepared, only_new, ttl)
 }
 
 /// Whether the VM's ETS takes a bag's list last object first (OTP 26 and
@@ -529,14 +551,15 @@ fn store<'a>(
     t: &TableRes,
     prepared: &[Prepared],
     only_new: bool,
+    ttl: Ttl,
 ) -> NifResult<Term<'a>> {
     if too_many_objects(t, sched, prepared.iter().map(|p| (p.hash(), p.key())))? {
         return Ok(retry_cpu(env));
     }
     let done = if only_new {
-        t.core.insert_new(prepared)
+        t.core.insert_new_ttl(prepared, ttl)
     } else {
-        t.core.insert(prepared).map(|()| true)
+        t.core.insert_ttl(prepared, ttl).map(|()| true)
     };
     crate::learn::after_write(&t.core);
     done.map(|b| b.encode(env)).map_err(errors::core)
@@ -915,7 +938,15 @@ fn element_updates(ops: Term) -> Result<Vec<(usize, Term)>, &'static str> {
 fn end_key<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, dir: Direction) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
     with_buf(|buf, scratch| {
-        if !t.core.end_record(dir, buf).map_err(errors::core)? {
+        // Past many expired keys, a quick call gives up (DirtyCpu goes on).
+        let found = match sched {
+            Sched::Normal => heft_core::table::quick(|| t.core.end_record(dir, buf)),
+            _ => t.core.end_record(dir, buf),
+        };
+        if matches!(found, Err(CoreError::TooLong)) {
+            return Ok(retry_cpu(env));
+        }
+        if !found.map_err(errors::core)? {
             return Ok(atoms::end_of_table().encode(env));
         }
         stored_key(env, &t, buf, scratch)
@@ -934,15 +965,34 @@ fn step_key<'a>(
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
     let k = encoded!(env, enc.key(env, key));
     with_buf(|buf, scratch| {
-        let found = t
-            .core
-            .step_record(dir, t.core.hash(&k), &k, buf)
-            .map_err(errors::core)?;
-        if !found {
+        let hash = t.core.hash(&k);
+        let found = match sched {
+            Sched::Normal => heft_core::table::quick(|| t.core.step_record(dir, hash, &k, buf)),
+            _ => t.core.step_record(dir, hash, &k, buf),
+        };
+        if matches!(found, Err(CoreError::TooLong)) {
+            return Ok(retry_cpu(env));
+        }
+        if !found.map_err(errors::core)? {
             return Ok(atoms::end_of_table().encode(env));
         }
         stored_key(env, &t, buf, scratch)
     })
+}
+
+/// The number of objects (`info(tab, :size)`): counting those of expired
+/// keys not yet swept takes a lookup each, so past a few thousand a normal
+/// scheduler gives up for DirtyCpu.
+fn size_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>) -> NifResult<Term<'a>> {
+    let t = open!(env, tab, sched, false);
+    let n = match sched {
+        Sched::Normal => heft_core::table::quick(|| t.core.len()),
+        _ => t.core.len(),
+    };
+    match n {
+        Err(CoreError::TooLong) => Ok(retry_cpu(env)),
+        n => Ok(n.map_err(errors::core)?.encode(env)),
+    }
 }
 
 /// The cursor of a walk that stopped at `key` (in the form the chunk NIFs
@@ -1243,7 +1293,7 @@ fn slot_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, i: Term<'a>) -> NifR
     const FIXED_SLOT_NORMAL_GROWTH: u32 = 8;
     let now_bits = t.core.slot_bits().map_err(errors::core)?;
     let heavy = match (now_bits, bits) {
-        (None, _) => t.core.len().map_err(errors::core)? > ORDERED_SLOT_NORMAL_KEYS,
+        (None, _) => t.core.stored_len().map_err(errors::core)? > ORDERED_SLOT_NORMAL_KEYS,
         (Some(now), Some(then)) => now > then + FIXED_SLOT_NORMAL_GROWTH,
         (Some(_), None) => false,
     };

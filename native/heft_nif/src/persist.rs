@@ -308,6 +308,10 @@ fn persist_open_io<'a>(
     if let Err(e) = opened.table.set_budget(args.budget) {
         return Err(crate::errors::core(e));
     }
+    // Nor are deadlines: with a time to live, every key gets it afresh.
+    if let Err(e) = opened.table.set_ttl(args.ttl) {
+        return Err(crate::errors::core(e));
+    }
     let p = PersistRes {
         persisted: opened.persisted,
         subscribers,

@@ -43,7 +43,11 @@ fn select_access(env: Env, tab: Term, write: bool) -> NifResult<(usize, usize, b
         }));
     }
     let ordered = t.core.kind() == Kind::OrderedSet;
-    Ok((t.core.len().map_err(errors::core)?, t.keypos, ordered))
+    Ok((
+        t.core.stored_len().map_err(errors::core)?,
+        t.keypos,
+        ordered,
+    ))
 }
 
 /// Opens the table for writing on a dirty scheduler: batches go there at

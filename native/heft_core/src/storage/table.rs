@@ -19,6 +19,8 @@ mod compact;
 pub use compact::{compact_now, Compacted, Compactions, Done as CompactDone};
 mod entries;
 mod evict;
+mod expire;
+pub use expire::{now as clock_now, Ttl};
 pub mod learn;
 mod objects;
 
@@ -26,7 +28,7 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::io;
 
-use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::{
@@ -146,6 +148,14 @@ thread_local! {
     /// Compressed bodies on their way into a Prepared, reused per thread.
     static PACKED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
+
+/// Expired keys a quick call's walk step passes over before it gives up
+/// (table/expire.rs): a step takes about a microsecond.
+const MAX_EXPIRED_STEPS: usize = 256;
+
+/// Expired keys not yet swept that a quick call's count of records looks
+/// up before it gives up ([`Table::len`]).
+const MAX_DUE_COUNTED: usize = 2048;
 
 /// Tables whose storage (index and arena) is still allocated.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -540,6 +550,18 @@ pub struct Stats {
     /// not (counted in bounded tables only).
     pub hits: u64,
     pub misses: u64,
+    /// The table's time to live in milliseconds (table/expire.rs).
+    pub ttl: Option<u64>,
+    /// Whether the table has deadlines at all (a time to live, or a
+    /// write gave one).
+    pub expires: bool,
+    /// Keys with a deadline, expired or not, that are not yet removed.
+    pub expiring_keys: u64,
+    /// Keys and records removed because they had expired.
+    pub expired_keys: u64,
+    pub expired_records: u64,
+    /// The deadlines (part of `meta_bytes`).
+    pub expiry_bytes: u64,
 }
 
 /// A table's storage. Dropping it frees the index and unmaps the arena.
@@ -555,6 +577,8 @@ pub struct State {
     tally: learn::Tally,
     /// A bounded table's eviction queue (table/evict.rs).
     evict: Option<evict::Evict>,
+    /// The deadlines of keys written with a time to live (table/expire.rs).
+    expiry: Option<expire::Expiry>,
 }
 
 impl Drop for State {
@@ -591,6 +615,64 @@ impl State {
     /// The first entry of `key` and how many it has.
     fn find(&self, ord: Order, hash: u64, key: &[u8]) -> Option<(Pos, usize)> {
         self.entries.find(&self.arena, ord, hash, key)
+    }
+
+    /// What tells expired keys apart now (table/expire.rs).
+    fn clock(&self) -> expire::Clock<'_> {
+        match &self.expiry {
+            Some(e) => e.clock(expire::now()),
+            None => expire::Clock::NONE,
+        }
+    }
+
+    /// The first key from `pos` on, walking in `dir`, that has not
+    /// expired. In a quick call, [`Error::TooLong`] past
+    /// [`MAX_EXPIRED_STEPS`] expired keys (the sweep has not caught up).
+    fn past_expired(
+        &self,
+        ord: Order,
+        dir: Direction,
+        mut pos: Option<Pos>,
+    ) -> Result<Option<Pos>, Error> {
+        let clock = self.clock();
+        if clock.is_none() {
+            return Ok(pos);
+        }
+        let mut steps = 0;
+        while let Some(p) = pos {
+            let key = self.key_at(self.entries.loc(p));
+            if !clock.expired(key) {
+                break;
+            }
+            steps += 1;
+            if steps > MAX_EXPIRED_STEPS && QUICK.get() {
+                return Err(Error::TooLong);
+            }
+            pos = self
+                .entries
+                .seek(&self.arena, ord, dir, self.entries.hash_of(key), key);
+        }
+        Ok(pos)
+    }
+
+    /// [`State::find`], but `None` for a key that has expired.
+    fn find_live(
+        &self,
+        clock: &expire::Clock,
+        ord: Order,
+        hash: u64,
+        key: &[u8],
+    ) -> Option<(Pos, usize)> {
+        self.find(ord, hash, key).filter(|&(pos, _)| {
+            clock.is_none() || !clock.expired(self.key_at(self.entries.loc(pos)))
+        })
+    }
+
+    /// Drops the deadline of `key` (as stored).
+    fn forget_deadline(&mut self, key: &[u8]) {
+        if let Some(e) = self.expiry.as_mut() {
+            e.forget(key);
+        }
     }
 
     /// The locs of `key`'s records, in order.
@@ -774,6 +856,8 @@ pub struct Table {
     journal: OnceLock<Arc<dyn Journal>>,
     /// Automatic compaction (table/compact.rs).
     auto: compact::Auto,
+    /// Whether the expiry sweeper looks after this table (table/expire.rs).
+    swept: AtomicBool,
 }
 
 impl Table {
@@ -800,11 +884,13 @@ impl Table {
                 stored_bytes: 0,
                 tally: learn::Tally::default(),
                 evict: None,
+                expiry: None,
             })),
             atoms: Arc::new(RwLock::new(AtomTable::new())),
             backing: opts.backing.clone(),
             journal: OnceLock::new(),
             auto: compact::Auto::default(),
+            swept: AtomicBool::new(false),
         })
     }
 
@@ -1060,12 +1146,14 @@ impl Table {
 
     /// Places and indexes `recs` in order, all or none, logging what it
     /// stores first; a bag keeps only new objects.
-    fn store(&self, st: &mut State, ord: Order, recs: &[Prepared]) -> Result<(), Error> {
+    fn store(&self, st: &mut State, ord: Order, all: &[Prepared], ttl: Ttl) -> Result<(), Error> {
+        let renamed = self.before_write(st, ord, all)?;
         let recs: Vec<&Prepared> = match self.kind {
-            Kind::Bag => st.new_objects(ord, recs.iter()),
-            _ => recs.iter().collect(),
+            Kind::Bag => st.new_objects(ord, all.iter()),
+            _ => all.iter().collect(),
         };
         if recs.is_empty() {
+            self.set_deadlines(st, all, &renamed, ttl);
             return Ok(());
         }
         // Entries the records add: all in a bag, those of new keys else.
@@ -1101,6 +1189,7 @@ impl Table {
             let replaced = st.link(self.kind, ord, r, loc);
             self.note_write(st, ord, r, bag_key_new || !(self.kind.is_bag() || replaced));
         }
+        self.set_deadlines(st, all, &renamed, ttl);
         self.learner.count(st.entries.len());
         self.enforce(st, ord);
         Ok(())
@@ -1136,6 +1225,7 @@ impl Table {
             + st.evict
                 .as_ref()
                 .map_or(0, |e| e.heap_bytes() + e.slow_bytes)
+            + st.expiry.as_ref().map_or(0, expire::Expiry::heap_bytes)
     }
 
     /// Counts the free lists', the atom dictionary's and the zstd
@@ -1204,6 +1294,7 @@ impl Table {
             }
             ev.evicted_keys += 1;
             ev.evicted_records += n as u64;
+            st.forget_deadline(&key);
             for loc in st.entries.remove_where(pos, n, |_| true) {
                 st.release(loc);
             }
@@ -1258,6 +1349,184 @@ impl Table {
             .as_ref()
             .map(|e| e.budget)
             .unwrap_or_default())
+    }
+
+    /// Gives the table a time to live in milliseconds (none: takes it
+    /// away; keys keep the deadlines they have). Keys without a deadline
+    /// get one, from now: meant for a table just made or opened (it walks
+    /// the whole index under the lock). See table/expire.rs.
+    pub fn set_ttl(&self, ttl: Option<u64>) -> Result<(), Error> {
+        let mut st = self.write()?;
+        if st.expiry.is_none() && ttl.is_none() {
+            return Ok(());
+        }
+        let now = expire::now();
+        let State {
+            entries,
+            arena,
+            expiry,
+            ..
+        } = &mut *st;
+        let e = expiry.get_or_insert_with(Default::default);
+        e.ttl = ttl;
+        if let Some(ms) = ttl {
+            let mut next = entries.first();
+            while let Some(pos) = next {
+                let key = key_in(arena, entries.loc(pos));
+                if e.deadline_of(key).is_none() {
+                    e.set(key, Some(now.saturating_add(ms)));
+                }
+                next = entries.next(entries.last_of_key(arena, pos));
+            }
+        }
+        drop(st);
+        self.sweep_on_its_own();
+        Ok(())
+    }
+
+    /// The table's time to live in milliseconds, if it has one.
+    pub fn ttl(&self) -> Result<Option<u64>, Error> {
+        Ok(self.read()?.expiry.as_ref().and_then(|e| e.ttl))
+    }
+
+    /// Has the expiry sweeper remove this table's expired keys, once the
+    /// holder of the table asked for automatic work
+    /// ([`Table::compact_on_its_own`]).
+    fn sweep_on_its_own(&self) {
+        let Some(me) = self.auto.me.get() else { return };
+        if !self.swept.swap(true, AtomicOrdering::AcqRel) && !expire::sweep_on_its_own(me.clone()) {
+            self.swept.store(false, AtomicOrdering::Release);
+        }
+    }
+
+    /// Removes up to `max` expired keys, earliest deadline first, each
+    /// with all its records and logged as a delete; returns how many
+    /// deadlines it took (`max`: there may be more).
+    pub fn sweep(&self, max: usize) -> Result<usize, Error> {
+        let now = expire::now();
+        // Most of the time nothing is due: the write lock is not taken.
+        let due = |st: &State| {
+            st.expiry
+                .as_ref()
+                .and_then(|e| e.earliest())
+                .is_some_and(|at| at <= now)
+        };
+        if !due(&*self.read()?) {
+            return Ok(0);
+        }
+        let mut st = self.write()?;
+        let names = self.names();
+        let ord = order(&names);
+        let mut taken = 0;
+        while taken < max {
+            let Some(key) = st.expiry.as_mut().and_then(|e| e.pop_due(now)) else {
+                break;
+            };
+            taken += 1;
+            let Some((pos, n)) = st.find(ord, self.hash(&key), &key) else {
+                continue;
+            };
+            // In an ordered_set another key `==` to this one may have
+            // taken its place, with its own deadline.
+            if st.key_at(st.entries.loc(pos)) != &key[..] {
+                continue;
+            }
+            if let Err(e) = self.log(&[Change::Delete(&key)]) {
+                if let Some(x) = st.expiry.as_mut() {
+                    x.set(&key, Some(now));
+                }
+                return Err(e);
+            }
+            self.remove_expired(&mut st, pos, n);
+        }
+        Ok(taken)
+    }
+
+    /// Removes a key found expired (its `n` records from `pos`, its delete
+    /// logged) and counts it.
+    fn remove_expired(&self, st: &mut State, pos: Pos, n: usize) {
+        for loc in st.entries.remove_where(pos, n, |_| true) {
+            st.release(loc);
+        }
+        if let Some(e) = st.expiry.as_mut() {
+            e.expired_keys += 1;
+            e.expired_records += n as u64;
+        }
+    }
+
+    /// Before a write that names `key`: removes it, as a delete, if it has
+    /// expired, so that the write finds it gone.
+    fn purge_expired(
+        &self,
+        st: &mut State,
+        ord: Order,
+        hash: u64,
+        key: &[u8],
+    ) -> Result<(), Error> {
+        if st.expiry.is_none() {
+            return Ok(());
+        }
+        let Some((pos, n)) = st.find(ord, hash, key) else {
+            return Ok(());
+        };
+        if !st.clock().expired(st.key_at(st.entries.loc(pos))) {
+            return Ok(());
+        }
+        let stored = st.key_at(st.entries.loc(pos)).to_vec();
+        st.refuse_long(0, || 0, n)?;
+        self.log(&[Change::Delete(&stored)])?;
+        st.forget_deadline(&stored);
+        self.remove_expired(st, pos, n);
+        Ok(())
+    }
+
+    /// Before a write of `recs` to a table with deadlines: each key that
+    /// has expired is removed ([`Table::purge_expired`]); returns the keys
+    /// as stored that the records will replace with other bytes (an
+    /// ordered_set's key `==` to a record's), whose deadlines go once the
+    /// write is made.
+    fn before_write(
+        &self,
+        st: &mut State,
+        ord: Order,
+        recs: &[Prepared],
+    ) -> Result<Vec<Vec<u8>>, Error> {
+        let mut renamed = Vec::new();
+        if st.expiry.is_none() {
+            return Ok(renamed);
+        }
+        for r in recs {
+            self.purge_expired(st, ord, r.hash, r.key())?;
+            if self.kind == Kind::OrderedSet {
+                if let Some((pos, _)) = st.find(ord, r.hash, r.key()) {
+                    let k = st.key_at(st.entries.loc(pos));
+                    if k != r.key() {
+                        renamed.push(k.to_vec());
+                    }
+                }
+            }
+        }
+        Ok(renamed)
+    }
+
+    /// After `recs` were stored (or skipped, in a bag): each key's
+    /// deadline as `ttl` gives it, and the keys `renamed` (see
+    /// [`Table::before_write`]) lose theirs.
+    fn set_deadlines(&self, st: &mut State, recs: &[Prepared], renamed: &[Vec<u8>], ttl: Ttl) {
+        if st.expiry.is_none() && ttl == Ttl::Table {
+            return;
+        }
+        let e = st.expiry.get_or_insert_with(Default::default);
+        for k in renamed {
+            e.forget(k);
+        }
+        let at = e.deadline(ttl, expire::now());
+        for r in recs {
+            e.set(r.key(), at);
+        }
+        if at.is_some() {
+            self.sweep_on_its_own();
+        }
     }
 
     /// The table's kind.
@@ -1332,21 +1601,36 @@ impl Table {
     /// object first: the caller reverses it there). All or nothing: on
     /// error none is inserted.
     pub fn insert(&self, recs: &[Prepared]) -> Result<(), Error> {
+        self.insert_ttl(recs, Ttl::Table)
+    }
+
+    /// [`Table::insert`], giving the records' keys the deadline `ttl` asks
+    /// for (table/expire.rs).
+    pub fn insert_ttl(&self, recs: &[Prepared], ttl: Ttl) -> Result<(), Error> {
         let mut st = self.write()?;
         let names = self.names();
-        self.store(&mut st, order(&names), recs)
+        self.store(&mut st, order(&names), recs, ttl)
     }
 
     /// Inserts all records (as [`Table::insert`]) if none of their keys is
     /// present; returns false (inserting nothing) otherwise.
     pub fn insert_new(&self, recs: &[Prepared]) -> Result<bool, Error> {
+        self.insert_new_ttl(recs, Ttl::Table)
+    }
+
+    /// [`Table::insert_new`] with a time to live, as [`Table::insert_ttl`].
+    pub fn insert_new_ttl(&self, recs: &[Prepared], ttl: Ttl) -> Result<bool, Error> {
         let mut st = self.write()?;
         let names = self.names();
         let ord = order(&names);
-        if recs.iter().any(|r| st.find(ord, r.hash, r.key()).is_some()) {
+        let clock = st.clock();
+        if recs
+            .iter()
+            .any(|r| st.find_live(&clock, ord, r.hash, r.key()).is_some())
+        {
             return Ok(false);
         }
-        self.store(&mut st, ord, recs)?;
+        self.store(&mut st, ord, recs, ttl)?;
         Ok(true)
     }
 
@@ -1355,7 +1639,14 @@ impl Table {
     pub fn get(&self, hash: u64, key: &[u8], out: &mut RecordBuf) -> Result<bool, Error> {
         let st = self.read()?;
         let names = self.names();
-        let found = st.entries.find_record(&st.arena, order(&names), hash, key);
+        let clock = st.clock();
+        let found = st
+            .entries
+            .find_record(&st.arena, order(&names), hash, key)
+            .filter(|f| {
+                clock.is_none()
+                    || !clock.expired(&f.bytes[f.header.key_start()..f.header.body_start()])
+            });
         if let Some(ev) = &st.evict {
             ev.read(hash, found.is_some());
         }
@@ -1371,7 +1662,9 @@ impl Table {
     pub fn contains(&self, hash: u64, key: &[u8]) -> Result<bool, Error> {
         let st = self.read()?;
         let names = self.names();
-        let found = st.find(order(&names), hash, key).is_some();
+        let found = st
+            .find_live(&st.clock(), order(&names), hash, key)
+            .is_some();
         if let Some(ev) = &st.evict {
             ev.read(hash, found);
         }
@@ -1388,13 +1681,19 @@ impl Table {
     ) -> Result<bool, Error> {
         let mut st = self.write()?;
         let names = self.names();
-        let Some((pos, n)) = st.find(order(&names), hash, key) else {
+        let ord = order(&names);
+        self.purge_expired(&mut st, ord, hash, key)?;
+        let Some((pos, n)) = st.find(ord, hash, key) else {
             return Ok(false);
         };
         st.refuse_long(0, || 0, n)?;
         self.log(&[Change::Delete(key)])?;
         if let Some(out) = out {
             (0..n).for_each(|i| st.copy_out_as(Entries::nth(pos, i), hash, out));
+        }
+        if st.expiry.is_some() {
+            let stored = st.key_at(st.entries.loc(pos)).to_vec();
+            st.forget_deadline(&stored);
         }
         for loc in st.entries.remove_where(pos, n, |_| true) {
             st.release(loc);
@@ -1408,7 +1707,9 @@ impl Table {
     pub fn remove_object(&self, r: &Prepared) -> Result<usize, Error> {
         let mut st = self.write()?;
         let names = self.names();
-        let Some((pos, n)) = st.find(order(&names), r.hash, r.key()) else {
+        let ord = order(&names);
+        self.purge_expired(&mut st, ord, r.hash, r.key())?;
+        let Some((pos, n)) = st.find(ord, r.hash, r.key()) else {
             return Ok(0);
         };
         let every = self.kind == Kind::DuplicateBag;
@@ -1431,6 +1732,9 @@ impl Table {
         let stay: Vec<u64> = locs.iter().copied().filter(|l| !goes(l)).collect();
         st.refuse_long(0, || 0, gone.len())?;
         self.log_bag_key(&st, r.key(), &stay, |_| None)?;
+        if stay.is_empty() {
+            st.forget_deadline(r.key());
+        }
         let removed = st.entries.remove_where(pos, n, |loc| goes(&loc));
         for &loc in &removed {
             st.release(loc);
@@ -1471,6 +1775,7 @@ impl Table {
         let mut last = None;
         let mut seen = 0;
         let mut scratch = Vec::new();
+        let clock = st.clock();
         while let Some(pos) = next.filter(|_| seen < max) {
             let (e, a, dicts) = (&st.entries, &st.arena, &st.dicts);
             let key = key_in(a, e.loc(pos));
@@ -1479,6 +1784,13 @@ impl Table {
                 true => st.find(ord, hash, key).map_or(1, |(_, n)| n),
                 false => 1,
             };
+            if !clock.is_none() && clock.expired(key) {
+                // Gone already, as far as callers see: the sweep's.
+                seen += n;
+                last = Some(pos);
+                next = e.next(Entries::nth(pos, n - 1));
+                continue;
+            }
             let (gone_before, stay_before) = (gone.len(), stay.len());
             for i in 0..n {
                 let loc = e.loc(Entries::nth(pos, i));
@@ -1526,6 +1838,9 @@ impl Table {
             let Some((pos, _)) = st.find(ord, *hash, key) else {
                 continue;
             };
+            if kept.is_empty() {
+                st.forget_deadline(key);
+            }
             if kept.is_empty() && *n == 1 {
                 st.remove_at(pos);
                 continue;
@@ -1545,7 +1860,9 @@ impl Table {
     pub fn count(&self, hash: u64, key: &[u8]) -> Result<usize, Error> {
         let st = self.read()?;
         let names = self.names();
-        Ok(st.find(order(&names), hash, key).map_or(0, |(_, n)| n))
+        Ok(st
+            .find_live(&st.clock(), order(&names), hash, key)
+            .map_or(0, |(_, n)| n))
     }
 
     /// Replaces (or with `new: None`, removes) the record `expected` names
@@ -1564,6 +1881,7 @@ impl Table {
         let mut st = self.write()?;
         let names = self.names();
         let ord = order(&names);
+        self.purge_expired(&mut st, ord, hash, key)?;
         let found = st.find(ord, hash, key);
         let (pos, same) = match (found, expected) {
             (None, None) => (None, true),
@@ -1612,6 +1930,10 @@ impl Table {
                     _ => {
                         let replaced = st.link(self.kind, ord, new, locs[0]);
                         self.note_write(&mut st, ord, new, !replaced);
+                        if pos.is_none() {
+                            // A key made here has the table's time to live.
+                            self.set_deadlines(&mut st, std::slice::from_ref(new), &[], Ttl::Table);
+                        }
                     }
                 }
                 self.enforce(&mut st, ord);
@@ -1622,8 +1944,13 @@ impl Table {
                     let stay: Vec<u64> = st.key_locs(ord, hash, key);
                     let stay: Vec<u64> = stay.into_iter().filter(|&l| l != old).collect();
                     self.log_bag_key(&st, key, &stay, |_| None)?;
+                    if stay.is_empty() {
+                        st.forget_deadline(key);
+                    }
                 } else {
                     self.log(&[Change::Delete(key)])?;
+                    let stored = st.key_at(st.entries.loc(p)).to_vec();
+                    st.forget_deadline(&stored);
                 }
                 st.remove_at(p);
             }
@@ -1632,21 +1959,29 @@ impl Table {
         Ok(true)
     }
 
-    /// Removes every record; returns how many there were.
+    /// Removes every record; returns how many there were (those of expired
+    /// keys not counted).
     pub fn clear(&self) -> Result<usize, Error> {
         let mut st = self.write()?;
         if QUICK.get() && st.entries.heap_bytes() + st.arena.mapped_bytes() > QUICK_CLEAR_BYTES {
             return Err(Error::TooLong);
         }
+        // Records of expired keys were gone already.
+        let names = self.names();
+        let expired = self.expired_records(&st, order(&names))?;
+        drop(names);
         self.log(&[Change::Clear])?;
         st.arena.clear()?;
-        let n = st.entries.len();
+        let n = st.entries.len() - expired;
         st.entries.clear();
         st.raw_bytes = 0;
         st.stored_bytes = 0;
         st.tally = learn::Tally::default();
         if let Some(ev) = st.evict.as_mut() {
             ev.clear();
+        }
+        if let Some(e) = st.expiry.as_mut() {
+            e.clear();
         }
         Ok(n)
     }
@@ -1718,6 +2053,7 @@ impl Table {
         let ord = order(&names);
         let back = dir == Direction::Backward;
         let (e, a) = (&st.entries, &st.arena);
+        let clock = st.clock();
         let range = names
             .as_deref()
             .filter(|_| *range != KeyRange::default())
@@ -1799,7 +2135,12 @@ impl Table {
             let loc = p_loc;
             let (h, bytes) = st.record_at(loc);
             raw += h.key_len;
-            match keep(&Stored { header: h, bytes }) {
+            let expired = !clock.is_none() && clock.expired(&bytes[h.key_start()..h.body_start()]);
+            let kept = match expired {
+                true => Kept::No { read: 0 },
+                false => keep(&Stored { header: h, bytes }),
+            };
+            match kept {
                 Kept::Yes { read } => {
                     raw += read + h.raw_len;
                     st.copy_out(pos, out);
@@ -1846,10 +2187,12 @@ impl Table {
     /// differ where `0.0 =:= -0.0`). False if the table is empty.
     pub fn end_record(&self, dir: Direction, out: &mut RecordBuf) -> Result<bool, Error> {
         let st = self.read()?;
+        let names = self.names();
         let pos = match dir {
             Direction::Forward => st.entries.first(),
             Direction::Backward => st.entries.last(),
         };
+        let pos = st.past_expired(order(&names), dir, pos)?;
         Ok(pos.map(|pos| st.copy_key_record(pos, out)).is_some())
     }
 
@@ -1869,6 +2212,7 @@ impl Table {
         let names = self.names();
         let ord = order(&names);
         let pos = st.entries.seek(&st.arena, ord, dir, hash, key);
+        let pos = st.past_expired(ord, dir, pos)?;
         Ok(pos.map(|pos| st.copy_key_record(pos, out)).is_some())
     }
 
@@ -1892,8 +2236,11 @@ impl Table {
         if i == n {
             return Ok(Slotted::End);
         }
+        let clock = st.clock();
         for pos in st.entries.slot_entries(&st.arena, i, bits) {
-            st.copy_out(pos, out);
+            if clock.is_none() || !clock.expired(st.key_at(st.entries.loc(pos))) {
+                st.copy_out(pos, out);
+            }
         }
         Ok(Slotted::Records)
     }
@@ -1919,9 +2266,32 @@ impl Table {
         Ok(out.items().first().map(|it| out.key(it).to_vec()))
     }
 
-    /// Number of records.
+    /// Number of records, those of expired keys not counted. In a quick
+    /// call, [`Error::TooLong`] if more than [`MAX_DUE_COUNTED`] keys
+    /// have expired and are not yet swept (each is looked up).
     pub fn len(&self) -> Result<usize, Error> {
+        let st = self.read()?;
+        let names = self.names();
+        Ok(st.entries.len() - self.expired_records(&st, order(&names))?)
+    }
+
+    /// Number of records, those of expired keys not yet swept included (at
+    /// once, whatever the table).
+    pub fn stored_len(&self) -> Result<usize, Error> {
         Ok(self.read()?.entries.len())
+    }
+
+    /// The records of expired keys not yet swept (see [`Table::len`]).
+    fn expired_records(&self, st: &State, ord: Order) -> Result<usize, Error> {
+        let Some(e) = &st.expiry else { return Ok(0) };
+        let mut gone = 0;
+        for (i, key) in e.due_keys(expire::now()).enumerate() {
+            if i >= MAX_DUE_COUNTED && QUICK.get() {
+                return Err(Error::TooLong);
+            }
+            gone += st.find(ord, self.hash(key), key).map_or(0, |(_, n)| n);
+        }
+        Ok(gone)
     }
 
     /// True when the table holds no records.
@@ -1935,11 +2305,14 @@ impl Table {
         let names = self.names();
         let ev = st.evict.as_ref();
         let (hits, misses) = ev.map_or((0, 0), evict::Evict::hits_misses);
+        let ex = st.expiry.as_ref();
+        let expired = self.expired_records(&st, order(&names))?;
         Ok(Stats {
-            size: st.entries.len() as u64,
+            size: (st.entries.len() - expired) as u64,
             index_bytes: st.entries.heap_bytes(),
             meta_bytes: self.slow_meta_bytes(&st, order(&names))
-                + ev.map_or(0, evict::Evict::heap_bytes),
+                + ev.map_or(0, evict::Evict::heap_bytes)
+                + ex.map_or(0, expire::Expiry::heap_bytes),
             dictionary_bytes: self.dicts.memory() as u64,
             arena_mapped_bytes: st.arena.mapped_bytes(),
             arena_used_bytes: st.arena.used_bytes(),
@@ -1960,6 +2333,12 @@ impl Table {
             evicted_records: ev.map_or(0, |e| e.evicted_records),
             hits,
             misses,
+            ttl: ex.and_then(|e| e.ttl),
+            expires: ex.is_some(),
+            expiring_keys: ex.map_or(0, |e| e.len() as u64),
+            expired_keys: ex.map_or(0, |e| e.expired_keys),
+            expired_records: ex.map_or(0, |e| e.expired_records),
+            expiry_bytes: ex.map_or(0, expire::Expiry::heap_bytes),
         })
     }
 }
@@ -3368,5 +3747,176 @@ mod tests {
                 assert_eq!(records_by_key(&fresh), left, "{kind:?} replayed");
             }
         }
+    }
+
+    // ---- Expiry (table/expire.rs). A time to live of 0 has expired when
+    // the write returns; an hour has not while a test runs.
+
+    const HOUR: u64 = 3_600_000;
+
+    /// Keys the table's walks and reads see, each way, sorted.
+    fn seen(t: &Table, keys: std::ops::Range<i64>) -> [Vec<Vec<u8>>; 5] {
+        let mut walked = Vec::new();
+        each_record(t, Direction::Forward, 3, |b, it| {
+            walked.push(b.key(it).to_vec())
+        });
+        let mut back = Vec::new();
+        each_record(t, Direction::Backward, 3, |b, it| {
+            back.push(b.key(it).to_vec())
+        });
+        let mut stepped = Vec::new();
+        let mut next = t.first_key().unwrap();
+        while let Some(k) = next {
+            next = t.next_key(t.hash(&k), &k).unwrap();
+            stepped.push(k);
+        }
+        let found = keys
+            .filter(|&i| {
+                let k = key(i);
+                let got = t.contains(t.hash(&k), &k).unwrap();
+                assert_eq!(got, t.count(t.hash(&k), &k).unwrap() > 0);
+                assert_eq!(got, get_body(t, &k).is_some());
+                got
+            })
+            .map(key)
+            .collect();
+        let mut slotted = Vec::new();
+        let bits = t.slot_bits().unwrap();
+        for i in 0.. {
+            let mut buf = RecordBuf::new();
+            match t.slot(i, bits, &mut buf).unwrap() {
+                Slotted::Records => buf
+                    .items()
+                    .iter()
+                    .for_each(|it| slotted.push(buf.key(it).to_vec())),
+                _ => break,
+            }
+        }
+        let mut all = [walked, back, stepped, found, slotted];
+        for v in &mut all {
+            v.sort();
+            v.dedup();
+        }
+        all
+    }
+
+    #[test]
+    fn expired_keys_are_gone_for_every_read_and_the_sweep_removes_them() {
+        for kind in KINDS {
+            let t = table_of(kind, Compression::None);
+            let live: Vec<Prepared> = (0..50).map(|i| t.prepare(&key(i), &body(i, 10))).collect();
+            let dead: Vec<Prepared> = (50..100)
+                .map(|i| t.prepare(&key(i), &body(i, 10)))
+                .collect();
+            t.insert_ttl(&live, Ttl::Millis(HOUR)).unwrap();
+            t.insert_ttl(&dead, Ttl::Millis(0)).unwrap();
+            let want: Vec<Vec<u8>> = {
+                let mut v: Vec<_> = (0..50).map(key).collect();
+                v.sort();
+                v
+            };
+            for got in seen(&t, 0..100) {
+                assert_eq!(got, want, "{kind:?}");
+            }
+            assert_eq!(t.len().unwrap(), 50);
+            assert_eq!(t.stored_len().unwrap(), 100, "not swept yet");
+            assert_eq!(t.stats().unwrap().size, 50);
+            // The sweep takes the expired keys, a step at a time.
+            assert_eq!(t.sweep(30).unwrap(), 30);
+            assert_eq!(t.sweep(30).unwrap(), 20);
+            assert_eq!(t.sweep(30).unwrap(), 0);
+            let s = t.stats().unwrap();
+            assert_eq!(
+                (s.expired_keys, s.expired_records, s.expiring_keys),
+                (50, 50, 50)
+            );
+            assert_eq!(t.stored_len().unwrap(), 50);
+            for got in seen(&t, 0..100) {
+                assert_eq!(got, want, "{kind:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn writes_find_an_expired_key_gone_and_log_its_removal() {
+        for kind in KINDS {
+            let t = table_of(kind, Compression::None);
+            let journal = Arc::new(Recorder::default());
+            t.set_journal(journal.clone());
+            let k = key(1);
+            t.insert_ttl(&[t.prepare(&k, &body(1, 5))], Ttl::Millis(0))
+                .unwrap();
+            let logged = journal.0.lock().len();
+            // insert_new sees no key: the expired one is removed (a logged
+            // delete, first) and the new record goes in, with no deadline.
+            assert!(t.insert_new(&[t.prepare(&k, &body(2, 5))]).unwrap());
+            assert_eq!(get_body(&t, &k), Some(body(2, 5)));
+            assert_eq!(t.len().unwrap(), 1, "{kind:?}");
+            let log = journal.0.lock();
+            assert!(
+                matches!(&log[logged], Owned::Delete(d) if *d == k),
+                "{kind:?}"
+            );
+            drop(log);
+            let s = t.stats().unwrap();
+            assert_eq!((s.expired_keys, s.expiring_keys), (1, 0));
+            // A delete of an expired key finds none.
+            t.insert_ttl(&[t.prepare(&key(2), &body(2, 5))], Ttl::Millis(0))
+                .unwrap();
+            assert!(!t.remove(t.hash(&key(2)), &key(2), None).unwrap());
+            // Deleting a key drops its deadline.
+            t.insert_ttl(&[t.prepare(&key(3), &body(3, 5))], Ttl::Millis(HOUR))
+                .unwrap();
+            assert!(t.remove(t.hash(&key(3)), &key(3), None).unwrap());
+            assert_eq!(t.stats().unwrap().expiring_keys, 0, "{kind:?}");
+            // Clearing counts only what was there to see.
+            t.insert_ttl(&[t.prepare(&key(4), &body(4, 5))], Ttl::Millis(0))
+                .unwrap();
+            t.insert(&[t.prepare(&key(5), &body(5, 5))]).unwrap();
+            assert_eq!(t.clear().unwrap(), 2, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn a_table_ttl_gives_keys_deadlines_and_a_write_may_set_its_own() {
+        let t = table(Compression::None);
+        t.insert(&[t.prepare(&key(1), &body(1, 5))]).unwrap();
+        assert!(!t.stats().unwrap().expires);
+        t.set_ttl(Some(HOUR)).unwrap();
+        let s = t.stats().unwrap();
+        assert_eq!(
+            (s.ttl, s.expiring_keys),
+            (Some(HOUR), 1),
+            "a key already there"
+        );
+        t.insert(&[t.prepare(&key(2), &body(2, 5))]).unwrap();
+        t.insert_ttl(&[t.prepare(&key(3), &body(3, 5))], Ttl::Never)
+            .unwrap();
+        assert_eq!(t.stats().unwrap().expiring_keys, 2);
+        // A write of a key without a ttl in a table with one: the table's.
+        t.insert_ttl(&[t.prepare(&key(3), &body(3, 5))], Ttl::Millis(0))
+            .unwrap();
+        assert_eq!(t.len().unwrap(), 2);
+        t.insert(&[t.prepare(&key(3), &body(3, 5))]).unwrap();
+        assert_eq!(t.len().unwrap(), 3);
+        assert!(t.stats().unwrap().expiry_bytes > 0);
+    }
+
+    #[test]
+    fn a_quick_walk_step_gives_up_past_many_expired_keys() {
+        let t = table_of(Kind::OrderedSet, Compression::None);
+        let dead: Vec<Prepared> = (0..2 * MAX_EXPIRED_STEPS as i64)
+            .map(|i| t.prepare(&key(i), &body(i, 1)))
+            .collect();
+        t.insert_ttl(&dead, Ttl::Millis(0)).unwrap();
+        t.insert(&[t.prepare(&key(1 << 20), &body(0, 1))]).unwrap();
+        let mut out = RecordBuf::new();
+        assert!(matches!(
+            quick(|| t.end_record(Direction::Forward, &mut out)),
+            Err(Error::TooLong)
+        ));
+        assert!(t.end_record(Direction::Forward, &mut out).unwrap());
+        assert_eq!(out.key(&out.items()[0]), key(1 << 20));
+        assert!(matches!(quick(|| t.len()), Ok(1)));
     }
 }

@@ -154,7 +154,7 @@ pub struct Compactions {
 pub(crate) struct Auto {
     /// Set by [`Table::compact_on_its_own`]: the compactor holds no table
     /// alive.
-    me: OnceLock<Weak<Table>>,
+    pub(super) me: OnceLock<Weak<Table>>,
     /// Queued for the compactor, or running there.
     queued: AtomicBool,
     /// Free bytes a write must leave before the next automatic run: raised
