@@ -432,9 +432,10 @@ defmodule Heft do
     * Time is the VM host's monotonic clock, in milliseconds: deadlines
       do not move when the wall clock is set.
     * Deadlines are not stored: `open/2` gives every key of the table it
-      loads the `ttl` it is given, from the time it opens (a key that had
-      expired but was not yet swept when the table was closed comes back
-      for that long). A table opened without `ttl` has no expiry.
+      loads the `ttl` it is given, from the time it opens; a table opened
+      without `ttl` has no expiry. `close/1` removes the expired keys
+      first, so they do not come back; after a crash, keys that had
+      expired but were not yet swept are loaded with the rest.
     * `info(tab, :expiry)`: `nil` for a table that never had a deadline,
       else `%{ttl:, expiring_keys:, expired_keys:, expired_records:,
       bytes:}` - the table's time to live (`nil`: none), the keys that

@@ -197,6 +197,11 @@ defmodule Heft.ExpiryTest do
       {:ok, t} = Heft.open(dir)
       assert Enum.sort(Heft.tab2list(t)) == [{:a, 1}, {:b, 2}]
       assert Heft.info(t, :expiry) == nil
+      # Expired but not yet swept: close/1 removes it first.
+      Heft.insert(t, {:closed, 1}, ttl: 0)
+      :ok = Heft.close(t)
+      {:ok, t} = Heft.open(dir)
+      assert Enum.sort(Heft.tab2list(t)) == [{:a, 1}, {:b, 2}]
       :ok = Heft.close(t)
 
       # Opened with a ttl: every key gets it from now.

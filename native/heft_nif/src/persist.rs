@@ -351,6 +351,9 @@ fn persist_close_io<'a>(env: Env<'a>, tab: Term<'a>, remove: bool) -> NifResult<
             "only the owner may close a protected or private table",
         ));
     }
+    // Expired keys not yet swept go now, logged, so that the table
+    // reopens without them (a failed log stops this; they then stay).
+    while matches!(t.core.sweep(4096), Ok(4096)) {}
     resource::delete(&t);
     let closed = p.persisted.close();
     if remove {

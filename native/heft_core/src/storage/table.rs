@@ -20,7 +20,7 @@ pub use compact::{compact_now, Compacted, Compactions, Done as CompactDone};
 mod entries;
 mod evict;
 mod expire;
-pub use expire::{now as clock_now, Ttl};
+pub use expire::Ttl;
 pub mod learn;
 mod objects;
 
@@ -1382,11 +1382,6 @@ impl Table {
         drop(st);
         self.sweep_on_its_own();
         Ok(())
-    }
-
-    /// The table's time to live in milliseconds, if it has one.
-    pub fn ttl(&self) -> Result<Option<u64>, Error> {
-        Ok(self.read()?.expiry.as_ref().and_then(|e| e.ttl))
     }
 
     /// Has the expiry sweeper remove this table's expired keys, once the
