@@ -1389,6 +1389,9 @@ impl Table {
     /// ([`Table::compact_on_its_own`]).
     fn sweep_on_its_own(&self) {
         let Some(me) = self.auto.me.get() else { return };
+        if self.swept.load(AtomicOrdering::Relaxed) {
+            return;
+        }
         if !self.swept.swap(true, AtomicOrdering::AcqRel) && !expire::sweep_on_its_own(me.clone()) {
             self.swept.store(false, AtomicOrdering::Release);
         }
@@ -1490,8 +1493,15 @@ impl Table {
         if st.expiry.is_none() {
             return Ok(renamed);
         }
+        let now = expire::now();
         for r in recs {
-            self.purge_expired(st, ord, r.hash, r.key())?;
+            // A hash table stores a key as written: only a key whose own
+            // deadline has passed is looked up. An ordered_set's stored key
+            // may be another one `==` to it.
+            let due = |e: &expire::Expiry| e.deadline_of(r.key()).is_some_and(|at| at <= now);
+            if self.kind == Kind::OrderedSet || st.expiry.as_ref().is_some_and(due) {
+                self.purge_expired(st, ord, r.hash, r.key())?;
+            }
             if self.kind == Kind::OrderedSet {
                 if let Some((pos, _)) = st.find(ord, r.hash, r.key()) {
                     let k = st.key_at(st.entries.loc(pos));

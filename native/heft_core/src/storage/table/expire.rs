@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::Table;
+use crate::hash::KeyedHash;
 
 /// Milliseconds on the monotonic clock, since this library first asked.
 pub fn now() -> u64 {
@@ -57,7 +58,7 @@ pub(super) struct Expiry {
     pub(super) ttl: Option<u64>,
     /// Each key's deadline, and the sequence number that makes its place
     /// in `due` unique.
-    deadlines: HashMap<Arc<[u8]>, (u64, u64)>,
+    deadlines: HashMap<Arc<[u8]>, (u64, u64), Keyed>,
     /// The keys by deadline, earliest first.
     due: BTreeMap<(u64, u64), Arc<[u8]>>,
     seq: u64,
@@ -206,6 +207,38 @@ impl Clock<'_> {
     pub(super) fn is_none(&self) -> bool {
         self.expiry.is_none()
     }
+}
+
+/// Hashes a key's bytes with a keyed hash of the table's kind (not
+/// SipHash, which was a sixth of what a deadline cost a write): keys are
+/// the callers' data, so not a hash they can aim at.
+#[derive(Clone)]
+pub(super) struct Keyed(KeyedHash);
+
+impl Default for Keyed {
+    fn default() -> Self {
+        Keyed(KeyedHash::random())
+    }
+}
+
+impl std::hash::BuildHasher for Keyed {
+    type Hasher = KeyedHasher;
+    fn build_hasher(&self) -> KeyedHasher {
+        KeyedHasher(self.0, 0)
+    }
+}
+
+/// Hashes the one byte string written ([u8]'s length prefix is ignored).
+pub(super) struct KeyedHasher(KeyedHash, u64);
+
+impl std::hash::Hasher for KeyedHasher {
+    fn finish(&self) -> u64 {
+        self.1
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.1 ^= self.0.hash(bytes);
+    }
+    fn write_usize(&mut self, _len: usize) {}
 }
 
 // ---- The sweeper: one thread for every table whose expired keys are
