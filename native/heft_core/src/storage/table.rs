@@ -646,11 +646,15 @@ impl State {
             }
             steps += 1;
             if steps > MAX_EXPIRED_STEPS && QUICK.get() {
+                expire::wake();
                 return Err(Error::TooLong);
             }
-            pos = self
-                .entries
-                .seek(&self.arena, ord, dir, self.entries.hash_of(key), key);
+            // The next key in walk order (a hash table's last/prev walk
+            // forward, as ETS's do).
+            pos = match (dir, ord) {
+                (Direction::Backward, Order::Term(_)) => self.entries.prev(p),
+                _ => self.entries.next(self.entries.last_of_key(&self.arena, p)),
+            };
         }
         Ok(pos)
     }
@@ -2292,6 +2296,7 @@ impl Table {
         let mut gone = 0;
         for (i, key) in e.due_keys(expire::now()).enumerate() {
             if i >= MAX_DUE_COUNTED && QUICK.get() {
+                expire::wake();
                 return Err(Error::TooLong);
             }
             gone += st.find(ord, self.hash(key), key).map_or(0, |(_, n)| n);

@@ -279,7 +279,15 @@ pub(super) fn sweep_on_its_own(table: Weak<Table>) -> bool {
     true
 }
 
-/// The sweeper's thread: every [`TICK`], sweeps each live table of what
+/// Has the sweeper look at its tables now rather than at its next tick (a
+/// read found many expired keys not yet swept).
+pub(super) fn wake() {
+    if let Some(s) = SWEEPER.get() {
+        s.wake.notify_one();
+    }
+}
+
+/// The sweeper's thread: every [`TICK`] (or when woken), sweeps each live table of what
 /// has expired, a step at a time, resting between steps as long as the
 /// step held the lock, so that it never keeps the table from its users
 /// for long. Forgets deleted tables.
@@ -308,6 +316,7 @@ fn sweeper() {
                 }
             }
         }
-        std::thread::sleep(TICK);
+        let mut list = s.tables.lock();
+        s.wake.wait_for(&mut list, TICK);
     }
 }
