@@ -99,7 +99,8 @@ setopts(Tab, Opts) -> ?H:setopts(Tab, Opts).
 -spec insert(tab(), object() | [object()]) -> true | {error, atom()}.
 insert(Tab, Objects) -> ?H:insert(Tab, Objects).
 
-%% @doc `insert/2' with `[{sync, commit}]' to wait for stable storage.
+%% @doc `insert/2' with per-call options: `[{sync, commit}]' to wait for
+%% stable storage, `[{ttl, Ms | infinity}]' for the keys' time to live.
 -spec insert(tab(), object() | [object()], list()) -> true | {error, atom()}.
 insert(Tab, Objects, Opts) -> ?H:insert(Tab, Objects, Opts).
 
