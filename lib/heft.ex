@@ -121,6 +121,12 @@ defmodule Heft do
   >   such a binary comes back as the key's binary. Bags store each object
   >   as written out in full.
   > - The owner-transfer message is tagged `:"HEFT-TRANSFER"`.
+  > - A reference that stands for an object of the VM (the references of
+  >   `:atomics`, `:counters` and NIF resources) is stored as a reference
+  >   only: the table does not keep its object alive, as ETS does. Once no
+  >   process holds the reference any more, the object is freed and the
+  >   stored reference is stale (`:atomics.info/1` of it raises). Keep such
+  >   objects referenced elsewhere as long as the table holds them.
   > - An unnamed table is a `Heft.Table` struct, not a reference.
   > - `next/2` accepts a key that is no longer in the table and continues
   >   from where it was (ETS raises unless the table is fixed), so a
@@ -419,8 +425,9 @@ defmodule Heft do
       removes them, earliest deadline first, on a thread of its own (256
       keys per hold of the table's lock, resting between holds as long
       as it held it; it looks every 100 ms). Until it has, `info(tab,
-      :size)` and `info(tab, :memory)` count them. In a persistent table
-      each removal is logged as a delete.
+      :memory)` counts them. In a persistent table each removal is logged
+      as a delete. A bounded table (see "Budgets and eviction") over its
+      bound removes expired keys before it evicts a live one.
     * Which writes set a key's deadline: `insert/2,3` and
       `insert_new/2,3`, from the time the write is applied: its own
       `ttl:`, else the table's; a key written with neither has none
@@ -1061,7 +1068,10 @@ defmodule Heft do
       _ -> false
     end
 
-    if tuple_size(default) < keypos or not Enum.all?(List.wrap(element_spec), fits?) do
+    specs = List.wrap(element_spec)
+
+    if tuple_size(default) < keypos or not Heft.Args.proper_list?(specs) or
+         not Enum.all?(specs, fits?) do
       raise ArgumentError,
             "update_element/4: the default #{inspect(default)} does not fit #{inspect(element_spec)}"
     end

@@ -1277,9 +1277,19 @@ impl Table {
     fn enforce(&self, st: &mut State, ord: Order) {
         self.recount_slow_bytes(st, ord, false);
         let mut evicted = 0;
+        let now = st.expiry.as_ref().map(|_| expire::now());
         while self.over_budget(st) {
             if QUICK.get() && evicted >= QUICK_EVICTIONS {
                 return;
+            }
+            // Expired keys go before any live one is evicted.
+            match now.and_then(|now| self.expire_next(st, ord, now)) {
+                Some(Ok(())) => {
+                    evicted += 1;
+                    continue;
+                }
+                Some(Err(_)) => return,
+                None => {}
             }
             let State {
                 evict,
@@ -1421,27 +1431,36 @@ impl Table {
         let ord = order(&names);
         let mut taken = 0;
         while taken < max {
-            let Some(key) = st.expiry.as_mut().and_then(|e| e.pop_due(now)) else {
-                break;
-            };
+            match self.expire_next(&mut st, ord, now) {
+                None => break,
+                Some(r) => r?,
+            }
             taken += 1;
-            let Some((pos, n)) = st.find(ord, self.hash(&key), &key) else {
-                continue;
-            };
-            // In an ordered_set another key `==` to this one may have
-            // taken its place, with its own deadline.
-            if st.key_at(st.entries.loc(pos)) != &key[..] {
-                continue;
-            }
-            if let Err(e) = self.log(&[Change::Delete(&key)]) {
-                if let Some(x) = st.expiry.as_mut() {
-                    x.set(&key, Some(now));
-                }
-                return Err(e);
-            }
-            self.remove_expired(&mut st, pos, n);
         }
         Ok(taken)
+    }
+
+    /// Takes the key whose deadline comes first, if it is not after `now`,
+    /// and removes it (logged as a delete); `None` if no key is due. A key
+    /// whose delete cannot be logged keeps its place.
+    fn expire_next(&self, st: &mut State, ord: Order, now: u64) -> Option<Result<(), Error>> {
+        let key = st.expiry.as_mut()?.pop_due(now)?;
+        let Some((pos, n)) = st.find(ord, self.hash(&key), &key) else {
+            return Some(Ok(()));
+        };
+        // In an ordered_set another key `==` to this one may have taken
+        // its place, with its own deadline.
+        if st.key_at(st.entries.loc(pos)) != &key[..] {
+            return Some(Ok(()));
+        }
+        if let Err(e) = self.log(&[Change::Delete(&key)]) {
+            if let Some(x) = st.expiry.as_mut() {
+                x.set(&key, Some(now));
+            }
+            return Some(Err(e));
+        }
+        self.remove_expired(st, pos, n);
+        Some(Ok(()))
     }
 
     /// Removes a key found expired (its `n` records from `pos`, its delete
@@ -3910,6 +3929,24 @@ mod tests {
         t.insert(&[t.prepare(&key(3), &body(3, 5))]).unwrap();
         assert_eq!(t.len().unwrap(), 3);
         assert!(t.stats().unwrap().expiry_bytes > 0);
+    }
+
+    #[test]
+    fn a_bounded_table_removes_expired_keys_before_it_evicts_live_ones() {
+        let t = table(Compression::None);
+        let budget = Budget {
+            max_bytes: None,
+            max_records: Some(10),
+        };
+        t.set_budget(budget).unwrap();
+        let dead: Vec<Prepared> = (0..10).map(|i| t.prepare(&key(i), &body(i, 5))).collect();
+        t.insert_ttl(&dead, Ttl::Millis(0)).unwrap();
+        for i in 10..20 {
+            t.insert(&[t.prepare(&key(i), &body(i, 5))]).unwrap();
+        }
+        let s = t.stats().unwrap();
+        assert_eq!((s.evicted_keys, s.expired_keys, s.size), (0, 10, 10));
+        assert!((10..20).all(|i| get_body(&t, &key(i)).is_some()));
     }
 
     #[test]
