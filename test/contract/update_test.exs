@@ -314,6 +314,18 @@ defmodule Heft.Contract.UpdateTest do
       assert m.tab2list(tab) == [{:k, 1, 2}]
     end
 
+    contract "an improper or bad list of updates raises and changes nothing",
+      functions: [update_element: 4] do
+      tab = new_with(m, {:k, 1, 2})
+
+      for updates <- [[{2, 1} | {3, 1}], [{2, 1} | :x], [{2, 1}, false], [false | {2, 1}]],
+          key <- [:k, :m] do
+        assert_raise ArgumentError, fn -> m.update_element(tab, key, updates, {:m, 0, 0}) end
+      end
+
+      assert m.tab2list(tab) == [{:k, 1, 2}]
+    end
+
     contract "a bag raises", functions: [update_element: 4] do
       tab = new_with(m, {:k, 1}, [:bag])
       assert_raise ArgumentError, fn -> m.update_element(tab, :k, {2, 0}, {:a, :b}) end
