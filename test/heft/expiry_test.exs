@@ -94,6 +94,21 @@ defmodule Heft.ExpiryTest do
     end
   end
 
+  test "past thousands of expired keys not yet swept, walk steps and counts answer" do
+    # More than a normal scheduler's call passes over (256 keys for a
+    # walk step, 2,048 for a count): those calls go on on a dirty one.
+    for type <- @types do
+      t = Heft.new(:backlog, [type])
+      Heft.insert(t, for(i <- 1..5_000, do: {i, i}), ttl: 0)
+      Heft.insert(t, {:live, 1})
+      assert {Heft.first(t), Heft.last(t)} == {:live, :live}, inspect(type)
+      assert Heft.info(t, :size) == 1
+      assert Heft.select_count(t, [{:_, [], [true]}]) == 1
+      assert Heft.tab2list(t) == [{:live, 1}]
+      Heft.delete(t)
+    end
+  end
+
   test "writes to an expired key find it gone: counters start again, element updates miss" do
     for type <- [:set, :ordered_set] do
       t = Heft.new(:counters, [type])

@@ -10,8 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use heft_core::sieve::{Judgement, Sieve};
 use heft_core::table::{
-    Bound, Direction, Error as CoreError, Item, Kept, KeyRange, Kind, RecordBuf, Slotted, Stored,
-    Ttl,
+    Bound, Direction, Item, Kept, KeyRange, Kind, RecordBuf, Slotted, Stored, Ttl,
 };
 use heft_core::{Backing, Cursor, Prepared};
 use rustler::types::tuple::get_tuple;
@@ -62,7 +61,14 @@ macro_rules! variants {
     ($imp:ident $([$extra:expr])? => $normal:ident, $cpu:ident, $io:ident ($($arg:ident),*)) => {
         #[rustler::nif]
         fn $normal<'a>(env: Env<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
-            $imp(env, Sched::Normal, $($arg,)* $($extra)?)
+            // A read that would take long (past many expired keys not yet
+            // swept: heft_core table/expire.rs) is refused in a quick call
+            // and retried on DirtyCpu, as writes are (`write_variants!`).
+            let r = heft_core::table::quick(|| $imp(env, Sched::Normal, $($arg,)* $($extra)?));
+            if crate::errors::take_too_long() {
+                return Ok(crate::errors::retry_cpu(env));
+            }
+            r
         }
         #[rustler::nif(schedule = "DirtyCpu")]
         fn $cpu<'a>(env: Env<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
@@ -938,15 +944,7 @@ fn element_updates(ops: Term) -> Result<Vec<(usize, Term)>, &'static str> {
 fn end_key<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>, dir: Direction) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
     with_buf(|buf, scratch| {
-        // Past many expired keys, a quick call gives up (DirtyCpu goes on).
-        let found = match sched {
-            Sched::Normal => heft_core::table::quick(|| t.core.end_record(dir, buf)),
-            _ => t.core.end_record(dir, buf),
-        };
-        if matches!(found, Err(CoreError::TooLong)) {
-            return Ok(retry_cpu(env));
-        }
-        if !found.map_err(errors::core)? {
+        if !t.core.end_record(dir, buf).map_err(errors::core)? {
             return Ok(atoms::end_of_table().encode(env));
         }
         stored_key(env, &t, buf, scratch)
@@ -965,15 +963,11 @@ fn step_key<'a>(
     let mut enc = TermEncoder::new(&t.atoms, sched.budget());
     let k = encoded!(env, enc.key(env, key));
     with_buf(|buf, scratch| {
-        let hash = t.core.hash(&k);
-        let found = match sched {
-            Sched::Normal => heft_core::table::quick(|| t.core.step_record(dir, hash, &k, buf)),
-            _ => t.core.step_record(dir, hash, &k, buf),
-        };
-        if matches!(found, Err(CoreError::TooLong)) {
-            return Ok(retry_cpu(env));
-        }
-        if !found.map_err(errors::core)? {
+        let found = t
+            .core
+            .step_record(dir, t.core.hash(&k), &k, buf)
+            .map_err(errors::core)?;
+        if !found {
             return Ok(atoms::end_of_table().encode(env));
         }
         stored_key(env, &t, buf, scratch)
@@ -985,14 +979,7 @@ fn step_key<'a>(
 /// scheduler gives up for DirtyCpu.
 fn size_impl<'a>(env: Env<'a>, sched: Sched, tab: Term<'a>) -> NifResult<Term<'a>> {
     let t = open!(env, tab, sched, false);
-    let n = match sched {
-        Sched::Normal => heft_core::table::quick(|| t.core.len()),
-        _ => t.core.len(),
-    };
-    match n {
-        Err(CoreError::TooLong) => Ok(retry_cpu(env)),
-        n => Ok(n.map_err(errors::core)?.encode(env)),
-    }
+    Ok(t.core.len().map_err(errors::core)?.encode(env))
 }
 
 /// The cursor of a walk that stopped at `key` (in the form the chunk NIFs

@@ -653,7 +653,7 @@ impl State {
             // forward, as ETS's do).
             pos = match (dir, ord) {
                 (Direction::Backward, Order::Term(_)) => self.entries.prev(p),
-                _ => self.entries.next(self.entries.last_of_key(&self.arena, p)),
+                _ => self.entries.next_key(&self.arena, p),
             };
         }
         Ok(pos)
@@ -1349,8 +1349,7 @@ impl Table {
         while let Some(pos) = next {
             let key = st.key_at(st.entries.loc(pos));
             ev.requeue(key);
-            let last = st.entries.last_of_key(&st.arena, pos);
-            next = st.entries.next(last);
+            next = st.entries.next_key(&st.arena, pos);
         }
         st.evict = Some(ev);
     }
@@ -1390,7 +1389,7 @@ impl Table {
                 if e.deadline_of(key).is_none() {
                     e.set(key, Some(now.saturating_add(ms)));
                 }
-                next = entries.next(entries.last_of_key(arena, pos));
+                next = entries.next_key(arena, pos);
             }
         }
         drop(st);

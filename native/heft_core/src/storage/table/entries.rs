@@ -307,6 +307,12 @@ impl Entries {
         }
     }
 
+    /// The first entry of the key after `pos`'s in walk order (a bag
+    /// key's entries are together).
+    pub(super) fn next_key(&self, arena: &Arena, pos: Pos) -> Option<Pos> {
+        self.next(self.last_of_key(arena, pos))
+    }
+
     /// The `i`th entry of a key whose first entry is at `pos`.
     pub(super) fn nth(pos: Pos, i: usize) -> Pos {
         match pos {
