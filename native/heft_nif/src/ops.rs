@@ -89,32 +89,32 @@ macro_rules! variants {
 /// table whose log needs a new segment first (rare: the table's flusher
 /// thread makes them ahead of time) answers `:"$heft_io"` from the normal
 /// and DirtyCpu variants; the DirtyIo one makes room and retries.
-/// `imp[extra]` passes `extra` after the NIF's own arguments.
+/// `imp[extra, ...]` passes the `extra`s after the NIF's own arguments.
 macro_rules! write_variants {
-    ($imp:ident $([$extra:expr])? => $normal:ident, $cpu:ident, $io:ident ($tab:ident $(, $arg:ident)*)) => {
+    ($imp:ident $([$($extra:expr),*])? => $normal:ident, $cpu:ident, $io:ident ($tab:ident $(, $arg:ident)*)) => {
         #[rustler::nif]
         fn $normal<'a>(env: Env<'a>, $tab: Term<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
             // A change that would resize a large index (or clear a large
             // table) is refused here, unmade, and retried on DirtyCpu.
-            let r = heft_core::table::quick(|| $imp(env, Sched::Normal, $tab, $($arg,)* $($extra)?));
+            let r = heft_core::table::quick(|| $imp(env, Sched::Normal, $tab, $($arg,)* $($($extra),*)?));
             crate::persist::after_write(env, $tab, r)
         }
         #[rustler::nif(schedule = "DirtyCpu")]
         fn $cpu<'a>(env: Env<'a>, $tab: Term<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
-            let r = $imp(env, Sched::Cpu, $tab, $($arg,)* $($extra)?);
+            let r = $imp(env, Sched::Cpu, $tab, $($arg,)* $($($extra),*)?);
             crate::persist::after_write(env, $tab, r)
         }
         #[rustler::nif(schedule = "DirtyIo")]
         fn $io<'a>(env: Env<'a>, $tab: Term<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
-            let r = crate::persist::with_room(env, $tab, || $imp(env, Sched::Io, $tab, $($arg,)* $($extra)?));
+            let r = crate::persist::with_room(env, $tab, || $imp(env, Sched::Io, $tab, $($arg,)* $($($extra),*)?));
             crate::persist::after_write(env, $tab, r)
         }
     };
 }
 pub(crate) use write_variants;
 
-write_variants!(insert_impl => insert, insert_cpu, insert_io (tab, objs));
-write_variants!(insert_new_impl => insert_new, insert_new_cpu, insert_new_io (tab, objs));
+write_variants!(write_objects[false, Ttl::Table] => insert, insert_cpu, insert_io (tab, objs));
+write_variants!(write_objects[true, Ttl::Table] => insert_new, insert_new_cpu, insert_new_io (tab, objs));
 // With a write's `ttl:` (heft_core table/expire.rs).
 write_variants!(write_ttl[false] => insert_ttl, insert_ttl_cpu, insert_ttl_io (tab, objs, ttl));
 write_variants!(write_ttl[true] => insert_new_ttl, insert_new_ttl_cpu, insert_new_ttl_io (tab, objs, ttl));
@@ -475,15 +475,6 @@ fn prepare_all<'a>(
     Ok(Ok(prepared))
 }
 
-fn insert_impl<'a>(
-    env: Env<'a>,
-    sched: Sched,
-    tab: Term<'a>,
-    objs: Term<'a>,
-) -> NifResult<Term<'a>> {
-    write_objects(env, sched, tab, objs, false, Ttl::Table)
-}
-
 /// `insert_ttl` and `insert_new_ttl` (`only_new`): a write's `ttl:`.
 fn write_ttl<'a>(
     env: Env<'a>,
@@ -495,15 +486,6 @@ fn write_ttl<'a>(
 ) -> NifResult<Term<'a>> {
     let ttl = crate::budget::write_ttl_of(ttl)?;
     write_objects(env, sched, tab, objs, only_new, ttl)
-}
-
-fn insert_new_impl<'a>(
-    env: Env<'a>,
-    sched: Sched,
-    tab: Term<'a>,
-    objs: Term<'a>,
-) -> NifResult<Term<'a>> {
-    write_objects(env, sched, tab, objs, true, Ttl::Table)
 }
 
 fn write_objects<'a>(
