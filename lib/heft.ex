@@ -475,10 +475,6 @@ defmodule Heft do
   import Heft.Native, only: [call: 1]
   alias Heft.Native
 
-  # The longest time to live, in milliseconds (2^62: deadlines are
-  # unsigned 64-bit milliseconds; about 146 million years).
-  @max_ttl 4_611_686_018_427_387_904
-
   @typedoc "A table: a `Heft.Table` identifier, or the name of a named table."
   @type tab :: Heft.Table.t() | atom
 
@@ -674,10 +670,13 @@ defmodule Heft do
        when key in [:max_bytes, :max_records] and (is_nil(n) or (is_integer(n) and n > 0)),
        do: Map.put(o, key, n)
 
-  defp option({:ttl, ms}, o) when is_integer(ms) and ms > 0 and ms <= @max_ttl,
-    do: %{o | ttl: ms}
+  defp option({:ttl, t} = opt, o) do
+    unless Heft.Args.table_ttl?(t) do
+      raise ArgumentError, "option :ttl has an invalid value: #{inspect(opt)}"
+    end
 
-  defp option({:ttl, t}, o) when t in [nil, :infinity], do: %{o | ttl: nil}
+    %{o | ttl: if(is_integer(t), do: t)}
+  end
 
   defp option({:arena, {:file, dir}}, o) when is_binary(dir) or is_list(dir) do
     dir = IO.chardata_to_string(dir)
@@ -704,7 +703,6 @@ defmodule Heft do
               :arena,
               :max_bytes,
               :max_records,
-              :ttl,
               :read_concurrency,
               :write_concurrency,
               :decentralized_counters
@@ -832,7 +830,7 @@ defmodule Heft do
     opts =
       Heft.Args.options!(opts, fun,
         sync: &(&1 in [:table, :commit]),
-        ttl: &(&1 in [:table, :infinity] or (is_integer(&1) and &1 >= 0 and &1 <= @max_ttl))
+        ttl: &Heft.Args.write_ttl?/1
       )
 
     sync = Keyword.get(opts, :sync, :table)

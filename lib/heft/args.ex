@@ -5,6 +5,22 @@ defmodule Heft.Args do
   # Heft.
   @moduledoc false
 
+  # The longest time to live, in milliseconds (2^62: deadlines are
+  # unsigned 64-bit milliseconds; about 146 million years).
+  @max_ttl 4_611_686_018_427_387_904
+
+  @doc false
+  # A table's `ttl:` (new/2, open/2): `nil`, `:infinity` (none) or
+  # positive milliseconds.
+  @spec table_ttl?(term) :: boolean
+  def table_ttl?(t), do: t in [nil, :infinity] or (is_integer(t) and t > 0 and t <= @max_ttl)
+
+  @doc false
+  # A write's `ttl:` (insert/3, insert_new/3): `:table`, `:infinity` or
+  # milliseconds, 0 included.
+  @spec write_ttl?(term) :: boolean
+  def write_ttl?(t), do: t in [:table, :infinity] or (is_integer(t) and t >= 0 and t <= @max_ttl)
+
   @doc false
   # `opts` if it is a proper list of `{key, value}` pairs with keys among
   # `allowed` (a keyword list of key => validity check); raises otherwise,

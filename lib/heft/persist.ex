@@ -1,7 +1,5 @@
 defmodule Heft.Persist do
   @moduledoc false
-  # As Heft's (lib/heft.ex).
-  @max_ttl 4_611_686_018_427_387_904
   # Persistent tables, the Elixir half (the Rust half is
   # native/heft_nif/src/persist.rs over native/heft_core/src/durability/persist.rs):
   # persistence options of Heft.new/2 and Heft.open/2, and the META blob.
@@ -216,7 +214,7 @@ defmodule Heft.Persist do
       repair: &is_boolean/1,
       max_bytes: bound?,
       max_records: bound?,
-      ttl: &(&1 in [nil, :infinity] or (is_integer(&1) and &1 > 0 and &1 <= @max_ttl))
+      ttl: &Heft.Args.table_ttl?/1
     ]
   end
 
