@@ -4,6 +4,15 @@
 #
 #     mix run bench/larger_than_ram.exs                      # 1,536 MiB in 512 MiB
 #     mix run bench/larger_than_ram.exs --table-mib 768 --limit-mib 256 --seconds 20
+#     mix run bench/larger_than_ram.exs --memory-mib 256     # tiered: 256 MiB in memory
+#     mix run bench/larger_than_ram.exs --fits --table-mib 256 --limit-mib 2048
+#
+# `--memory-mib M` makes the arena tiered (`arena: {:file, dir, memory: M
+# MiB}`) instead of all file. `--fits` measures a tiered table that fits
+# its budget (the table's size and a half): the bytes it writes to disk
+# while held idle for `--idle-seconds` (default 75, past the kernel's
+# 30 s dirty expiry), then random lookups against the same records in a
+# memory arena, alternating 2-second rounds, five of each.
 #
 # Needs root and the cgroup v1 memory controller (the cgroup is made below
 # this process's own and removed afterwards); says so and skips otherwise.
@@ -18,19 +27,29 @@ defmodule Heft.Bench.LargerThanRam do
   import Bitwise
   alias Heft.Bench.Sys
 
-  @switches [table_mib: :integer, limit_mib: :integer, seconds: :integer, child: :boolean]
+  @switches [
+    table_mib: :integer,
+    limit_mib: :integer,
+    seconds: :integer,
+    memory_mib: :integer,
+    fits: :boolean,
+    idle_seconds: :integer,
+    child: :boolean
+  ]
 
   def main(argv) do
     {opts, _, _} = OptionParser.parse(argv, strict: @switches)
     table = Keyword.get(opts, :table_mib, 1536)
     seconds = Keyword.get(opts, :seconds, 20)
 
-    if opts[:child],
-      do: child(table, seconds),
-      else: parent(table, Keyword.get(opts, :limit_mib, 512), seconds)
+    cond do
+      opts[:child] and opts[:fits] -> fits(table, Keyword.get(opts, :idle_seconds, 75))
+      opts[:child] -> child(table, seconds, opts[:memory_mib])
+      true -> parent(table, Keyword.get(opts, :limit_mib, 512), argv)
+    end
   end
 
-  defp parent(table, limit, seconds) do
+  defp parent(table, limit, argv) do
     case cgroup_base() do
       {:ok, base} ->
         cg = Path.join(base, "heft-bench-#{System.pid()}")
@@ -38,13 +57,13 @@ defmodule Heft.Bench.LargerThanRam do
         File.write!(Path.join(cg, "memory.limit_in_bytes"), Integer.to_string(limit <<< 20))
 
         IO.puts(
-          "# a #{table} MiB file arena in a #{limit} MiB memory cgroup (#{:erlang.system_info(:otp_release)}; " <>
-            "load average #{Sys.load_average()})\n"
+          "# a #{table} MiB table in a #{limit} MiB memory cgroup (#{Enum.join(argv, " ")}; " <>
+            "#{Sys.context()})\n"
         )
 
         script =
           "echo $$ > #{cg}/cgroup.procs && exec mix run bench/larger_than_ram.exs --child " <>
-            "--table-mib #{table} --seconds #{seconds}"
+            Enum.join(argv, " ")
 
         try do
           {_, status} =
@@ -86,12 +105,14 @@ defmodule Heft.Bench.LargerThanRam do
     end
   end
 
-  defp child(table_mib, seconds) do
-    dir = System.get_env("HEFT_BENCH_DIR") || "/var/tmp"
-    t = Heft.new(:larger_than_ram, arena: {:file, dir}, compression: :none)
-    target = table_mib <<< 20
-    read0 = Sys.read_bytes()
+  defp dir, do: System.get_env("HEFT_BENCH_DIR") || "/var/tmp"
 
+  defp arena(nil), do: {:file, dir()}
+  defp arena(mib), do: {:file, dir(), memory: mib <<< 20}
+
+  # Inserts incompressible 1-4 KiB records until `target` bytes:
+  # `{records, bytes, µs}`.
+  defp fill(t, target) do
     {us, {n, bytes}} =
       :timer.tc(fn ->
         Stream.iterate(1, &(&1 + 1))
@@ -106,6 +127,14 @@ defmodule Heft.Bench.LargerThanRam do
         end)
       end)
 
+    {n, bytes, us}
+  end
+
+  defp child(table_mib, seconds, memory_mib) do
+    t = Heft.new(:larger_than_ram, arena: arena(memory_mib), compression: :none)
+    IO.puts("arena: #{inspect(Heft.info(t, :arena))}")
+    {read0, write0} = {Sys.read_bytes(), Sys.write_bytes()}
+    {n, bytes, us} = fill(t, table_mib <<< 20)
     read1 = Sys.read_bytes()
 
     IO.puts(
@@ -113,6 +142,20 @@ defmodule Heft.Bench.LargerThanRam do
         "#{fmt(bytes / 1_048_576 / (us / 1.0e6))} MiB/s, " <>
         "#{fmt((read1 - read0) / bytes, 3)} bytes read from disk per byte inserted"
     )
+
+    if memory_mib do
+      # The mover's last steps.
+      settle(t, memory_mib <<< 20)
+      tier = Heft.info(t, :tier)
+
+      IO.puts(
+        "memory #{tier.memory_live_bytes >>> 20} MiB live (budget #{memory_mib} MiB), file " <>
+          "#{tier.file_live_bytes >>> 20} MiB live; moved #{tier.moved_records} records; " <>
+          "#{fmt((Sys.write_bytes() - write0) / bytes, 3)} bytes written to disk per byte stored"
+      )
+    end
+
+    read1 = Sys.read_bytes()
 
     faults0 = Sys.major_faults()
     deadline = System.monotonic_time(:millisecond) + seconds * 1000
@@ -131,6 +174,56 @@ defmodule Heft.Bench.LargerThanRam do
 
     Heft.delete(t)
   end
+
+  defp settle(t, budget, until \\ System.monotonic_time(:millisecond) + 60_000) do
+    if Heft.info(t, :tier).memory_live_bytes > budget and
+         System.monotonic_time(:millisecond) < until do
+      Process.sleep(50)
+      settle(t, budget, until)
+    end
+  end
+
+  # A tiered table within its budget: what it writes to disk while idle,
+  # and its lookups against a memory arena's.
+  defp fits(table_mib, idle_seconds) do
+    t = Heft.new(:fits, arena: arena((table_mib * 3) >>> 1), compression: :none)
+    m = Heft.new(:memory, compression: :none)
+    {n, bytes, us} = fill(t, table_mib <<< 20)
+    Heft.insert(m, Heft.tab2list(t))
+    tier = Heft.info(t, :tier)
+
+    IO.puts(
+      "tiered, memory #{(table_mib * 3) >>> 1} MiB: inserted #{n} records, #{bytes >>> 20} MiB, " <>
+        "in #{div(us, 1000)} ms; memory #{tier.memory_live_bytes >>> 20} MiB, " <>
+        "file #{tier.file_live_bytes} bytes"
+    )
+
+    write0 = Sys.write_bytes()
+    Process.sleep(idle_seconds * 1000)
+
+    IO.puts("held idle #{idle_seconds} s: #{Sys.write_bytes() - write0} bytes written to disk")
+
+    rounds =
+      for _ <- 1..5 do
+        {rate(t, n), rate(m, n)}
+      end
+
+    {ts, ms} = Enum.unzip(rounds)
+    {tm, mm} = {median(ts), median(ms)}
+
+    IO.puts(
+      "random lookups, 5 alternating rounds of 2 s: tiered #{fmt(tm)}/s " <>
+        "(#{fmt(Enum.min(ts))}-#{fmt(Enum.max(ts))}), memory arena #{fmt(mm)}/s " <>
+        "(#{fmt(Enum.min(ms))}-#{fmt(Enum.max(ms))}): memory arena / tiered #{fmt(mm / tm, 2)}"
+    )
+  end
+
+  defp rate(t, n) do
+    deadline = System.monotonic_time(:millisecond) + 2000
+    length(lookups(t, n, deadline, [])) / 2
+  end
+
+  defp median(xs), do: Enum.at(Enum.sort(xs), div(length(xs), 2))
 
   defp lookups(t, n, deadline, acc) do
     if System.monotonic_time(:millisecond) > deadline do

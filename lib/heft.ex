@@ -37,8 +37,28 @@ defmodule Heft do
   raw deflate when that saves space, and copied into the table's arena:
   memory (`arena: :memory`, RAM then swap, never written back to a file)
   or a 0600 file in a directory you name (`arena: {:file, dir}`, for data
-  larger than RAM). The key index lives in native memory. Lookups copy the
-  record to the caller's heap, like ETS.
+  larger than RAM), or both: memory first, up to a budget, then the file
+  (`arena: {:file, dir, memory: bytes}`, below). The key index lives in
+  native memory. Lookups copy the record to the caller's heap, like ETS.
+
+  A tiered arena (`arena: {:file, dir, memory: bytes}`) keeps records in
+  memory (as a memory arena) up to `bytes` of them, and the records read
+  least in its file. One background thread for all such tables moves
+  them out once memory holds more than the budget, which records go
+  chosen by SIEVE (a lookup marks its key; the oldest unmarked key in
+  memory goes first, with all its objects), in steps of at most 256 KiB
+  under the table's lock, and it starts the writeback of what it wrote
+  at once and waits for it every 8 MiB, so the file's pages are soon
+  clean (the kernel can drop them without writing) and it never writes
+  faster than the disk. Writes never wait for it: past the budget and an
+  eighth, new records go straight to the file. A record read from the
+  file faults in its own pages only (the file is mapped `MADV_RANDOM`);
+  a record written again comes back to memory. Nothing of a table that
+  fits its budget is ever written to disk. Calls run on normal
+  schedulers until some record is in the file, then on dirty I/O
+  schedulers, as a file arena's do. The file is not compacted (its free
+  blocks are reused); `compact/1` compacts memory. `info(tab, :tier)`
+  says what each tier holds.
 
   A memory arena is anonymous memory on transparent huge pages
   (`MADV_HUGEPAGE`; 2 MiB pages where the host's THP setting for
@@ -458,7 +478,8 @@ defmodule Heft do
   that would resize a large key index (grow or shrink it: tens of
   milliseconds at a million keys) or empty a large table, before it
   changes anything, whatever order of operations led there; every operation
-  on a file-backed table runs on a dirty I/O scheduler, as do opening and
+  on a file-backed table (or a tiered one with records in its file) runs
+  on a dirty I/O scheduler, as do opening and
   closing a persistent table. A write to a persistent table stays on its
   scheduler: its log append is a copy into a mapped, preallocated log file
   (no system call); only when the log needs a new file that is not ready
@@ -513,10 +534,12 @@ defmodule Heft do
     * `compression_level: 0..9` - zlib's level for records over 4 KiB
       (default 1); shorter ones are deflated by Heft's own fast encoder
       (fixed Huffman codes), whatever the level.
-    * `arena: :memory` (default) or `{:file, dir}` - RAM (huge pages, or
-      a memfd; see "How records are stored"), or a file in the existing
-      directory `dir` (mode 0600; gone from `dir` when `delete/1`
-      returns, its pages unmapped in the background).
+    * `arena: :memory` (default), `{:file, dir}` or `{:file, dir, memory:
+      bytes}` - RAM (huge pages, or a memfd; see "How records are
+      stored"), or a file in the existing directory `dir` (mode 0600; gone
+      from `dir` when `delete/1` returns, its pages unmapped in the
+      background), or memory for up to `bytes` (a positive integer) of
+      records and that file for the rest (a tiered arena).
     * `max_bytes: n`, `max_records: n` (positive integers; default `nil`,
       unbounded) - bound the table, which then evicts keys to stay within
       the bound (see "Budgets and eviction"): `max_records` counts
@@ -599,6 +622,7 @@ defmodule Heft do
       case o.arena do
         :memory -> :memory
         {:file, dir} -> {:file, dir}
+        {:file, dir, memory: bytes} -> {:file, dir, bytes}
       end
 
     {o,
@@ -678,14 +702,18 @@ defmodule Heft do
     %{o | ttl: if(is_integer(t), do: t)}
   end
 
-  defp option({:arena, {:file, dir}}, o) when is_binary(dir) or is_list(dir) do
-    dir = IO.chardata_to_string(dir)
+  defp option({:arena, arena} = opt, o) when elem(arena, 0) == :file do
+    unless Heft.Args.arena?(arena) do
+      raise ArgumentError, "option :arena has an invalid value: #{inspect(opt)}"
+    end
+
+    dir = IO.chardata_to_string(elem(arena, 1))
 
     unless File.dir?(dir) do
       raise ArgumentError, "option :arena: #{inspect(dir)} is not an existing directory"
     end
 
-    %{o | arena: {:file, Path.expand(dir)}}
+    %{o | arena: put_elem(arena, 1, Path.expand(dir))}
   end
 
   # As ETS: booleans, and :auto for :write_concurrency only.
@@ -1578,7 +1606,7 @@ defmodule Heft do
     opts =
       Heft.Args.options!(opts, "Heft.file2tab/2",
         verify: &is_boolean/1,
-        arena: &(&1 == :memory or match?({:file, dir} when is_binary(dir) or is_list(dir), &1))
+        arena: &Heft.Args.arena?/1
       )
 
     Heft.TabFile.read(filename, opts)
@@ -1946,7 +1974,8 @@ defmodule Heft do
     :training,
     :compaction,
     :budget,
-    :expiry
+    :expiry,
+    :tier
   ]
   @kernel_items [
     :arena_resident_bytes,
@@ -2021,7 +2050,8 @@ defmodule Heft do
       `{:zlib, level}`, `:lz4`, `{:zstd, [level: l, dictionary: :none |
       :auto]}`, or for `compression: :auto` `{:auto, c}` with `c` the
       codec new writes use (zstd until the table has chosen; see
-      "Compression"). `:arena` - `:memory` or `{:file, path}`.
+      "Compression"). `:arena` - `:memory`, `{:file, path}` or `{:file,
+      path, memory: bytes}`.
     * `:dictionary_bytes` - memory the table's zstd dictionaries take
       (their bytes and zstd's digests of them; counted in `:meta_bytes`
       and so in `:memory`).
@@ -2040,6 +2070,14 @@ defmodule Heft do
       reason}`; for `compression: :auto`, `:trials` lists what each codec
       did on the samples: `%{compression: c, bytes: stored, decode_ns:
       per_record}`.
+    * `:tier` - `nil` but for a tiered arena (`arena: {:file, dir,
+      memory: bytes}`): `%{memory_budget: bytes, memory_used_bytes: u,
+      memory_live_bytes: l, file_used_bytes: fu, file_live_bytes: fl,
+      moved_records: r, moved_bytes: m, queue_bytes: q}` - the budget,
+      the arena bytes handed out and those holding records in memory and
+      in the file (the `:arena_*` items count both), the records and
+      bytes moved out to the file so far, and the queue of keys in memory
+      (counted in `:meta_bytes`).
     * `:compaction` - the table's compactions so far (see `compact/1`):
       `%{state: :idle | :running, runs: n, moved_records: r, moved_bytes:
       m, returned_bytes: b, longest_lock_hold_us: us}`, totals over every

@@ -8,6 +8,8 @@ defmodule Heft.Args do
   # The longest time to live, in milliseconds (2^62: deadlines are
   # unsigned 64-bit milliseconds; about 146 million years).
   @max_ttl 4_611_686_018_427_387_904
+  # The largest memory budget of a tiered arena, in bytes (2^62).
+  @max_bytes 4_611_686_018_427_387_904
 
   @doc false
   # A table's `ttl:` (new/2, open/2): `nil`, `:infinity` (none) or
@@ -20,6 +22,19 @@ defmodule Heft.Args do
   # milliseconds, 0 included.
   @spec write_ttl?(term) :: boolean
   def write_ttl?(t), do: t in [:table, :infinity] or (is_integer(t) and t >= 0 and t <= @max_ttl)
+
+  @doc false
+  # The values `arena:` takes: `:memory`, `{:file, dir}`, `{:file, dir,
+  # memory: bytes}` (a tiered arena).
+  def arena?(:memory), do: true
+  def arena?({:file, dir}), do: dir?(dir)
+
+  def arena?({:file, dir, [memory: n]}),
+    do: dir?(dir) and is_integer(n) and n > 0 and n <= @max_bytes
+
+  def arena?(_), do: false
+
+  defp dir?(dir), do: is_binary(dir) or is_list(dir)
 
   @doc false
   # `opts` if it is a proper list of `{key, value}` pairs with keys among

@@ -337,6 +337,7 @@ defmodule Heft.Report do
     arena =
       case t[:arena] do
         {:file, path} -> "file #{path}"
+        {:file, path, memory: m} -> "memory up to #{b(m)}, then file #{path}"
         other -> "#{other}"
       end
 

@@ -60,6 +60,11 @@ mod atoms {
     }
 }
 
+fn dir_path(dir: Binary) -> NifResult<PathBuf> {
+    let dir = std::str::from_utf8(dir.as_slice()).map_err(|_| badarg("arena dir is not UTF-8"))?;
+    Ok(PathBuf::from(dir))
+}
+
 fn protection_of(a: Atom) -> NifResult<Protection> {
     if a == atoms::public() {
         Ok(Protection::Public)
@@ -185,11 +190,12 @@ pub fn parse_new_args<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult
     let compression = compression_of(compression)?;
     let backing = if arena.decode::<Atom>().is_ok_and(|a| a == atoms::memory()) {
         Backing::Memory
+    } else if let Ok((_, dir, memory)) = arena.decode::<(Atom, Binary, u64)>() {
+        // `{:file, dir, memory}`: tiered, memory first.
+        Backing::Tiered(dir_path(dir)?, memory)
     } else {
         let (_, dir): (Atom, Binary) = arena.decode().map_err(|_| badarg("malformed arena"))?;
-        let dir =
-            std::str::from_utf8(dir.as_slice()).map_err(|_| badarg("arena dir is not UTF-8"))?;
-        Backing::File(PathBuf::from(dir))
+        Backing::File(dir_path(dir)?)
     };
     let label = name.to_term(env).atom_to_string().unwrap_or_default();
     Ok(NewArgs {
@@ -419,6 +425,11 @@ fn info_of<'a>(env: Env<'a>, tab: Term<'a>, quick: bool) -> NifResult<Term<'a>> 
             let path = t.core.arena_path().unwrap_or_default();
             (atoms::file(), path.to_string_lossy().into_owned()).encode(env)
         }
+        Backing::Tiered(_, memory) => {
+            let path = t.core.arena_path().unwrap_or_default();
+            let opts = vec![(atoms::memory(), *memory)];
+            (atoms::file(), path.to_string_lossy().into_owned(), opts).encode(env)
+        }
     };
     let mut pairs: Vec<(Term, Term)> = vec![
         (atoms::name().encode(env), meta.name.encode(env)),
@@ -472,6 +483,7 @@ fn info_of<'a>(env: Env<'a>, tab: Term<'a>, quick: bool) -> NifResult<Term<'a>> 
     pairs.push(crate::compact::info_item(env, &t.core));
     pairs.push(crate::budget::info_item(env, &s));
     pairs.push(crate::budget::expiry_item(env, &s));
+    pairs.push(crate::budget::tier_item(env, &s));
     Term::map_from_pairs(env, &pairs).map_err(|_| badarg("internal error building info"))
 }
 

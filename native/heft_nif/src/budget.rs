@@ -27,7 +27,37 @@ mod atoms {
         bytes,
         infinity,
         table,
+        tier,
+        memory_budget,
+        memory_used_bytes,
+        memory_live_bytes,
+        file_used_bytes,
+        file_live_bytes,
+        moved_records,
+        moved_bytes,
     }
+}
+
+/// The info/1 item `:tier`: `nil` but for a tiered table (`arena: {:file,
+/// dir, memory: n}`).
+pub fn tier_item<'a>(env: Env<'a>, s: &Stats) -> (Term<'a>, Term<'a>) {
+    let value = match &s.tier {
+        None => rustler::types::atom::nil().encode(env),
+        Some(t) => map(
+            env,
+            &[
+                (atoms::memory_budget(), t.memory_budget.encode(env)),
+                (atoms::memory_used_bytes(), t.memory_used_bytes.encode(env)),
+                (atoms::memory_live_bytes(), t.memory_live_bytes.encode(env)),
+                (atoms::file_used_bytes(), t.file_used_bytes.encode(env)),
+                (atoms::file_live_bytes(), t.file_live_bytes.encode(env)),
+                (atoms::moved_records(), t.moved_records.encode(env)),
+                (atoms::moved_bytes(), t.moved_bytes.encode(env)),
+                (atoms::queue_bytes(), t.queue_bytes.encode(env)),
+            ],
+        ),
+    };
+    (atoms::tier().encode(env), value)
 }
 
 /// The table's time to live as Heft.new/2 passes it: `nil` or a positive

@@ -12,7 +12,7 @@ use heft_core::sieve::{Judgement, Sieve};
 use heft_core::table::{
     Bound, Direction, Item, Kept, KeyRange, Kind, RecordBuf, Slotted, Stored, Ttl,
 };
-use heft_core::{Backing, Cursor, Prepared};
+use heft_core::{Cursor, Prepared};
 use rustler::types::tuple::get_tuple;
 use rustler::{Atom, Binary, Encoder, Env, NewBinary, NifResult, ResourceArc, Term};
 
@@ -179,9 +179,10 @@ pub(crate) fn open<'a>(
     write: bool,
 ) -> NifResult<Result<Tab<'a>, Term<'a>>> {
     let t = resolve(tab)?;
-    // File arenas may page from disk: they run on dirty I/O schedulers. (A
-    // persistent table's log append is a copy into a mapping: persist.rs.)
-    let io = matches!(t.backing, Backing::File(_));
+    // File arenas, and tiered ones with records in their file, may page
+    // from disk: they run on dirty I/O schedulers. (A persistent table's
+    // log append is a copy into a mapping: persist.rs.)
+    let io = t.core.may_read_disk();
     if sched == Sched::Normal && io {
         return Ok(Err(retry_io(env)));
     }

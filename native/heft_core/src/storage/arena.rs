@@ -45,8 +45,10 @@ use memmap2::{Advice, MmapMut, MmapOptions, RemapOptions};
 
 pub mod anon;
 mod compact;
+mod tiered;
 use anon::Region;
 pub use compact::{Next, Ticket};
+pub use tiered::{start_writeback, FileTier, Written};
 
 /// What becomes of the pages of free space put on the free lists
 /// ([`Arena::free_range`]).
@@ -71,6 +73,9 @@ const PUNCH_MIN: usize = 64 * 1024;
 const PAGE: u64 = 4096;
 /// Marks a free-list entry whose pages were punched out.
 const PUNCHED: u64 = 1 << 63;
+/// Marks the handle of a block in a tiered arena's file ([`tiered`]):
+/// above the size class's 9 bits, below [`PUNCHED`].
+pub const IN_FILE: u64 = 1 << 57;
 /// The bytes of a block that [`Arena::prefetch`] asks for.
 const PREFETCHED: usize = 32;
 /// A block handle ("loc") is its offset with its size class above this bit.
@@ -93,7 +98,13 @@ pub fn offset(loc: u64) -> u64 {
 
 /// The bytes a block handle's block occupies.
 pub fn block_size(loc: u64) -> usize {
-    class_size(((loc & !PUNCHED) >> CLASS_SHIFT) as usize)
+    class_size(((loc & !(PUNCHED | IN_FILE)) >> CLASS_SHIFT) as usize)
+}
+
+/// True for the handle of a block in a tiered arena's file.
+#[inline]
+pub fn in_file(loc: u64) -> bool {
+    loc & IN_FILE != 0
 }
 
 /// Where an arena keeps its pages.
@@ -103,6 +114,9 @@ pub enum Backing {
     Memory,
     /// A file in this directory.
     File(PathBuf),
+    /// Memory for up to this many bytes of records, then a file in this
+    /// directory for the records read least ([`tiered`]).
+    Tiered(PathBuf, u64),
 }
 
 /// Classes of 2-byte steps (blocks of 2..=64 bytes): most records of
@@ -167,6 +181,16 @@ enum Pages {
     File(File, PathBuf, MmapMut),
 }
 
+impl Pages {
+    /// The whole mapping.
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Pages::Anon(r) => r,
+            Pages::Memfd(_, m) | Pages::File(_, _, m) => m,
+        }
+    }
+}
+
 /// How a memory arena's pages are obtained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum MemoryPages {
@@ -201,6 +225,8 @@ pub struct Arena {
     compaction: Option<compact::Compaction>,
     /// Bytes of free blocks a compaction took off the free lists.
     doomed_bytes: u64,
+    /// A tiered arena's file, for the records memory does not keep.
+    file_tier: Option<Box<tiered::Tier>>,
 }
 
 impl Arena {
@@ -232,6 +258,14 @@ impl Arena {
                 }
             },
             Backing::Memory => memfd_pages(&name)?,
+            Backing::Tiered(dir, budget) => {
+                let mut arena = Arena::with_pages(&Backing::Memory, &label, memory)?;
+                arena.file_tier = Some(Box::new(tiered::Tier::new(
+                    Arena::with_pages(&Backing::File(dir.clone()), &label, memory)?,
+                    *budget,
+                )?));
+                return Ok(arena);
+            }
             Backing::File(dir) => {
                 remove_stale_files(dir);
                 // Created exclusively (a link planted there is not
@@ -262,6 +296,7 @@ impl Arena {
             punched: 0,
             compaction: None,
             doomed_bytes: 0,
+            file_tier: None,
         };
         Ok(arena)
     }
@@ -274,7 +309,14 @@ impl Arena {
     /// does the arena grow. Fails with the I/O error of growing the backing
     /// (for a file arena, `ENOSPC` when the disk is full), leaving the
     /// arena as it was.
+    /// A tiered arena places the block in its file instead once memory
+    /// holds its whole share ([`tiered`]).
     pub fn alloc(&mut self, len: usize) -> io::Result<u64> {
+        if let Some(t) = self.file_tier.as_deref_mut() {
+            if t.memory_full(self.live, len) {
+                return t.alloc(len);
+            }
+        }
         self.alloc_within(len, fit_classes(class_of(len)))
     }
 
@@ -418,6 +460,12 @@ impl Arena {
 
     /// Returns a block to its free list.
     pub fn free(&mut self, loc: u64) {
+        if in_file(loc) {
+            if let Some(t) = self.file_tier.as_deref_mut() {
+                t.free(loc);
+            }
+            return;
+        }
         let class = (loc >> CLASS_SHIFT) as usize;
         let entry = self.punch(loc);
         self.live -= class_size(class) as u64;
@@ -428,16 +476,16 @@ impl Arena {
 
     /// The `len` bytes at block `loc`, or `None` past the end of the arena.
     pub fn get(&self, loc: u64, len: usize) -> Option<&[u8]> {
+        if in_file(loc) {
+            return self.file_tier.as_deref()?.arena.get(loc & !IN_FILE, len);
+        }
         let start = usize::try_from(offset(loc)).ok()?;
         self.bytes().get(start..start.checked_add(len)?)
     }
 
     /// The whole mapping.
     fn bytes(&self) -> &[u8] {
-        match &self.pages {
-            Pages::Anon(r) => r,
-            Pages::Memfd(_, m) | Pages::File(_, _, m) => m,
-        }
+        self.pages.bytes()
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
@@ -450,6 +498,12 @@ impl Arena {
     /// Up to `max` bytes from block `loc`, fewer where the mapping ends
     /// sooner.
     pub fn tail(&self, loc: u64, max: usize) -> &[u8] {
+        if in_file(loc) {
+            return match self.file_tier.as_deref() {
+                Some(t) => t.arena.tail(loc & !IN_FILE, max),
+                None => &[],
+            };
+        }
         let start = usize::try_from(offset(loc)).unwrap_or(usize::MAX);
         let end = start.saturating_add(max).min(self.bytes().len());
         self.bytes().get(start..end).unwrap_or(&[])
@@ -462,8 +516,10 @@ impl Arena {
     /// memory. Does nothing past the end of the arena, or on other CPUs
     /// than x86-64.
     pub fn prefetch(&self, loc: u64) {
+        // A block in a tiered arena's file is not asked for: its page may
+        // be on disk.
         #[cfg(target_arch = "x86_64")]
-        {
+        if !in_file(loc) {
             let bytes = self.tail(loc, PREFETCHED);
             let ask = |b: &u8| {
                 // SAFETY: a prefetch hint never faults and changes nothing
@@ -493,6 +549,13 @@ impl Arena {
 
     /// The `len` bytes at block `loc`, writable.
     pub fn get_mut(&mut self, loc: u64, len: usize) -> Option<&mut [u8]> {
+        if in_file(loc) {
+            return self
+                .file_tier
+                .as_deref_mut()?
+                .arena
+                .get_mut(loc & !IN_FILE, len);
+        }
         let start = usize::try_from(offset(loc)).ok()?;
         self.bytes_mut().get_mut(start..start.checked_add(len)?)
     }
@@ -542,6 +605,11 @@ impl Arena {
     /// thread allocating them while the caller parses measured no better.)
     /// Best effort: before Linux 5.14 the pages fault in as touched.
     pub fn reserve(&mut self, bytes: u64) -> io::Result<()> {
+        // A tiered arena's memory holds its share at most.
+        let bytes = match self.file_tier.as_deref() {
+            Some(t) => bytes.min(t.room(self.live)),
+            None => bytes,
+        };
         let end = self.top.saturating_add(bytes).min(OFFSET_MASK);
         if end > self.bytes().len() as u64 {
             self.grow(end)?;
@@ -567,6 +635,9 @@ impl Arena {
 
     /// Drops every block and gives all pages back, keeping the backing.
     pub fn clear(&mut self) -> io::Result<()> {
+        if let Some(t) = self.file_tier.as_deref_mut() {
+            t.clear()?;
+        }
         match &mut self.pages {
             Pages::Anon(r) => *r = Region::new(r.name().clone(), INITIAL_BYTES as usize)?,
             Pages::Memfd(file, map) => {
@@ -596,6 +667,10 @@ impl Arena {
     /// (in a memory arena on huge pages, 2 MiB at a time where it can).
     pub fn mapped_bytes(&self) -> u64 {
         self.bytes().len() as u64
+            + self
+                .file_tier
+                .as_ref()
+                .map_or(0, |t| t.arena.mapped_bytes())
     }
 
     /// Of the mapping's `len` bytes from `from`, those whose pages are in
@@ -660,8 +735,12 @@ impl Arena {
         self.bytes().as_ptr() as usize
     }
 
-    /// The backing file's path (file arenas only, until it is removed).
+    /// The backing file's path (file and tiered arenas only, until it is
+    /// removed).
     pub fn path(&self) -> Option<&Path> {
+        if let Some(t) = self.file_tier.as_deref() {
+            return t.arena.path();
+        }
         match &self.pages {
             Pages::File(_, path, _) if !path.as_os_str().is_empty() => Some(path),
             _ => None,
@@ -672,6 +751,9 @@ impl Arena {
 impl Arena {
     /// Removes a file arena's file (once; its mapping stays usable).
     pub(crate) fn remove_file(&mut self) {
+        if let Some(t) = self.file_tier.as_deref_mut() {
+            t.arena.remove_file();
+        }
         if let Pages::File(_, path, _) = &mut self.pages {
             if !path.as_os_str().is_empty() {
                 let _ = fs::remove_file(&*path);

@@ -23,6 +23,7 @@ mod expire;
 pub use expire::Ttl;
 pub mod learn;
 mod objects;
+mod tier;
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
@@ -46,6 +47,7 @@ use crate::record::{self, Header};
 use crate::sieve::{Judgement, Sieve};
 use entries::{Entries, Order, Pos};
 pub use evict::Budget;
+pub use tier::Moved;
 
 /// A table's kind, with ETS's semantics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -562,6 +564,29 @@ pub struct Stats {
     pub expired_records: u64,
     /// The deadlines (part of `meta_bytes`).
     pub expiry_bytes: u64,
+    /// A tiered table's two tiers (table/tier.rs); `None` for others. The
+    /// `arena_*` figures above count both tiers but for
+    /// `arena_reclaimable_bytes`, which only memory's compaction gives
+    /// back.
+    pub tier: Option<TierStats>,
+}
+
+/// A tiered table's memory and file (table/tier.rs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TierStats {
+    /// Bytes of records memory keeps, at most, once the mover has run.
+    pub memory_budget: u64,
+    /// Arena bytes in memory: handed out, and in blocks holding records.
+    pub memory_used_bytes: u64,
+    pub memory_live_bytes: u64,
+    /// Arena bytes in the file: handed out, and in blocks holding records.
+    pub file_used_bytes: u64,
+    pub file_live_bytes: u64,
+    /// Records and bytes moved from memory to the file so far.
+    pub moved_records: u64,
+    pub moved_bytes: u64,
+    /// The queue of keys in memory (part of `meta_bytes`).
+    pub queue_bytes: u64,
 }
 
 /// A table's storage. Dropping it frees the index and unmaps the arena.
@@ -579,6 +604,9 @@ pub struct State {
     evict: Option<evict::Evict>,
     /// The deadlines of keys written with a time to live (table/expire.rs).
     expiry: Option<expire::Expiry>,
+    /// A tiered table's queue of keys with records in memory
+    /// (table/tier.rs).
+    tier: Option<tier::Tier>,
 }
 
 impl Drop for State {
@@ -862,6 +890,10 @@ pub struct Table {
     auto: compact::Auto,
     /// Whether the expiry sweeper looks after this table (table/expire.rs).
     swept: AtomicBool,
+    /// Whether the mover looks after this table (table/tier.rs).
+    moved: AtomicBool,
+    /// Whether a tiered table has records in its file (table/tier.rs).
+    on_disk: AtomicBool,
 }
 
 impl Table {
@@ -889,12 +921,15 @@ impl Table {
                 tally: learn::Tally::default(),
                 evict: None,
                 expiry: None,
+                tier: matches!(opts.backing, Backing::Tiered(..)).then(tier::Tier::new),
             })),
             atoms: Arc::new(RwLock::new(AtomTable::new())),
             backing: opts.backing.clone(),
             journal: OnceLock::new(),
             auto: compact::Auto::default(),
             swept: AtomicBool::new(false),
+            moved: AtomicBool::new(false),
+            on_disk: AtomicBool::new(false),
         })
     }
 
@@ -1140,12 +1175,15 @@ impl Table {
     }
 
     /// After a bulk load into a bounded table: its keys queued afresh, and
-    /// evicted down to its budget.
+    /// evicted down to its budget; a tiered table's keys in memory queued
+    /// afresh.
     fn bounded_again(&self, st: &mut State, ord: Order) {
         if st.evict.is_some() {
             self.queue_all(st);
             self.enforce(st, ord);
         }
+        self.queue_in_memory(st, ord);
+        self.note_on_disk(st);
     }
 
     /// Places and indexes `recs` in order, all or none, logging what it
@@ -1190,8 +1228,13 @@ impl Table {
             // record replaced none.
             let bag_key_new =
                 self.kind.is_bag() && st.evict.is_some() && st.find(ord, r.hash, r.key()).is_none();
+            let was = st.tier.is_some() && st.in_memory(ord, r.hash, r.key());
             let replaced = st.link(self.kind, ord, r, loc);
             self.note_write(st, ord, r, bag_key_new || !(self.kind.is_bag() || replaced));
+            self.note_in_memory(st, ord, r.key(), was, loc);
+        }
+        if st.tier.is_some() {
+            self.note_on_disk(st);
         }
         self.set_deadlines(st, all, &renamed, ttl);
         self.learner.count(st.entries.len());
@@ -1226,10 +1269,12 @@ impl Table {
     fn charged_bytes(&self, st: &State) -> u64 {
         st.entries.heap_bytes()
             + st.arena.live_bytes()
+            + st.arena.file_tier().map_or(0, |f| f.live_bytes)
             + st.evict
                 .as_ref()
                 .map_or(0, |e| e.heap_bytes() + e.slow_bytes)
             + st.expiry.as_ref().map_or(0, expire::Expiry::heap_bytes)
+            + st.tier.as_ref().map_or(0, tier::Tier::heap_bytes)
     }
 
     /// Counts the free lists', the atom dictionary's and the zstd
@@ -1677,6 +1722,9 @@ impl Table {
         if let Some(ev) = &st.evict {
             ev.read(hash, found.is_some());
         }
+        if let Some(t) = &st.tier {
+            t.touch(hash);
+        }
         let Some(f) = found else {
             return Ok(false);
         };
@@ -1694,6 +1742,9 @@ impl Table {
             .is_some();
         if let Some(ev) = &st.evict {
             ev.read(hash, found);
+        }
+        if let Some(t) = &st.tier {
+            t.touch(hash);
         }
         Ok(found)
     }
@@ -1948,15 +1999,18 @@ impl Table {
                     st.unplace(&[new], &locs);
                     return Err(e);
                 }
+                let was = st.tier.is_some() && st.in_memory(ord, hash, key);
                 match (bag, pos) {
                     (true, Some(p)) => {
                         let old = st.entries.loc(p);
                         st.entries.set_loc(p, locs[0]);
                         st.release(old);
+                        self.note_in_memory(&mut st, ord, key, was, locs[0]);
                     }
                     _ => {
                         let replaced = st.link(self.kind, ord, new, locs[0]);
                         self.note_write(&mut st, ord, new, !replaced);
+                        self.note_in_memory(&mut st, ord, key, was, locs[0]);
                         if pos.is_none() {
                             // A key made here has the table's time to live.
                             self.set_deadlines(&mut st, std::slice::from_ref(new), &[], Ttl::Table);
@@ -2010,6 +2064,10 @@ impl Table {
         if let Some(e) = st.expiry.as_mut() {
             e.clear();
         }
+        if let Some(t) = st.tier.as_mut() {
+            t.clear();
+        }
+        self.note_on_disk(&st);
         Ok(n)
     }
 
@@ -2335,17 +2393,20 @@ impl Table {
         let (hits, misses) = ev.map_or((0, 0), evict::Evict::hits_misses);
         let ex = st.expiry.as_ref();
         let expired = self.expired_records(&st, order(&names))?;
+        let file = st.arena.file_tier();
         Ok(Stats {
             size: (st.entries.len() - expired) as u64,
             index_bytes: st.entries.heap_bytes(),
             meta_bytes: self.slow_meta_bytes(&st, order(&names))
                 + ev.map_or(0, evict::Evict::heap_bytes)
-                + ex.map_or(0, expire::Expiry::heap_bytes),
+                + ex.map_or(0, expire::Expiry::heap_bytes)
+                + st.tier.as_ref().map_or(0, tier::Tier::heap_bytes),
             dictionary_bytes: self.dicts.memory() as u64,
             arena_mapped_bytes: st.arena.mapped_bytes(),
-            arena_used_bytes: st.arena.used_bytes(),
-            arena_live_bytes: st.arena.live_bytes(),
-            arena_free_bytes: st.arena.free_bytes(),
+            arena_used_bytes: st.arena.used_bytes() + file.map_or(0, |f| f.used_bytes),
+            arena_live_bytes: st.arena.live_bytes() + file.map_or(0, |f| f.live_bytes),
+            arena_free_bytes: st.arena.free_bytes()
+                + file.map_or(0, |f| f.used_bytes - f.live_bytes),
             arena_reclaimable_bytes: st.arena.held_free_bytes(),
             payload_raw_bytes: st.raw_bytes,
             payload_stored_bytes: st.stored_bytes,
@@ -2367,6 +2428,16 @@ impl Table {
             expired_keys: ex.map_or(0, |e| e.expired_keys),
             expired_records: ex.map_or(0, |e| e.expired_records),
             expiry_bytes: ex.map_or(0, expire::Expiry::heap_bytes),
+            tier: st.tier.as_ref().zip(file).map(|(t, f)| TierStats {
+                memory_budget: f.budget,
+                memory_used_bytes: st.arena.used_bytes(),
+                memory_live_bytes: st.arena.live_bytes(),
+                file_used_bytes: f.used_bytes,
+                file_live_bytes: f.live_bytes,
+                moved_records: t.moved_records,
+                moved_bytes: t.moved_bytes,
+                queue_bytes: t.heap_bytes(),
+            }),
         })
     }
 }

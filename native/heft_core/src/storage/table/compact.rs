@@ -555,7 +555,7 @@ impl State {
         (0..n)
             .map(|j| Entries::nth(first, j))
             .map(|p| (p, self.entries.loc(p)))
-            .find(|&(_, loc)| arena::offset(loc) == at)
+            .find(|&(_, loc)| !arena::in_file(loc) && arena::offset(loc) == at)
     }
 }
 

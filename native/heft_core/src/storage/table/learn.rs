@@ -417,10 +417,12 @@ impl Table {
             if st.record_at(it.loc).1 != buf.record(it) {
                 continue;
             }
+            let was = st.tier.is_some() && st.in_memory(ord, it.hash, buf.key(it));
             // A full arena: stop here, the records stay as they are.
             let Ok(locs) = st.place(&[p]) else { break };
             st.entries.set_loc(pos, locs[0]);
             st.release(it.loc);
+            self.note_in_memory(&mut st, ord, buf.key(it), was, locs[0]);
             n += 1;
         }
         if let (Some(j), true) = (self.journal.get(), n > 0) {
