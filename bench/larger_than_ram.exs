@@ -6,13 +6,18 @@
 #     mix run bench/larger_than_ram.exs --table-mib 768 --limit-mib 256 --seconds 20
 #     mix run bench/larger_than_ram.exs --memory-mib 256     # tiered: 256 MiB in memory
 #     mix run bench/larger_than_ram.exs --fits --table-mib 256 --limit-mib 2048
+#     mix run bench/larger_than_ram.exs --persist --memory-mib 192
 #
 # `--memory-mib M` makes the arena tiered (`arena: {:file, dir, memory: M
 # MiB}`) instead of all file. `--fits` measures a tiered table that fits
 # its budget (the table's size and a half): the bytes it writes to disk
 # while held idle for `--idle-seconds` (default 75, past the kernel's
 # 30 s dirty expiry), then random lookups against the same records in a
-# memory arena, alternating 2-second rounds, five of each.
+# memory arena, alternating 2-second rounds, five of each. `--persist`
+# fills a persistent table (`sync: :none`) whose working copy is tiered,
+# kills its VM with SIGKILL, and opens the table again in a second VM in
+# the same cgroup: how long the open took, whether every acknowledged
+# record is there, and random lookups.
 #
 # Needs root and the cgroup v1 memory controller (the cgroup is made below
 # this process's own and removed afterwards); says so and skips otherwise.
@@ -33,6 +38,8 @@ defmodule Heft.Bench.LargerThanRam do
     seconds: :integer,
     memory_mib: :integer,
     fits: :boolean,
+    persist: :boolean,
+    reopen: :boolean,
     idle_seconds: :integer,
     child: :boolean
   ]
@@ -43,7 +50,9 @@ defmodule Heft.Bench.LargerThanRam do
     seconds = Keyword.get(opts, :seconds, 20)
 
     cond do
-      opts[:child] and opts[:fits] -> fits(table, Keyword.get(opts, :idle_seconds, 75))
+      opts[:child] && opts[:fits] -> fits(table, Keyword.get(opts, :idle_seconds, 75))
+      opts[:child] && opts[:reopen] -> reopen(opts[:memory_mib] || 192, seconds)
+      opts[:child] && opts[:persist] -> persist(table, opts[:memory_mib] || 192)
       opts[:child] -> child(table, seconds, opts[:memory_mib])
       true -> parent(table, Keyword.get(opts, :limit_mib, 512), argv)
     end
@@ -61,9 +70,12 @@ defmodule Heft.Bench.LargerThanRam do
             "#{Sys.context()})\n"
         )
 
+        run = "mix run bench/larger_than_ram.exs --child #{Enum.join(argv, " ")}"
+
         script =
-          "echo $$ > #{cg}/cgroup.procs && exec mix run bench/larger_than_ram.exs --child " <>
-            Enum.join(argv, " ")
+          if "--persist" in argv,
+            do: "echo $$ > #{cg}/cgroup.procs && #{run}; exec #{run} --reopen",
+            else: "echo $$ > #{cg}/cgroup.procs && exec #{run}"
 
         try do
           {_, status} =
@@ -150,10 +162,14 @@ defmodule Heft.Bench.LargerThanRam do
 
       IO.puts(
         "memory #{tier.memory_live_bytes >>> 20} MiB live (budget #{memory_mib} MiB), file " <>
-          "#{tier.file_live_bytes >>> 20} MiB live; moved #{tier.moved_records} records; " <>
-          "#{fmt((Sys.write_bytes() - write0) / bytes, 3)} bytes written to disk per byte stored"
+          "#{tier.file_live_bytes >>> 20} MiB live; moved #{tier.moved_records} records"
       )
     end
+
+    IO.puts(
+      "#{fmt((Sys.write_bytes() - write0) / bytes, 3)} bytes written to disk per byte stored " <>
+        "(pages dirtied, /proc/self/io write_bytes)"
+    )
 
     read1 = Sys.read_bytes()
 
@@ -216,6 +232,64 @@ defmodule Heft.Bench.LargerThanRam do
         "(#{fmt(Enum.min(ts))}-#{fmt(Enum.max(ts))}), memory arena #{fmt(mm)}/s " <>
         "(#{fmt(Enum.min(ms))}-#{fmt(Enum.max(ms))}): memory arena / tiered #{fmt(mm / tm, 2)}"
     )
+  end
+
+  defp table_dir, do: Path.join(dir(), "heft-bench-persist")
+
+  # Fills a persistent table with a tiered working copy, notes how many
+  # inserts were acknowledged, and dies by SIGKILL.
+  defp persist(table_mib, memory_mib) do
+    File.rm_rf!(table_dir())
+
+    t =
+      Heft.new(:persisted,
+        persist: table_dir(),
+        arena: arena(memory_mib),
+        compression: :none,
+        sync: :none
+      )
+
+    {n, bytes, us} = fill(t, table_mib <<< 20)
+    tier = Heft.info(t, :tier)
+
+    IO.puts(
+      "persistent, memory #{memory_mib} MiB: inserted #{n} records, #{bytes >>> 20} MiB, in " <>
+        "#{div(us, 1000)} ms (#{fmt(bytes / 1_048_576 / (us / 1.0e6))} MiB/s); memory " <>
+        "#{tier.memory_live_bytes >>> 20} MiB, file #{tier.file_live_bytes >>> 20} MiB; " <>
+        "acknowledged #{n}; SIGKILL"
+    )
+
+    File.write!(Path.join(dir(), "heft-bench-persist.count"), Integer.to_string(n))
+    System.cmd("kill", ["-KILL", System.pid()])
+  end
+
+  # Opens what `persist/2` left, checks it, looks records up at random.
+  defp reopen(memory_mib, seconds) do
+    n = String.to_integer(File.read!(Path.join(dir(), "heft-bench-persist.count")))
+    {us, {:ok, t}} = :timer.tc(fn -> Heft.open(table_dir(), arena: arena(memory_mib)) end)
+    size = Heft.info(t, :size)
+    missing = Enum.count(1..n, &(Heft.member(t, &1) == false))
+    tier = Heft.info(t, :tier)
+
+    IO.puts(
+      "reopened in #{div(us, 1000)} ms: #{size} records, #{missing} of #{n} acknowledged missing; " <>
+        "memory #{tier.memory_live_bytes >>> 20} MiB, file #{tier.file_live_bytes >>> 20} MiB"
+    )
+
+    read1 = Sys.read_bytes()
+    deadline = System.monotonic_time(:millisecond) + seconds * 1000
+    times = lookups(t, n, deadline, [])
+    count = length(times)
+    sorted = Enum.sort(times)
+
+    IO.puts(
+      "random lookups for #{seconds} s: #{fmt(count / seconds)} a second, " <>
+        "p50 #{Enum.at(sorted, div(count, 2))} µs, p99 #{Enum.at(sorted, div(count * 99, 100))} µs, " <>
+        "#{fmt((Sys.read_bytes() - read1) / count / 1024)} KiB read from disk per lookup"
+    )
+
+    Heft.delete(t)
+    File.rm_rf!(table_dir())
   end
 
   defp rate(t, n) do

@@ -58,7 +58,14 @@ defmodule Heft do
   schedulers until some record is in the file, then on dirty I/O
   schedulers, as a file arena's do. The file is not compacted (its free
   blocks are reused); `compact/1` compacts memory. `info(tab, :tier)`
-  says what each tier holds.
+  says what each tier holds. What cannot move to the file (the key index,
+  the queue of keys in memory, deadlines, an eviction queue) counts
+  against the budget too: once it alone takes the budget, a write that
+  would add a key (in a bag, an object) returns `{:error,
+  :memory_budget}` and changes nothing; deletes make room again (a hash
+  index shrinks once a quarter full). A persistent table can keep its
+  working copy in a tiered arena (`persist:` with `arena:`), so a table
+  larger than the memory it may use opens and serves.
 
   A memory arena is anonymous memory on transparent huge pages
   (`MADV_HUGEPAGE`; 2 MiB pages where the host's THP setting for
@@ -558,8 +565,13 @@ defmodule Heft do
       tightened to 0700, one owned by another user is refused with
       `:eperm`). If `dir` already holds a Heft table, it is loaded
       (its type and keypos must match these options; the other options
-      given here replace the stored ones). The working copy stays in
-      memory, so `:arena` cannot be given.
+      given here replace the stored ones). The working copy is in memory
+      unless `:arena` says otherwise: `{:file, dir, memory: bytes}`
+      keeps it in memory up to `bytes` of records and the rest in a
+      scratch file in `dir` (a tiered arena), for a table larger than
+      the memory it may use. The log and snapshot stay the durable copy:
+      the arena is not stored, and `open/2` loads the table into the
+      arena it is given (memory by default).
     * `sync: :none` (default), `{:interval, ms}` or `:commit` - when a
       write reaches stable storage.
     * `dump_log_write_threshold: n` - fold the log into a new snapshot
@@ -784,7 +796,10 @@ defmodule Heft do
 
   Returns `true`, or `{:error, reason}` if the arena cannot grow (`:enospc`
   when a file arena's disk is full; nothing is inserted and the table stays
-  readable). A persistent table may also return (see "Persistence"):
+  readable), or `{:error, :memory_budget}` if a tiered arena's memory
+  budget is taken by what cannot move to its file and the write would add
+  a key (in a bag, an object; see "How records are stored"; nothing is
+  inserted). A persistent table may also return (see "Persistence"):
 
     * `{:error, :enospc}` (or another POSIX atom) - its log could not be
       written; nothing is inserted, the table stays readable.
@@ -2472,7 +2487,9 @@ defmodule Heft do
   Options override what is stored: `:name`, `:sync`,
   `:dump_log_write_threshold`, `:dump_log_time_threshold`, and also
   `max_bytes:` and `max_records:` (see "Budgets and eviction"; not
-  stored), `ttl:` (see "Expiry"; not stored), `heir: {pid, data}` and `repair: true` (keep everything before damage in
+  stored), `ttl:` (see "Expiry"; not stored), `arena:` (as for `new/2`:
+  where the working copy is loaded, default memory; not stored),
+  `heir: {pid, data}` and `repair: true` (keep everything before damage in
   the middle of the log, set the rest aside as `lost-*` files, and report
   it in `info(tab, :repaired)` as `%{file: f, offset: o, bytes: n,
   records_dropped: r}`: the first damage, the bytes set aside or lost, and

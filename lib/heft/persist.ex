@@ -68,12 +68,6 @@ defmodule Heft.Persist do
   # Heft.new/2 with :persist: loads the table in the directory, or creates
   # it there. Raises like Heft.new/2.
   def new!(name, o, args, p) do
-    if o.arena != :memory do
-      raise ArgumentError,
-            "option :persist: a persistent table keeps its working copy in memory " <>
-              "(its log and snapshot are the durable copy); drop the :arena option"
-    end
-
     meta = meta(name, o, p)
 
     stored =
@@ -192,7 +186,7 @@ defmodule Heft.Persist do
       ]
 
       {p, []} = split_options(Keyword.merge(stored, persist))
-      budget = Keyword.take(opts, [:max_bytes, :max_records, :ttl])
+      budget = Keyword.take(opts, [:max_bytes, :max_records, :ttl, :arena])
       {o, args} = Heft.__parse_options__(table_opts ++ heir ++ budget)
       open_native(name, args, p, meta(name, o, p), false) |> settled(m)
     end
@@ -214,7 +208,8 @@ defmodule Heft.Persist do
       repair: &is_boolean/1,
       max_bytes: bound?,
       max_records: bound?,
-      ttl: &Heft.Args.table_ttl?/1
+      ttl: &Heft.Args.table_ttl?/1,
+      arena: &Heft.Args.arena?/1
     ]
   end
 

@@ -102,6 +102,63 @@ defmodule Heft.TierTest do
     assert File.ls!(dir) == []
   end
 
+  test "a persistent table keeps its working copy in a tiered arena and reopens whole",
+       %{tmp_dir: dir} do
+    pdir = Path.join(dir, "table")
+    adir = Path.join(dir, "arena")
+    File.mkdir_p!(adir)
+    arena = {:file, adir, memory: @budget}
+    t = Heft.new(:persistent_tiered, persist: pdir, arena: arena, sync: :commit)
+    objs = for i <- 1..3_000, do: record(i, 0)
+    Enum.each(objs, &Heft.insert(t, &1))
+    for i <- 1..3_000//2, do: Heft.delete(t, i)
+    left = Enum.reject(objs, fn {i, _, _} -> rem(i, 2) == 1 end)
+    assert moved(t).file_live_bytes > 0
+    assert Enum.sort(Heft.tab2list(t)) == left
+    :ok = Heft.close(t)
+    assert File.ls!(adir) == []
+
+    # Loaded into memory up to the budget and an eighth, the rest into
+    # the file, then the mover's work.
+    {:ok, t} = Heft.open(pdir, arena: arena)
+    assert {:file, _, [memory: @budget]} = Heft.info(t, :arena)
+    tier = Heft.info(t, :tier)
+    assert tier.memory_live_bytes <= @budget + div(@budget, 8) + 4096, inspect(tier)
+    assert tier.file_live_bytes > 0
+    assert Enum.sort(Heft.tab2list(t)) == left
+
+    assert Enum.all?(Enum.take_random(left, 300), fn {k, _, _} = o -> Heft.lookup(t, k) == [o] end)
+
+    :ok = Heft.close(t)
+
+    # Reopened without the option: all in memory, as before.
+    {:ok, t} = Heft.open(pdir)
+    assert Heft.info(t, :arena) == :memory and Heft.info(t, :size) == length(left)
+    Heft.delete(t)
+  end
+
+  test "once the index takes the memory budget, new keys are refused", %{tmp_dir: dir} do
+    t = Heft.new(:pinned, arena: {:file, dir, memory: 64 * 1024})
+
+    n =
+      Enum.reduce_while(1..1_000_000, 0, fn i, n ->
+        case Heft.insert(t, {i}) do
+          true -> {:cont, n + 1}
+          {:error, :memory_budget} -> {:halt, n}
+        end
+      end)
+
+    assert n > 0 and Heft.info(t, :size) == n
+    assert Heft.insert(t, {n + 1}) == {:error, :memory_budget}
+    assert Heft.insert_new(t, {n + 1}) == {:error, :memory_budget}
+    assert Heft.lookup(t, n + 1) == []
+    # Keys already there: written, and deleted to make room (the index
+    # shrinks once it is a quarter full).
+    assert Heft.insert(t, [{1}, {2}]) == true
+    for i <- 1..(n - div(n, 10)), do: Heft.delete(t, i)
+    assert Wait.until(fn -> Heft.insert(t, {n + 1}) == true end)
+  end
+
   test "bad options are refused", %{tmp_dir: dir} do
     for bad <- [
           {:file, dir, memory: 0},

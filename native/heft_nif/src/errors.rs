@@ -32,6 +32,7 @@ mod atoms {
         eisdir,
         einval,
         poisoned,
+        memory_budget,
     }
 }
 
@@ -81,6 +82,7 @@ pub fn core(e: CoreError) -> Error {
         CoreError::Deleted => no_table(),
         CoreError::Io(e) => io_error(&e),
         CoreError::Poisoned => Error::Term(Box::new(atoms::poisoned())),
+        CoreError::MemoryBudget => Error::Term(Box::new(atoms::memory_budget())),
         CoreError::WouldBlock => {
             WOULD_BLOCK.set(true);
             Error::Term(Box::new(atoms::heft_io()))

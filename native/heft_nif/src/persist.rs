@@ -252,11 +252,6 @@ fn persist_open_io<'a>(
     meta: Binary<'a>,
 ) -> NifResult<Term<'a>> {
     let args = parse_new_args(env, name, table_args)?;
-    if args.backing != heft_core::Backing::Memory {
-        return Err(badarg(
-            "a persistent table keeps its working copy in memory",
-        ));
-    }
     let dir = dir_of(dir)?;
     let (sync, write_threshold, time_ms, repair, create): (Term, u64, u64, bool, bool) = popts
         .decode()
@@ -283,7 +278,7 @@ fn persist_open_io<'a>(
         subscribers: subscribers.clone(),
     };
     let opts = Options {
-        backing: heft_core::Backing::Memory,
+        backing: args.backing.clone(),
         compression: args.compression,
         label: args.label.clone(),
         kind: args.kind,

@@ -117,6 +117,10 @@ pub enum Error {
     /// index, or clear a large table); the table is unchanged. Retry
     /// outside `quick`.
     TooLong,
+    /// A tiered table's memory budget is taken by what cannot move to its
+    /// file (the key index and the table's other bookkeeping): the change
+    /// would add keys; the table is unchanged (table/tier.rs).
+    MemoryBudget,
 }
 
 impl std::fmt::Display for Error {
@@ -127,6 +131,7 @@ impl std::fmt::Display for Error {
             Error::Poisoned => write!(f, "the table's log failed to sync; reopen it"),
             Error::WouldBlock => write!(f, "the table's log needs a new segment first"),
             Error::TooLong => write!(f, "the change would take too long for a quick call"),
+            Error::MemoryBudget => write!(f, "the table's memory budget is taken by its index"),
         }
     }
 }
@@ -1182,7 +1187,7 @@ impl Table {
             self.queue_all(st);
             self.enforce(st, ord);
         }
-        self.queue_in_memory(st, ord);
+        self.queue_in_memory(st);
         self.note_on_disk(st);
     }
 
@@ -1206,6 +1211,13 @@ impl Table {
                 .count(),
             _ => recs.len(),
         };
+        // Past a tiered table's budget, no new entry: a new key, or in a
+        // bag any object stored.
+        let adds =
+            || self.kind.is_bag() || recs.iter().any(|r| st.find(ord, r.hash, r.key()).is_none());
+        if st.pinned_over_budget() && adds() {
+            return Err(Error::MemoryBudget);
+        }
         st.refuse_long(recs.len(), added, 0)?;
         if QUICK.get()
             && st.evict.is_some()
@@ -1978,6 +1990,7 @@ impl Table {
         let bag = self.kind.is_bag();
         // A new record adds an entry if the key was absent; none removes one.
         match (pos, new) {
+            (None, Some(_)) if st.pinned_over_budget() => return Err(Error::MemoryBudget),
             (None, Some(_)) => st.refuse_long(1, || 1, 0)?,
             (Some(_), None) => st.refuse_long(0, || 0, 1)?,
             // A new location may widen the index's packing.

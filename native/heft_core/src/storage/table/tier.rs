@@ -88,6 +88,25 @@ pub struct Moved {
 }
 
 impl State {
+    /// True if a tiered table's memory budget is taken by what cannot move
+    /// out to its file: the key index, the queue of keys in memory, the
+    /// deadlines and a bounded table's eviction queue. Writes that would
+    /// add index entries (new keys; in a bag, new objects) are refused
+    /// then ([`Error::MemoryBudget`]).
+    pub(super) fn pinned_over_budget(&self) -> bool {
+        let (Some(t), Some(f)) = (&self.tier, self.arena.file_tier()) else {
+            return false;
+        };
+        let pinned = self.entries.heap_bytes()
+            + t.heap_bytes()
+            + self
+                .expiry
+                .as_ref()
+                .map_or(0, super::expire::Expiry::heap_bytes)
+            + self.evict.as_ref().map_or(0, Evict::heap_bytes);
+        pinned > f.budget
+    }
+
     /// True if `key` has a record in memory.
     pub(super) fn in_memory(&self, ord: Order, hash: u64, key: &[u8]) -> bool {
         self.find(ord, hash, key).is_some_and(|(pos, n)| {
@@ -126,17 +145,23 @@ impl Table {
     }
 
     /// Queues afresh every key with a record in memory, in index order
-    /// (after a bulk load).
-    pub(super) fn queue_in_memory(&self, st: &mut State, ord: Order) {
+    /// (after a bulk load). Reads no record in the file.
+    pub(super) fn queue_in_memory(&self, st: &mut State) {
         let Some(mut t) = st.tier.take() else { return };
         t.queue.clear();
+        let mut last: &[u8] = &[];
         let mut next = st.entries.first();
         while let Some(pos) = next {
-            let key = super::key_in(&st.arena, st.entries.loc(pos));
-            if st.in_memory(ord, self.hash(key), key) {
-                t.queue.requeue(key);
+            let loc = st.entries.loc(pos);
+            if !arena::in_file(loc) {
+                let key = super::key_in(&st.arena, loc);
+                // A bag's objects of a key are next to each other.
+                if key != last {
+                    t.queue.requeue(key);
+                    last = key;
+                }
             }
-            next = st.entries.next_key(&st.arena, pos);
+            next = st.entries.next(pos);
         }
         st.tier = Some(t);
         if st.arena.memory_over(0) > 0 {
@@ -526,6 +551,52 @@ mod tests {
             assert!(done.moved_records > 0, "{kind:?} {done:?}");
             assert_eq!(tier(&t).file_live_bytes, file);
             same(&t, &model, 4_000);
+        }
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn keys_are_refused_once_the_index_takes_the_budget_and_nothing_changes() {
+        let d = dir("pinned");
+        for kind in KINDS {
+            // 64 KiB: the index passes it after some thousands of keys.
+            let t = tiered(kind, &d, 64 << 10);
+            let small = |i: u64| t.prepare(&key(i), &Value::Int(i as i64).to_bytes());
+            let mut n = 0;
+            let refused = loop {
+                match t.insert(&[small(n)]) {
+                    Ok(()) => n += 1,
+                    Err(e) => break e,
+                }
+                assert!(n < 1_000_000, "{kind:?}: never refused");
+            };
+            assert!(
+                matches!(refused, Error::MemoryBudget),
+                "{kind:?} {refused:?}"
+            );
+            assert_eq!(
+                t.len().unwrap(),
+                n as usize,
+                "{kind:?}: the refused key is not in"
+            );
+            assert!(all_bodies(&t, &key(n)).is_empty());
+            // Keys already there can still be written (in a bag, a new
+            // object is a new entry: refused), and deleted.
+            let new_body = Value::Int(-1).to_bytes();
+            let rewrite = t.insert(&[t.prepare(&key(0), &new_body)]);
+            if kind.is_bag() {
+                assert!(matches!(rewrite, Err(Error::MemoryBudget)), "{kind:?}");
+                // An object a bag holds already adds nothing.
+                if kind == Kind::Bag {
+                    t.insert(&[small(0)]).unwrap();
+                }
+            } else {
+                assert!(rewrite.is_ok(), "{kind:?} {rewrite:?}");
+                assert_eq!(all_bodies(&t, &key(0)), vec![new_body], "{kind:?}");
+            }
+            for i in 0..n / 2 {
+                t.remove(t.hash(&key(i)), &key(i), None).unwrap();
+            }
         }
         std::fs::remove_dir_all(&d).unwrap();
     }
