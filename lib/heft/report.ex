@@ -344,7 +344,16 @@ defmodule Heft.Report do
     "arena #{arena}: mapped #{b(t[:arena_mapped_bytes])}, live #{b(t[:arena_live_bytes])}" <>
       "#{reclaimable(t)}; index #{b(t[:index_bytes])}; payload #{b(t[:payload_raw_bytes])} " <>
       "stored as #{b(t[:payload_stored_bytes])} (#{compression(t[:compression])})" <>
-      table_budget(t[:budget]) <> table_expiry(t[:expiry])
+      table_budget(t[:budget]) <> table_expiry(t[:expiry]) <> table_tier(t[:tier])
+  end
+
+  # A tiered arena: what each tier holds, and what moved out.
+  defp table_tier(nil), do: ""
+
+  defp table_tier(tier) do
+    "; in memory #{b(tier.memory_live_bytes)} live of a #{b(tier.memory_budget)} budget, " <>
+      "in the file #{b(tier.file_live_bytes)}; #{tier.moved_records} records " <>
+      "(#{b(tier.moved_bytes)}) moved out"
   end
 
   # A table with deadlines: its time to live and what expired.

@@ -51,8 +51,22 @@ defmodule Heft.ReportTest do
         bytes: 512 * 1024
       })
 
+    tiered =
+      heft_table(:tiered, {:file, "/srv/tier/heft-1-tiered-0-ab.arena", memory: 2 * @gib})
+      |> Map.put(:tier, %{
+        memory_budget: 2 * @gib,
+        memory_used_bytes: 2 * @gib,
+        memory_live_bytes: 2 * @gib - 1024 * 1024,
+        file_used_bytes: 6 * @gib,
+        file_live_bytes: 6 * @gib,
+        moved_records: 4_321_000,
+        moved_bytes: 7 * @gib,
+        queue_bytes: 8 * 1024 * 1024
+      })
+
     heft = [
       heft_table(:users_by_email_address_and_more, :memory),
+      tiered,
       heft_table(:scratch, {:file, "/srv/very/long/path/to/the/heft/scratch/directory"}),
       cache
     ]
@@ -122,6 +136,12 @@ defmodule Heft.ReportTest do
     # Its expiry.
     assert text =~
              ~r/ttl\s+60000\s+ms:\s+5000\s+keys\s+with\s+a\s+deadline\s+\(512\s+KiB\),\s+777\s+keys\s+\(778\s+records\)\s+expired/
+
+    # A tiered arena: its budget, each tier, what moved out.
+    assert text =~ ~r/arena\s+memory\s+up\s+to\s+2.0\s+GiB,\s+then\s+file\s+\/srv\/tier/
+
+    assert text =~
+             ~r/in\s+memory\s+2.0\s+GiB\s+live\s+of\s+a\s+2.0\s+GiB\s+budget,\s+in\s+the\s+file\s+6.0\s+GiB;\s+4321000\s+records\s+\(7.0\s+GiB\)\s+moved\s+out/
   end
 
   test "warnings, wrapped under their code" do
