@@ -2088,11 +2088,14 @@ defmodule Heft do
     * `:tier` - `nil` but for a tiered arena (`arena: {:file, dir,
       memory: bytes}`): `%{memory_budget: bytes, memory_used_bytes: u,
       memory_live_bytes: l, file_used_bytes: fu, file_live_bytes: fl,
-      moved_records: r, moved_bytes: m, queue_bytes: q}` - the budget,
-      the arena bytes handed out and those holding records in memory and
-      in the file (the `:arena_*` items count both), the records and
-      bytes moved out to the file so far, and the queue of keys in memory
-      (counted in `:meta_bytes`).
+      moved_records: r, moved_bytes: m, queue_bytes: q, file_reads: fr,
+      file_read_bytes: frb}` - the budget, the arena bytes handed out and
+      those holding records in memory and in the file (the `:arena_*`
+      items count both), the records and bytes moved out (written) to the
+      file so far, the queue of keys in memory (counted in
+      `:meta_bytes`), and the records lookups (`lookup/2` and its kin that
+      copy objects out) found in the file and their bytes: what lookups
+      read from the file, from the page cache or from disk.
     * `:compaction` - the table's compactions so far (see `compact/1`):
       `%{state: :idle | :running, runs: n, moved_records: r, moved_bytes:
       m, returned_bytes: b, longest_lock_hold_us: us}`, totals over every

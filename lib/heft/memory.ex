@@ -315,7 +315,11 @@ defmodule Heft.Memory do
       RAM is free; the message gives timer values for a disposable arena
       (not given when the arenas outgrow their cgroup, as above). Heft's own
       durability never depends on these settings: a persistent table syncs
-      its log itself.
+      its log itself. Both warnings concern plain file arenas only and
+      suggest a tiered arena (`arena: {:file, dir, memory: bytes}`) instead:
+      it writes nothing while its records fit the budget, and starts the
+      writeback of what it moves to its file at once, so its pages do not
+      stay dirty.
     * `:swap_in_use` (warning): this node or the host has pages in swap.
     * `:io_pressure` (warning): all tasks stalled on I/O 10% or more of the
       last minute.

@@ -353,7 +353,8 @@ defmodule Heft.Report do
   defp table_tier(tier) do
     "; in memory #{b(tier.memory_live_bytes)} live of a #{b(tier.memory_budget)} budget, " <>
       "in the file #{b(tier.file_live_bytes)}; #{tier.moved_records} records " <>
-      "(#{b(tier.moved_bytes)}) moved out"
+      "(#{b(tier.moved_bytes)}) moved out, #{tier.file_reads} " <>
+      "(#{b(tier.file_read_bytes)}) read back"
   end
 
   # A table with deadlines: its time to live and what expired.

@@ -61,7 +61,9 @@ defmodule Heft.ReportTest do
         file_live_bytes: 6 * @gib,
         moved_records: 4_321_000,
         moved_bytes: 7 * @gib,
-        queue_bytes: 8 * 1024 * 1024
+        queue_bytes: 8 * 1024 * 1024,
+        file_reads: 98_000,
+        file_read_bytes: 300 * 1024 * 1024
       })
 
     heft = [
@@ -141,7 +143,7 @@ defmodule Heft.ReportTest do
     assert text =~ ~r/arena\s+memory\s+up\s+to\s+2.0\s+GiB,\s+then\s+file\s+\/srv\/tier/
 
     assert text =~
-             ~r/in\s+memory\s+2.0\s+GiB\s+live\s+of\s+a\s+2.0\s+GiB\s+budget,\s+in\s+the\s+file\s+6.0\s+GiB;\s+4321000\s+records\s+\(7.0\s+GiB\)\s+moved\s+out/
+             ~r/in\s+memory\s+2.0\s+GiB\s+live\s+of\s+a\s+2.0\s+GiB\s+budget,\s+in\s+the\s+file\s+6.0\s+GiB;\s+4321000\s+records\s+\(7.0\s+GiB\)\s+moved\s+out,\s+98000\s+\(300\s+MiB\)\s+read\s+back/
   end
 
   test "warnings, wrapped under their code" do

@@ -96,6 +96,9 @@ defmodule Heft.TierTest do
     assert info[:arena_used_bytes] == tier.memory_used_bytes + tier.file_used_bytes
     assert info[:memory] == info[:index_bytes] + info[:meta_bytes] + info[:arena_used_bytes]
     assert tier.queue_bytes <= info[:meta_bytes]
+    # Lookups count what they found in the file.
+    for i <- 1..2_000, do: Heft.lookup(t, i)
+    assert Heft.info(t, :tier).file_reads > tier.file_reads
     # The file holds what memory does not, and no more.
     assert File.stat!(path).size >= tier.file_used_bytes
     Heft.delete(t)

@@ -104,7 +104,9 @@ defmodule Heft.Memory.Warnings do
      "file arenas (#{where}) hold #{b(ws)}, more than half of cgroup #{cg.path}'s " <>
        "limit #{b(cg.limit)}: the cgroup's reclaim writes their pages back and reads " <>
        "them again as they are used, whatever the vm.dirty_* settings (host-wide). " <>
-       "Raise the cgroup's memory limit, or keep the arenas well under it"}
+       "Raise the cgroup's memory limit, or keep the arenas well under it, or make " <>
+       "them tiered (arena: {:file, dir, memory: bytes}): memory first, and a file " <>
+       "kept clean"}
   end
 
   defp budget(ws, others, limits, rec, where) do
@@ -140,7 +142,9 @@ defmodule Heft.Memory.Warnings do
        "#{seconds(expire)} are written back (flusher every #{seconds(every)}) " <>
        "however much RAM is free. For a disposable arena: " <>
        "vm.dirty_expire_centisecs = #{rec.dirty_expire_centisecs}, " <>
-       "vm.dirty_writeback_centisecs = #{rec.dirty_writeback_centisecs}"}
+       "vm.dirty_writeback_centisecs = #{rec.dirty_writeback_centisecs}. Or make " <>
+       "the arenas tiered (arena: {:file, dir, memory: bytes}): nothing is written " <>
+       "while the records fit the budget"}
   end
 
   defp expiry(_, _, _, _), do: []

@@ -35,6 +35,8 @@ mod atoms {
         file_live_bytes,
         moved_records,
         moved_bytes,
+        file_reads,
+        file_read_bytes,
     }
 }
 
@@ -54,6 +56,8 @@ pub fn tier_item<'a>(env: Env<'a>, s: &Stats) -> (Term<'a>, Term<'a>) {
                 (atoms::moved_records(), t.moved_records.encode(env)),
                 (atoms::moved_bytes(), t.moved_bytes.encode(env)),
                 (atoms::queue_bytes(), t.queue_bytes.encode(env)),
+                (atoms::file_reads(), t.file_reads.encode(env)),
+                (atoms::file_read_bytes(), t.file_read_bytes.encode(env)),
             ],
         ),
     };

@@ -100,6 +100,13 @@ defmodule Heft.Memory.WarningsTest do
       refute :dirty_expiry in codes(ws)
     end
 
+    test "nor does a tiered arena, which keeps its file clean" do
+      t = %{file_table(8 * @gib, 0) | arena: {:file, "/srv/x", memory: @gib}}
+      ws = Warnings.check(snapshot("docker-v2-limited", heft: [t]))
+      refute :dirty_budget in codes(ws)
+      refute :dirty_expiry in codes(ws)
+    end
+
     test "a small file arena: within budget, but still expires after 30 s" do
       ws = Warnings.check(snapshot("firecracker-v1", heft: [file_table(100 * 1024 * 1024, 0)]))
       refute :dirty_budget in codes(ws)
@@ -107,6 +114,7 @@ defmodule Heft.Memory.WarningsTest do
       assert msg =~ "dirty longer than 30 s"
       assert msg =~ "flusher every 5 s"
       assert msg =~ "vm.dirty_expire_centisecs = 8640000"
+      assert msg =~ "Or make the arenas tiered"
     end
 
     test "above the background threshold: a warning with the values that hold it" do
@@ -135,6 +143,7 @@ defmodule Heft.Memory.WarningsTest do
       {:warning, :dirty_budget, msg} = find(ws, :dirty_budget)
       assert msg =~ "hold 3.0 GiB, more than half of cgroup /'s limit 2.0 GiB"
       assert msg =~ "Raise the cgroup's memory limit"
+      assert msg =~ "make them tiered"
       refute msg =~ "vm.dirty_bytes ="
       refute :dirty_expiry in codes(ws)
       # Well inside the limit, the host-wide advice stands.

@@ -592,6 +592,9 @@ pub struct TierStats {
     pub moved_bytes: u64,
     /// The queue of keys in memory (part of `meta_bytes`).
     pub queue_bytes: u64,
+    /// Records lookups found in the file, and their bytes.
+    pub file_reads: u64,
+    pub file_read_bytes: u64,
 }
 
 /// A table's storage. Dropping it frees the index and unmaps the arena.
@@ -1736,6 +1739,9 @@ impl Table {
         }
         if let Some(t) = &st.tier {
             t.touch(hash);
+            if let Some(f) = &found {
+                t.read_from_file((0..f.n).map(|i| st.entries.loc(Entries::nth(f.pos, i))));
+            }
         }
         let Some(f) = found else {
             return Ok(false);
@@ -2450,6 +2456,8 @@ impl Table {
                 moved_records: t.moved_records,
                 moved_bytes: t.moved_bytes,
                 queue_bytes: t.heap_bytes(),
+                file_reads: t.file_reads().0,
+                file_read_bytes: t.file_reads().1,
             }),
         })
     }

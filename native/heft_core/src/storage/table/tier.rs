@@ -23,7 +23,7 @@
 //! made to wait: past the budget and an eighth, new records go straight
 //! to the file (arena/tiered.rs).
 
-use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -51,6 +51,10 @@ pub(super) struct Tier {
     /// Records and bytes moved out to the file.
     pub(super) moved_records: u64,
     pub(super) moved_bytes: u64,
+    /// Records lookups found in the file, and their bytes (what lookups
+    /// read from the file, whether or not the page cache held it).
+    file_reads: AtomicU64,
+    file_read_bytes: AtomicU64,
 }
 
 impl Tier {
@@ -59,7 +63,32 @@ impl Tier {
             queue: Evict::new(Budget::default()),
             moved_records: 0,
             moved_bytes: 0,
+            file_reads: AtomicU64::new(0),
+            file_read_bytes: AtomicU64::new(0),
         }
+    }
+
+    /// Counts a lookup's records found in the file (under the table's
+    /// read lock): their handles.
+    pub(super) fn read_from_file(&self, locs: impl Iterator<Item = u64>) {
+        let (mut n, mut bytes) = (0, 0);
+        for loc in locs.filter(|&l| arena::in_file(l)) {
+            n += 1;
+            bytes += arena::block_size(loc) as u64;
+        }
+        if n > 0 {
+            self.file_reads.fetch_add(n, AtomicOrdering::Relaxed);
+            self.file_read_bytes
+                .fetch_add(bytes, AtomicOrdering::Relaxed);
+        }
+    }
+
+    /// Records lookups found in the file, and their bytes.
+    pub(super) fn file_reads(&self) -> (u64, u64) {
+        (
+            self.file_reads.load(AtomicOrdering::Relaxed),
+            self.file_read_bytes.load(AtomicOrdering::Relaxed),
+        )
     }
 
     /// Marks a key read (under the table's read lock).
@@ -523,6 +552,23 @@ mod tests {
         settle(&t);
         assert!((0..300).all(|i| in_memory(&t, i)), "read keys stayed");
         assert!(!in_memory(&t, 300), "the oldest unread key moved out");
+        // Lookups count the records they found in the file.
+        let before = tier(&t);
+        let in_file: Vec<u64> = (0..2_000).filter(|&i| !in_memory(&t, i)).collect();
+        for i in 0..2_000 {
+            all_bodies(&t, &key(i));
+        }
+        let after = tier(&t);
+        assert_eq!(after.file_reads - before.file_reads, in_file.len() as u64);
+        let bytes: u64 = in_file
+            .iter()
+            .map(|&i| {
+                crate::arena::class_size(crate::arena::class_of(
+                    t.prepare(&key(i), &body(i, 0)).bytes.len(),
+                )) as u64
+            })
+            .sum();
+        assert_eq!(after.file_read_bytes - before.file_read_bytes, bytes);
         // A key rewritten comes back to memory and is queued again.
         let cold = (300..2_000).find(|&i| !in_memory(&t, i)).unwrap();
         put(&t, cold, 1);
