@@ -2054,7 +2054,9 @@ defmodule Heft do
       exceed `:arena_used_bytes` by up to 2 MiB. A file arena's resident
       bytes are its pages in RAM whether this process maps them now or
       not (mincore(2): the page cache holds pages smaps no longer
-      counts once the table outgrows memory).
+      counts once the table outgrows memory). A tiered arena's count both
+      its memory's mapping and its file (resident: the file's pages in
+      RAM, as for a file arena).
     * `:index_resident_bytes` - the kernel's view of the index mapping:
       pages in RAM.
     * `:payload_raw_bytes` - sum over objects of their encoded key and

@@ -96,6 +96,9 @@ defmodule Heft.TierTest do
     assert info[:arena_used_bytes] == tier.memory_used_bytes + tier.file_used_bytes
     assert info[:memory] == info[:index_bytes] + info[:meta_bytes] + info[:arena_used_bytes]
     assert tier.queue_bytes <= info[:meta_bytes]
+    # Resident: memory's pages and the file's in the page cache (just
+    # written: all of what it holds, give or take a page a block).
+    assert info[:arena_resident_bytes] >= tier.memory_live_bytes + div(tier.file_live_bytes, 2)
     # Lookups count what they found in the file.
     for i <- 1..2_000, do: Heft.lookup(t, i)
     assert Heft.info(t, :tier).file_reads > tier.file_reads

@@ -495,20 +495,24 @@ fn info_of<'a>(env: Env<'a>, tab: Term<'a>, quick: bool) -> NifResult<Term<'a>> 
 fn kernel_view<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
     let t = resolve(tab)?;
     let s = t.core.stats().map_err(errors::core)?;
-    let found = accounting::mappings(&[s.arena_address, s.index_address])
-        .map_err(|e| errors::io_error(&e))?;
+    let mut starts = vec![s.arena_address, s.index_address];
+    starts.extend(s.tier.map(|f| f.file_address));
+    let found = accounting::mappings(&starts).map_err(|e| errors::io_error(&e))?;
     let arena = found.first().copied().flatten().unwrap_or_default();
     let index = found.get(1).copied().flatten().unwrap_or_default();
+    let file = found.get(2).copied().flatten().unwrap_or_default();
     // A file arena's pages in the page cache are its memory too, mapped
-    // into this process or not (smaps counts only the mapped ones).
+    // into this process or not (smaps counts only the mapped ones). A
+    // tiered arena's: its memory's mapping, and its file's pages so.
     let cached = t.core.arena_cached_bytes().map_err(errors::core)?;
+    let resident = match (s.tier, cached) {
+        (Some(_), c) => arena.resident + c.unwrap_or(0).max(file.resident),
+        (None, c) => c.map_or(arena.resident, |c| c.max(arena.resident)),
+    };
     let pairs = [
-        (
-            atoms::arena_resident_bytes(),
-            cached.map_or(arena.resident, |c| c.max(arena.resident)),
-        ),
-        (atoms::arena_dirty_bytes(), arena.dirty),
-        (atoms::arena_swap_bytes(), arena.swap),
+        (atoms::arena_resident_bytes(), resident),
+        (atoms::arena_dirty_bytes(), arena.dirty + file.dirty),
+        (atoms::arena_swap_bytes(), arena.swap + file.swap),
         (atoms::index_resident_bytes(), index.resident),
     ];
     Term::map_from_pairs(env, &pairs).map_err(|_| badarg("internal error building info"))

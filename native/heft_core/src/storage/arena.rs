@@ -677,7 +677,12 @@ impl Arena {
     /// RAM: for a file arena, in the page cache whether or not this
     /// process maps them now (mincore(2)). `None` for other arenas, whose
     /// pages the process's own mapping counts, or if the kernel refuses.
+    /// A tiered arena answers for its file (its memory is counted by its
+    /// own mapping).
     pub fn cached_bytes(&self, from: u64, len: u64) -> Option<u64> {
+        if let Some(t) = self.file_tier.as_deref() {
+            return t.arena.cached_bytes(from, len);
+        }
         let Pages::File(_, _, map) = &self.pages else {
             return None;
         };

@@ -595,6 +595,8 @@ pub struct TierStats {
     /// Records lookups found in the file, and their bytes.
     pub file_reads: u64,
     pub file_read_bytes: u64,
+    /// Where the file is mapped (to find it in /proc/self/smaps).
+    pub file_address: u64,
 }
 
 /// A table's storage. Dropping it frees the index and unmaps the arena.
@@ -984,7 +986,12 @@ impl Table {
             };
             total += n;
             from += STEP;
-            if from >= st.arena.mapped_bytes() {
+            // A tiered arena's file (its memory is its own mapping's).
+            let end = st
+                .arena
+                .file_tier()
+                .map_or(st.arena.mapped_bytes(), |f| f.mapped_bytes);
+            if from >= end {
                 return Ok(Some(total));
             }
         }
@@ -2458,6 +2465,7 @@ impl Table {
                 queue_bytes: t.heap_bytes(),
                 file_reads: t.file_reads().0,
                 file_read_bytes: t.file_reads().1,
+                file_address: f.address,
             }),
         })
     }

@@ -53,6 +53,8 @@ pub struct FileTier {
     pub live_bytes: u64,
     /// The file's length.
     pub mapped_bytes: u64,
+    /// Where the file is mapped (to find it in /proc/self/smaps).
+    pub address: u64,
 }
 
 /// A span of a tiered arena's file that was written and may be dirty.
@@ -119,6 +121,7 @@ impl Arena {
             used_bytes: t.arena.used_bytes(),
             live_bytes: t.arena.live_bytes(),
             mapped_bytes: t.arena.mapped_bytes(),
+            address: t.arena.address() as u64,
         })
     }
 
