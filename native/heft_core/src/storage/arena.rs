@@ -475,9 +475,10 @@ impl Arena {
     }
 
     /// The `len` bytes at block `loc`, or `None` past the end of the arena.
+    #[inline]
     pub fn get(&self, loc: u64, len: usize) -> Option<&[u8]> {
         if in_file(loc) {
-            return self.file_tier.as_deref()?.arena.get(loc & !IN_FILE, len);
+            return self.file_get(loc, len);
         }
         let start = usize::try_from(offset(loc)).ok()?;
         self.bytes().get(start..start.checked_add(len)?)
@@ -497,12 +498,10 @@ impl Arena {
 
     /// Up to `max` bytes from block `loc`, fewer where the mapping ends
     /// sooner.
+    #[inline]
     pub fn tail(&self, loc: u64, max: usize) -> &[u8] {
         if in_file(loc) {
-            return match self.file_tier.as_deref() {
-                Some(t) => t.arena.tail(loc & !IN_FILE, max),
-                None => &[],
-            };
+            return self.file_tail(loc, max);
         }
         let start = usize::try_from(offset(loc)).unwrap_or(usize::MAX);
         let end = start.saturating_add(max).min(self.bytes().len());

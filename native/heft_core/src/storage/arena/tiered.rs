@@ -125,6 +125,24 @@ impl Arena {
         })
     }
 
+    /// [`Arena::get`] of a block in the file (out of line: memory's
+    /// blocks are the common case).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn file_get(&self, loc: u64, len: usize) -> Option<&[u8]> {
+        self.file_tier.as_deref()?.arena.get(loc & !IN_FILE, len)
+    }
+
+    /// [`Arena::tail`] of a block in the file.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn file_tail(&self, loc: u64, max: usize) -> &[u8] {
+        match self.file_tier.as_deref() {
+            Some(t) => t.arena.tail(loc & !IN_FILE, max),
+            None => &[],
+        }
+    }
+
     /// Bytes of live blocks in memory over a tiered arena's memory share
     /// less `margin` (0 if under it, or not tiered).
     pub fn memory_over(&self, margin: u64) -> u64 {
