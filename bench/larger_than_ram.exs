@@ -53,7 +53,7 @@ defmodule Heft.Bench.LargerThanRam do
       opts[:child] && opts[:fits] -> fits(table, Keyword.get(opts, :idle_seconds, 75))
       opts[:child] && opts[:reopen] -> reopen(opts[:memory_mib] || 192, seconds)
       opts[:child] && opts[:persist] -> persist(table, opts[:memory_mib] || 192)
-      opts[:child] -> child(table, seconds, opts[:memory_mib])
+      opts[:child] -> child(table, seconds, opts[:memory_mib], Keyword.get(opts, :limit_mib, 512))
       true -> parent(table, Keyword.get(opts, :limit_mib, 512), argv)
     end
   end
@@ -123,8 +123,9 @@ defmodule Heft.Bench.LargerThanRam do
   defp arena(mib), do: {:file, dir(), memory: mib <<< 20}
 
   # Inserts incompressible 1-4 KiB records until `target` bytes:
-  # `{records, bytes, µs}`.
-  defp fill(t, target) do
+  # `{records, bytes, µs}`. Once `past` bytes are in, it notes the time
+  # and the disk bytes read so far (process dictionary `:past`).
+  defp fill(t, target, past \\ nil) do
     {us, {n, bytes}} =
       :timer.tc(fn ->
         Stream.iterate(1, &(&1 + 1))
@@ -132,6 +133,9 @@ defmodule Heft.Bench.LargerThanRam do
           if b >= target do
             {:halt, {n, b}}
           else
+            if past && b >= past && Process.get(:past) == nil,
+              do: Process.put(:past, {System.monotonic_time(:microsecond), b, Sys.read_bytes()})
+
             v = :crypto.strong_rand_bytes(1024 + :rand.uniform(3072))
             true = Heft.insert(t, {k, v})
             {:cont, {n + 1, b + byte_size(v)}}
@@ -142,18 +146,30 @@ defmodule Heft.Bench.LargerThanRam do
     {n, bytes, us}
   end
 
-  defp child(table_mib, seconds, memory_mib) do
+  defp child(table_mib, seconds, memory_mib, limit_mib) do
     t = Heft.new(:larger_than_ram, arena: arena(memory_mib), compression: :none)
     IO.puts("arena: #{inspect(Heft.info(t, :arena))}")
     {read0, write0} = {Sys.read_bytes(), Sys.write_bytes()}
-    {n, bytes, us} = fill(t, table_mib <<< 20)
-    read1 = Sys.read_bytes()
+    {n, bytes, us} = fill(t, table_mib <<< 20, limit_mib <<< 20)
+    {read1, t1} = {Sys.read_bytes(), System.monotonic_time(:microsecond)}
 
     IO.puts(
       "inserted #{n} records of 1-4 KiB, #{bytes >>> 20} MiB, in #{div(us, 1000)} ms: " <>
         "#{fmt(bytes / 1_048_576 / (us / 1.0e6))} MiB/s, " <>
         "#{fmt((read1 - read0) / bytes, 3)} bytes read from disk per byte inserted"
     )
+
+    case Process.get(:past) do
+      {t0, b0, r0} ->
+        IO.puts(
+          "past the #{limit_mib} MiB limit (the last #{(bytes - b0) >>> 20} MiB): " <>
+            "#{fmt((bytes - b0) / 1_048_576 / ((t1 - t0) / 1.0e6))} MiB/s, " <>
+            "#{fmt((read1 - r0) / (bytes - b0), 3)} bytes read from disk per byte inserted"
+        )
+
+      nil ->
+        :ok
+    end
 
     if memory_mib do
       # The mover's last steps.
@@ -230,7 +246,8 @@ defmodule Heft.Bench.LargerThanRam do
     IO.puts(
       "random lookups, 5 alternating rounds of 2 s: tiered #{fmt(tm)}/s " <>
         "(#{fmt(Enum.min(ts))}-#{fmt(Enum.max(ts))}), memory arena #{fmt(mm)}/s " <>
-        "(#{fmt(Enum.min(ms))}-#{fmt(Enum.max(ms))}): memory arena / tiered #{fmt(mm / tm, 2)}"
+        "(#{fmt(Enum.min(ms))}-#{fmt(Enum.max(ms))}): a tiered lookup takes " <>
+        "#{fmt(mm / tm, 2)}x a memory arena's"
     )
   end
 

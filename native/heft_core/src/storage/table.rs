@@ -1255,9 +1255,7 @@ impl Table {
             self.note_write(st, ord, r, bag_key_new || !(self.kind.is_bag() || replaced));
             self.note_in_memory(st, ord, r.key(), was, loc);
         }
-        if st.tier.is_some() {
-            self.note_on_disk(st);
-        }
+        self.after_tiered_write(st);
         self.set_deadlines(st, all, &renamed, ttl);
         self.learner.count(st.entries.len());
         self.enforce(st, ord);
@@ -2032,11 +2030,13 @@ impl Table {
                         st.entries.set_loc(p, locs[0]);
                         st.release(old);
                         self.note_in_memory(&mut st, ord, key, was, locs[0]);
+                        self.after_tiered_write(&mut st);
                     }
                     _ => {
                         let replaced = st.link(self.kind, ord, new, locs[0]);
                         self.note_write(&mut st, ord, new, !replaced);
                         self.note_in_memory(&mut st, ord, key, was, locs[0]);
+                        self.after_tiered_write(&mut st);
                         if pos.is_none() {
                             // A key made here has the table's time to live.
                             self.set_deadlines(&mut st, std::slice::from_ref(new), &[], Ttl::Table);

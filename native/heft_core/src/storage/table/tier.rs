@@ -168,6 +168,16 @@ impl Table {
         let records = entries.len();
         let find = |k: &[u8]| entries.find(arena, ord, self.hash(k), k);
         t.queue.added(key, records, find, |k| self.hash(k));
+    }
+
+    /// After a write to a tiered table: notes whether records are in its
+    /// file, and wakes the mover if memory holds more than the budget
+    /// (records grown in place, new keys, keys back from the file).
+    pub(super) fn after_tiered_write(&self, st: &State) {
+        if st.tier.is_none() {
+            return;
+        }
+        self.note_on_disk(st);
         if st.arena.memory_over(0) > 0 {
             self.move_out_on_its_own();
         }
@@ -644,6 +654,35 @@ mod tests {
                 t.remove(t.hash(&key(i)), &key(i), None).unwrap();
             }
         }
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn records_grown_in_place_wake_the_mover_too() {
+        let d = dir("grown");
+        let t = Arc::new(tiered(Kind::Set, &d, 256 << 10));
+        t.compact_on_its_own();
+        // 500 keys of a few bytes: well within the budget.
+        let small = |i: u64| t.prepare(&key(i), &Value::Int(i as i64).to_bytes());
+        for i in 0..500 {
+            t.insert(&[small(i)]).unwrap();
+        }
+        assert_eq!(tier(&t).moved_records, 0);
+        // The same keys grown to 200-1,200 bytes: about 350 KB, no new
+        // key (past the budget and an eighth, the file takes them).
+        for i in 0..500 {
+            put(&t, i, 0);
+        }
+        let until = Instant::now() + Duration::from_secs(20);
+        while tier(&t).memory_live_bytes > 256 << 10 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let s = tier(&t);
+        assert!(
+            s.memory_live_bytes <= 256 << 10 && s.moved_records > 0,
+            "{s:?}"
+        );
+        drop(t);
         std::fs::remove_dir_all(&d).unwrap();
     }
 
