@@ -2030,13 +2030,13 @@ impl Table {
                         st.entries.set_loc(p, locs[0]);
                         st.release(old);
                         self.note_in_memory(&mut st, ord, key, was, locs[0]);
-                        self.after_tiered_write(&mut st);
+                        self.after_tiered_write(&st);
                     }
                     _ => {
                         let replaced = st.link(self.kind, ord, new, locs[0]);
                         self.note_write(&mut st, ord, new, !replaced);
                         self.note_in_memory(&mut st, ord, key, was, locs[0]);
-                        self.after_tiered_write(&mut st);
+                        self.after_tiered_write(&st);
                         if pos.is_none() {
                             // A key made here has the table's time to live.
                             self.set_deadlines(&mut st, std::slice::from_ref(new), &[], Ttl::Table);

@@ -14,14 +14,21 @@
 //!
 //! The moving is done by one thread for every tiered table (below), never
 //! by a caller: once memory holds more than the budget it moves records
-//! out in steps of at most [`STEP_BYTES`] under the table's write lock,
+//! out in steps of at most [`STEP_BYTES`] (and [`STEP_TIME`]) under the
+//! table's write lock,
 //! resting between steps as long as the step held the lock, until memory
 //! is an [`EASE`]th under the budget. After each step it starts the
 //! writeback of what it wrote, outside the lock, and it waits for that
 //! writeback every [`WAIT_EVERY`] bytes, so it writes no faster than the
 //! disk and leaves little dirty. Meanwhile writes are never refused or
 //! made to wait: past the budget and an eighth, new records go straight
-//! to the file (arena/tiered.rs).
+//! to the file (arena/tiered.rs); only once what cannot move (the index
+//! and bookkeeping) takes the budget are new keys refused
+//! ([`Error::MemoryBudget`]).
+//!
+//! Not done: the file is not compacted (its free blocks are reused by
+//! later moves), and a record read often from the file is not moved back
+//! to memory until it is written (the page cache keeps it meanwhile).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -37,6 +44,9 @@ use crate::arena::{self, Written};
 pub(super) const STEP_BYTES: usize = 256 << 10;
 /// Records moved out per hold, at most.
 const STEP_RECORDS: usize = 512;
+/// How long one hold may last, at most (looked at between keys: the hand
+/// may pass up to 8,192 keys read since its last pass for one).
+const STEP_TIME: Duration = Duration::from_micros(500);
 /// Once it starts, the mover brings memory this fraction of the budget
 /// under it (so that it does not start again at the next write).
 const EASE: u64 = 16;
@@ -210,7 +220,8 @@ impl Table {
 
     /// One step of moving the records read least out to the file, while
     /// memory holds more than the budget less an [`EASE`]th of it: at most
-    /// [`STEP_BYTES`] or [`STEP_RECORDS`] under one hold of the write lock.
+    /// [`STEP_BYTES`], [`STEP_RECORDS`] or [`STEP_TIME`] under one hold of
+    /// the write lock.
     /// Unlogged: the table's contents do not change. Stops early at an
     /// I/O error (the disk is full: the key stays queued).
     pub fn move_out(&self) -> Result<Moved, Error> {
@@ -227,7 +238,8 @@ impl Table {
         let ord = order(&names);
         let mut m = Moved::default();
         let ease = margin(&st);
-        while m.bytes < STEP_BYTES && m.records < STEP_RECORDS {
+        let held = Instant::now();
+        while m.bytes < STEP_BYTES && m.records < STEP_RECORDS && held.elapsed() < STEP_TIME {
             if st.arena.memory_over(ease) == 0 {
                 break;
             }
