@@ -3014,6 +3014,35 @@ mod tests {
         walk(t, dir, n).into_iter().map(|r| r.0).collect()
     }
 
+    /// An integer key, for the tests of the table's parts (compaction,
+    /// tiers).
+    pub(super) fn int_key(i: u64) -> Vec<u8> {
+        Value::Int(i as i64).to_bytes()
+    }
+
+    /// A body of `min` to `min + span` incompressible bytes, its own for
+    /// each `(i, version)`.
+    pub(super) fn noisy_body(i: u64, version: u32, min: usize, span: usize) -> Vec<u8> {
+        let len = min + (i as usize * 7919 + version as usize * 31) % span;
+        let bytes = crate::testutil::noise((i as u32).wrapping_mul(2_654_435_761) ^ version, len);
+        Value::Tuple(vec![Value::Int(i as i64), Value::Binary(bytes)]).to_bytes()
+    }
+
+    /// What the table holds, key by key, against `model` (keys
+    /// [`int_key`] 0 to `n`).
+    pub(super) fn same_as(
+        t: &Table,
+        model: &std::collections::BTreeMap<u64, Vec<Vec<u8>>>,
+        n: u64,
+    ) {
+        for i in 0..n {
+            let want = model.get(&i).cloned().unwrap_or_default();
+            assert_eq!(all_bodies(t, &int_key(i)), want, "key {i}");
+        }
+        let records: usize = model.values().map(Vec::len).sum();
+        assert_eq!(t.len().unwrap(), records);
+    }
+
     pub(super) fn all_bodies(t: &Table, k: &[u8]) -> Vec<Vec<u8>> {
         let mut buf = RecordBuf::new();
         t.get(t.hash(k), k, &mut buf).unwrap();

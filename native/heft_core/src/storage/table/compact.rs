@@ -565,9 +565,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::codec::Value;
-    use crate::table::tests::all_bodies;
-    use crate::testutil::{noise, Rng};
+    use crate::testutil::Rng;
 
     fn table(kind: Kind) -> Arc<Table> {
         table_on(kind, Backing::Memory)
@@ -612,29 +610,15 @@ mod tests {
         }
     }
 
-    fn key(i: u64) -> Vec<u8> {
-        Value::Int(i as i64).to_bytes()
-    }
+    use crate::table::tests::{int_key as key, noisy_body, same_as as same};
 
     /// A body of 20-1500 bytes, its own for each `(i, version)`.
     fn body(i: u64, version: u32) -> Vec<u8> {
-        let len = 20 + (i as usize * 7919 + version as usize * 31) % 1480;
-        let bytes = noise((i as u32).wrapping_mul(2_654_435_761) ^ version, len);
-        Value::Tuple(vec![Value::Int(i as i64), Value::Binary(bytes)]).to_bytes()
+        noisy_body(i, version, 20, 1480)
     }
 
     fn put(t: &Table, i: u64, version: u32) {
         t.insert(&[t.prepare(&key(i), &body(i, version))]).unwrap();
-    }
-
-    /// What the table holds, key by key, against `model`.
-    fn same(t: &Table, model: &BTreeMap<u64, Vec<Vec<u8>>>, n: u64) {
-        for i in 0..n {
-            let want = model.get(&i).cloned().unwrap_or_default();
-            assert_eq!(all_bodies(t, &key(i)), want, "key {i}");
-        }
-        let records: usize = model.values().map(Vec::len).sum();
-        assert_eq!(t.len().unwrap(), records);
     }
 
     #[test]

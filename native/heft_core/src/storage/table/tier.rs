@@ -425,7 +425,6 @@ mod tests {
     use crate::compress::Compression;
     use crate::table::tests::all_bodies;
     use crate::table::{Kind, Options, Stats};
-    use crate::testutil::noise;
 
     const KINDS: [Kind; 4] = [Kind::Set, Kind::OrderedSet, Kind::Bag, Kind::DuplicateBag];
 
@@ -445,16 +444,12 @@ mod tests {
         .unwrap()
     }
 
-    fn key(i: u64) -> Vec<u8> {
-        Value::Int(i as i64).to_bytes()
-    }
+    use crate::table::tests::{int_key as key, noisy_body, same_as as same};
 
     /// A body of 200-1,200 incompressible bytes, its own for each
     /// `(i, version)`.
     fn body(i: u64, version: u32) -> Vec<u8> {
-        let len = 200 + (i as usize * 7919 + version as usize * 31) % 1000;
-        let bytes = noise((i as u32).wrapping_mul(2_654_435_761) ^ version, len);
-        Value::Tuple(vec![Value::Int(i as i64), Value::Binary(bytes)]).to_bytes()
+        noisy_body(i, version, 200, 1000)
     }
 
     fn put(t: &Table, i: u64, version: u32) {
@@ -487,15 +482,6 @@ mod tests {
         let names = t.names();
         let k = key(i);
         st.in_memory(order(&names), t.hash(&k), &k)
-    }
-
-    fn same(t: &Table, model: &BTreeMap<u64, Vec<Vec<u8>>>, n: u64) {
-        for i in 0..n {
-            let want = model.get(&i).cloned().unwrap_or_default();
-            assert_eq!(all_bodies(t, &key(i)), want, "key {i}");
-        }
-        let records: usize = model.values().map(Vec::len).sum();
-        assert_eq!(t.len().unwrap(), records);
     }
 
     #[test]
