@@ -24,6 +24,7 @@ pub use expire::Ttl;
 pub mod learn;
 mod objects;
 mod tier;
+mod worker;
 
 use std::cmp::Ordering;
 use std::collections::HashMap;

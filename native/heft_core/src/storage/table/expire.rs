@@ -28,8 +28,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
-
+use super::worker::{rest, Worker};
 use super::Table;
 use crate::hash::KeyedHash;
 
@@ -242,81 +241,31 @@ impl std::hash::Hasher for KeyedHasher {
 }
 
 // ---- The sweeper: one thread for every table whose expired keys are
-// swept on their own.
-
-/// How often the sweeper looks at the tables, at most.
-const TICK: Duration = Duration::from_millis(100);
+// swept on their own (table/worker.rs).
 
 /// Keys the sweeper removes per hold of a table's write lock.
 pub(super) const SWEEP_STEP: usize = 256;
 
-struct Sweeper {
-    tables: Mutex<Vec<Weak<Table>>>,
-    wake: Condvar,
-}
-
-static SWEEPER: OnceLock<Sweeper> = OnceLock::new();
+/// The sweeper: every 100 ms (or when woken), sweeps each table of what
+/// has expired, a step at a time, resting between steps as long as the
+/// step held the lock, so that it never keeps the table from its users
+/// for long.
+static SWEEPER: Worker = Worker::new("heft-expiry", Duration::from_millis(100), |t| loop {
+    let started = Instant::now();
+    match t.sweep(SWEEP_STEP) {
+        Ok(n) if n == SWEEP_STEP => rest(started),
+        _ => break,
+    }
+});
 
 /// Has the sweeper look after `table`, starting its thread on first use.
 /// False if the thread could not be started.
 pub(super) fn sweep_on_its_own(table: Weak<Table>) -> bool {
-    let mut started = true;
-    let s = SWEEPER.get_or_init(|| {
-        started = std::thread::Builder::new()
-            .name("heft-expiry".into())
-            .spawn(sweeper)
-            .is_ok();
-        Sweeper {
-            tables: Mutex::new(Vec::new()),
-            wake: Condvar::new(),
-        }
-    });
-    if !started {
-        return false;
-    }
-    s.tables.lock().push(table);
-    s.wake.notify_one();
-    true
+    SWEEPER.looks_after(table)
 }
 
 /// Has the sweeper look at its tables now rather than at its next tick (a
 /// read found many expired keys not yet swept).
 pub(super) fn wake() {
-    if let Some(s) = SWEEPER.get() {
-        s.wake.notify_one();
-    }
-}
-
-/// The sweeper's thread: every [`TICK`] (or when woken), sweeps each live table of what
-/// has expired, a step at a time, resting between steps as long as the
-/// step held the lock, so that it never keeps the table from its users
-/// for long. Forgets deleted tables.
-fn sweeper() {
-    let s = SWEEPER.get_or_init(|| unreachable!("registered before the thread starts"));
-    loop {
-        let tables: Vec<Arc<Table>> = {
-            let mut list = s.tables.lock();
-            list.retain(|w| w.strong_count() > 0);
-            while list.is_empty() {
-                s.wake.wait(&mut list);
-                list.retain(|w| w.strong_count() > 0);
-            }
-            list.iter().filter_map(Weak::upgrade).collect()
-        };
-        for t in tables {
-            loop {
-                let started = Instant::now();
-                let swept =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.sweep(SWEEP_STEP)));
-                match swept {
-                    Ok(Ok(n)) if n == SWEEP_STEP => {
-                        std::thread::sleep(started.elapsed().max(Duration::from_micros(50)));
-                    }
-                    _ => break,
-                }
-            }
-        }
-        let mut list = s.tables.lock();
-        s.wake.wait_for(&mut list, TICK);
-    }
+    SWEEPER.wake();
 }

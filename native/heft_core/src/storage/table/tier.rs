@@ -30,13 +30,11 @@
 //! later moves), and a record read often from the file is not moved back
 //! to memory until it is written (the page cache keeps it meanwhile).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
-
 use super::evict::{Budget, Evict};
+use super::worker::{rest, Worker};
 use super::{order, Entries, Error, Order, State, Table};
 use crate::arena::{self, Written};
 
@@ -314,110 +312,46 @@ impl Table {
     /// automatic work ([`Table::compact_on_its_own`]), and wakes it.
     pub(super) fn move_out_on_its_own(&self) {
         let Some(me) = self.auto.me.get() else { return };
-        if !self.moved.swap(true, AtomicOrdering::AcqRel) && !mover_looks_after(me.clone()) {
+        if !self.moved.swap(true, AtomicOrdering::AcqRel) && !MOVER.looks_after(me.clone()) {
             self.moved.store(false, AtomicOrdering::Release);
             return;
         }
-        wake();
+        MOVER.wake();
     }
 }
 
-// ---- The mover: one thread for every tiered table.
+// ---- The mover: one thread for every tiered table (table/worker.rs).
 
-struct Mover {
-    tables: Mutex<Vec<Weak<Table>>>,
-    wake: Condvar,
-    /// Set by [`wake`] until the mover starts a round: a wake that comes
-    /// while it is busy is not lost.
-    woken: AtomicBool,
-}
-
-static MOVER: OnceLock<Mover> = OnceLock::new();
-
-/// Has the mover look after `table`, starting its thread on first use.
-/// False if the thread could not be started.
-fn mover_looks_after(table: Weak<Table>) -> bool {
-    let mut started = true;
-    let m = MOVER.get_or_init(|| {
-        started = std::thread::Builder::new()
-            .name("heft-tier".into())
-            .spawn(mover)
-            .is_ok();
-        Mover {
-            tables: Mutex::new(Vec::new()),
-            wake: Condvar::new(),
-            woken: AtomicBool::new(false),
-        }
-    });
-    if !started {
-        return false;
-    }
-    m.tables.lock().push(table);
-    true
-}
-
-/// Has the mover start a round now (once, however many ask before it
-/// does).
-fn wake() {
-    if let Some(m) = MOVER.get() {
-        if !m.woken.swap(true, AtomicOrdering::AcqRel) {
-            // Under the lock: the mover is either waiting or has yet to
-            // look at `woken`.
-            let _list = m.tables.lock();
-            m.wake.notify_one();
-        }
-    }
-}
-
-/// The mover's thread: when woken (or every [`TICK`]), moves each tiered
-/// table's coldest records out until memory is under its budget, a step
-/// at a time, resting between steps as long as the step held the lock,
+/// The mover: when woken (or every [`TICK`]), moves each tiered table's
+/// coldest records out until memory is under its budget, a step at a
+/// time, resting between steps as long as the step held the lock,
 /// starting the writeback of each step's writes and waiting for it every
-/// [`WAIT_EVERY`] bytes. Forgets deleted tables.
-fn mover() {
-    let m = MOVER.get_or_init(|| unreachable!("registered before the thread starts"));
+/// [`WAIT_EVERY`] bytes.
+static MOVER: Worker = Worker::new("heft-tier", TICK, |t| {
+    let mut unwaited = 0;
     loop {
-        let tables: Vec<Arc<Table>> = {
-            let mut list = m.tables.lock();
-            list.retain(|w| w.strong_count() > 0);
-            while list.is_empty() {
-                m.wake.wait(&mut list);
-                list.retain(|w| w.strong_count() > 0);
+        let started = Instant::now();
+        let Ok(step) = t.move_out() else { break };
+        if let Some(w) = &step.written {
+            unwaited += w.to - w.from;
+            let wait = unwaited >= WAIT_EVERY || !step.more;
+            if wait {
+                unwaited = 0;
             }
-            list.iter().filter_map(Weak::upgrade).collect()
-        };
-        for t in tables {
-            let mut unwaited = 0;
-            loop {
-                let started = Instant::now();
-                let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.move_out()));
-                let Ok(Ok(step)) = step else { break };
-                if let Some(w) = &step.written {
-                    unwaited += w.to - w.from;
-                    let wait = unwaited >= WAIT_EVERY || !step.more;
-                    if wait {
-                        unwaited = 0;
-                    }
-                    let _ = arena::start_writeback(w, wait);
-                }
-                if !step.more {
-                    break;
-                }
-                std::thread::sleep(started.elapsed().max(Duration::from_micros(50)));
-            }
+            let _ = arena::start_writeback(w, wait);
         }
-        let mut list = m.tables.lock();
-        if !m.woken.swap(false, AtomicOrdering::AcqRel) {
-            m.wake.wait_for(&mut list, TICK);
-            m.woken.store(false, AtomicOrdering::Release);
+        if !step.more {
+            break;
         }
+        rest(started);
     }
-}
+});
 
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
     use std::path::PathBuf;
+    use std::sync::Arc;
 
     use super::*;
     use crate::arena::Backing;
