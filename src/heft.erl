@@ -54,7 +54,8 @@
 new(Name) -> ?H:new(Name).
 
 %% @doc Creates a table; options as for `ets:new/2' plus Heft's own
-%% (`{compression, zlib | none}', `{arena, memory | {file, Dir}}',
+%% (`{compression, zlib | none}',
+%% `{arena, memory | {file, Dir} | {file, Dir, [{memory, Bytes}]}}',
 %% `{persist, Dir}', `{sync, none | {interval, Ms} | commit}', ...).
 -spec new(atom(), list()) -> tab().
 new(Name, Opts) -> ?H:new(Name, Opts).
