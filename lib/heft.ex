@@ -65,7 +65,11 @@ defmodule Heft do
   :memory_budget}` and changes nothing; deletes make room again (a hash
   index shrinks once a quarter full). A persistent table can keep its
   working copy in a tiered arena (`persist:` with `arena:`), so a table
-  larger than the memory it may use opens and serves.
+  larger than the memory it may use opens and serves. The budget is for
+  records (memory may hold an eighth more while the mover catches up):
+  under a cgroup limit, leave room beside it for the VM, the index and
+  the page cache (docs/benchmarks.md: a 96 MiB budget in a 256 MiB
+  limit left too little; 48 MiB served).
 
   A memory arena is anonymous memory on transparent huge pages
   (`MADV_HUGEPAGE`; 2 MiB pages where the host's THP setting for
