@@ -15,9 +15,8 @@
 //! The moving is done by one thread for every tiered table (below), never
 //! by a caller: once memory holds more than the budget it moves records
 //! out in steps of at most [`STEP_BYTES`] (and [`STEP_TIME`]) under the
-//! table's write lock,
-//! resting between steps as long as the step held the lock, until memory
-//! is an [`EASE`]th under the budget. After each step it starts the
+//! table's write lock, resting between steps as long as the step held the
+//! lock, until memory is an [`EASE`]th under the budget. After each step it starts the
 //! writeback of what it wrote, outside the lock, and it waits for that
 //! writeback every [`WAIT_EVERY`] bytes, so it writes no faster than the
 //! disk and leaves little dirty. Meanwhile writes are never refused or
