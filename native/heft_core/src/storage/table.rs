@@ -1199,7 +1199,7 @@ impl Table {
             self.enforce(st, ord);
         }
         self.queue_in_memory(st);
-        self.note_on_disk(st);
+        self.after_tiered_write(st);
     }
 
     /// Places and indexes `recs` in order, all or none, logging what it
@@ -1251,7 +1251,7 @@ impl Table {
             // record replaced none.
             let bag_key_new =
                 self.kind.is_bag() && st.evict.is_some() && st.find(ord, r.hash, r.key()).is_none();
-            let was = st.tier.is_some() && st.in_memory(ord, r.hash, r.key());
+            let was = st.in_memory(ord, r.hash, r.key());
             let replaced = st.link(self.kind, ord, r, loc);
             self.note_write(st, ord, r, bag_key_new || !(self.kind.is_bag() || replaced));
             self.note_in_memory(st, ord, r.key(), was, loc);
@@ -1274,12 +1274,25 @@ impl Table {
         } = st;
         let Some(ev) = evict.as_mut() else { return };
         if new_key {
-            let records = entries.len();
-            let find = |k: &[u8]| entries.find(arena, ord, self.hash(k), k);
-            ev.added(r.key(), records, find, |k| self.hash(k));
+            self.queue_key(ev, entries, arena, ord, r.key());
         } else if !self.kind.is_bag() {
             ev.touch(r.hash);
         }
+    }
+
+    /// Queues `key` as the newest in `queue` (a bounded table's eviction
+    /// queue, or a tiered table's queue of keys in memory), tidying it
+    /// against what the index holds.
+    fn queue_key(
+        &self,
+        queue: &mut evict::Evict,
+        entries: &Entries,
+        arena: &Arena,
+        ord: Order,
+        key: &[u8],
+    ) {
+        let find = |k: &[u8]| entries.find(arena, ord, self.hash(k), k);
+        queue.added(key, entries.len(), find, |k| self.hash(k));
     }
 
     /// Bytes a budget counts: `info(:memory)` but for the arena's free
@@ -1467,13 +1480,7 @@ impl Table {
     /// holder of the table asked for automatic work
     /// ([`Table::compact_on_its_own`]).
     fn sweep_on_its_own(&self) {
-        let Some(me) = self.auto.me.get() else { return };
-        if self.swept.load(AtomicOrdering::Relaxed) {
-            return;
-        }
-        if !self.swept.swap(true, AtomicOrdering::AcqRel) && !expire::sweep_on_its_own(me.clone()) {
-            self.swept.store(false, AtomicOrdering::Release);
-        }
+        expire::SWEEPER.enlist(&self.swept, self.auto.me.get());
     }
 
     /// Removes up to `max` expired keys, earliest deadline first, each
@@ -2024,26 +2031,24 @@ impl Table {
                     st.unplace(&[new], &locs);
                     return Err(e);
                 }
-                let was = st.tier.is_some() && st.in_memory(ord, hash, key);
+                let was = st.in_memory(ord, hash, key);
                 match (bag, pos) {
                     (true, Some(p)) => {
                         let old = st.entries.loc(p);
                         st.entries.set_loc(p, locs[0]);
                         st.release(old);
-                        self.note_in_memory(&mut st, ord, key, was, locs[0]);
-                        self.after_tiered_write(&st);
                     }
                     _ => {
                         let replaced = st.link(self.kind, ord, new, locs[0]);
                         self.note_write(&mut st, ord, new, !replaced);
-                        self.note_in_memory(&mut st, ord, key, was, locs[0]);
-                        self.after_tiered_write(&st);
                         if pos.is_none() {
                             // A key made here has the table's time to live.
                             self.set_deadlines(&mut st, std::slice::from_ref(new), &[], Ttl::Table);
                         }
                     }
                 }
+                self.note_in_memory(&mut st, ord, key, was, locs[0]);
+                self.after_tiered_write(&st);
                 self.enforce(&mut st, ord);
             }
             (Some(p), None) => {
@@ -2455,18 +2460,21 @@ impl Table {
             expired_keys: ex.map_or(0, |e| e.expired_keys),
             expired_records: ex.map_or(0, |e| e.expired_records),
             expiry_bytes: ex.map_or(0, expire::Expiry::heap_bytes),
-            tier: st.tier.as_ref().zip(file).map(|(t, f)| TierStats {
-                memory_budget: f.budget,
-                memory_used_bytes: st.arena.used_bytes(),
-                memory_live_bytes: st.arena.live_bytes(),
-                file_used_bytes: f.used_bytes,
-                file_live_bytes: f.live_bytes,
-                moved_records: t.moved_records,
-                moved_bytes: t.moved_bytes,
-                queue_bytes: t.heap_bytes(),
-                file_reads: t.file_reads().0,
-                file_read_bytes: t.file_reads().1,
-                file_address: f.address,
+            tier: st.tier.as_ref().zip(file).map(|(t, f)| {
+                let (file_reads, file_read_bytes) = t.file_reads();
+                TierStats {
+                    memory_budget: f.budget,
+                    memory_used_bytes: st.arena.used_bytes(),
+                    memory_live_bytes: st.arena.live_bytes(),
+                    file_used_bytes: f.used_bytes,
+                    file_live_bytes: f.live_bytes,
+                    moved_records: t.moved_records,
+                    moved_bytes: t.moved_bytes,
+                    queue_bytes: t.heap_bytes(),
+                    file_reads,
+                    file_read_bytes,
+                    file_address: f.address,
+                }
             }),
         })
     }

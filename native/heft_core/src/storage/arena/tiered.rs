@@ -79,15 +79,21 @@ impl Tier {
         })
     }
 
+    /// Bytes of live blocks memory may hold while the mover catches up:
+    /// its share and an eighth more.
+    fn memory_cap(&self) -> u64 {
+        self.budget + self.budget / 8
+    }
+
     /// True if memory, holding `live` bytes of blocks, has no room for a
-    /// block of `len` bytes: its share and an eighth more are taken.
+    /// block of `len` bytes.
     pub(super) fn memory_full(&self, live: u64, len: usize) -> bool {
-        live + super::class_size(super::class_of(len)) as u64 > self.budget + self.budget / 8
+        live + super::class_size(super::class_of(len)) as u64 > self.memory_cap()
     }
 
     /// Bytes memory may still take before it is full.
     pub(super) fn room(&self, live: u64) -> u64 {
-        (self.budget + self.budget / 8).saturating_sub(live)
+        self.memory_cap().saturating_sub(live)
     }
 
     /// A block of `len` bytes in the file: its handle, flagged.

@@ -25,11 +25,10 @@
 //! not move when the wall clock is set.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::worker::{rest, Worker};
-use super::Table;
 use crate::hash::KeyedHash;
 
 /// Milliseconds on the monotonic clock, since this library first asked.
@@ -250,19 +249,14 @@ pub(super) const SWEEP_STEP: usize = 256;
 /// has expired, a step at a time, resting between steps as long as the
 /// step held the lock, so that it never keeps the table from its users
 /// for long.
-static SWEEPER: Worker = Worker::new("heft-expiry", Duration::from_millis(100), |t| loop {
-    let started = Instant::now();
-    match t.sweep(SWEEP_STEP) {
-        Ok(n) if n == SWEEP_STEP => rest(started),
-        _ => break,
-    }
-});
-
-/// Has the sweeper look after `table`, starting its thread on first use.
-/// False if the thread could not be started.
-pub(super) fn sweep_on_its_own(table: Weak<Table>) -> bool {
-    SWEEPER.looks_after(table)
-}
+pub(super) static SWEEPER: Worker =
+    Worker::new("heft-expiry", Duration::from_millis(100), |t| loop {
+        let started = Instant::now();
+        match t.sweep(SWEEP_STEP) {
+            Ok(n) if n == SWEEP_STEP => rest(started),
+            _ => break,
+        }
+    });
 
 /// Has the sweeper look at its tables now rather than at its next tick (a
 /// read found many expired keys not yet swept).

@@ -417,7 +417,7 @@ impl Table {
             if st.record_at(it.loc).1 != buf.record(it) {
                 continue;
             }
-            let was = st.tier.is_some() && st.in_memory(ord, it.hash, buf.key(it));
+            let was = st.in_memory(ord, it.hash, buf.key(it));
             // A full arena: stop here, the records stay as they are.
             let Ok(locs) = st.place(&[p]) else { break };
             st.entries.set_loc(pos, locs[0]);

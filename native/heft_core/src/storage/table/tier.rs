@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use super::evict::{Budget, Evict};
 use super::worker::{rest, Worker};
-use super::{order, Entries, Error, Order, State, Table};
+use super::{order, Entries, Error, Order, Pos, State, Table};
 use crate::arena::{self, Written};
 
 /// Bytes of records moved out per hold of the table's write lock, at most.
@@ -143,12 +143,20 @@ impl State {
         pinned > f.budget
     }
 
-    /// True if `key` has a record in memory.
+    /// True if `key` has a record in memory in a tiered table (false in
+    /// other tables, which have no queue of keys in memory to keep).
     pub(super) fn in_memory(&self, ord: Order, hash: u64, key: &[u8]) -> bool {
-        self.find(ord, hash, key).is_some_and(|(pos, n)| {
-            (0..n).any(|i| !arena::in_file(self.entries.loc(Entries::nth(pos, i))))
-        })
+        self.tier.is_some()
+            && self
+                .find(ord, hash, key)
+                .is_some_and(|(pos, n)| any_in_memory(&self.entries, pos, n))
     }
+}
+
+/// True if one of the `n` entries from `pos` (a key's) has its record in
+/// memory.
+fn any_in_memory(entries: &Entries, pos: Pos, n: usize) -> bool {
+    (0..n).any(|i| !arena::in_file(entries.loc(Entries::nth(pos, i))))
 }
 
 impl Table {
@@ -172,9 +180,7 @@ impl Table {
             ..
         } = st;
         let Some(t) = tier.as_mut() else { return };
-        let records = entries.len();
-        let find = |k: &[u8]| entries.find(arena, ord, self.hash(k), k);
-        t.queue.added(key, records, find, |k| self.hash(k));
+        self.queue_key(&mut t.queue, entries, arena, ord, key);
     }
 
     /// After a write to a tiered table: notes whether records are in its
@@ -191,7 +197,8 @@ impl Table {
     }
 
     /// Queues afresh every key with a record in memory, in index order
-    /// (after a bulk load). Reads no record in the file.
+    /// (after a bulk load; [`Table::after_tiered_write`] then wakes the
+    /// mover if need be). Reads no record in the file.
     pub(super) fn queue_in_memory(&self, st: &mut State) {
         let Some(mut t) = st.tier.take() else { return };
         t.queue.clear();
@@ -210,9 +217,6 @@ impl Table {
             next = st.entries.next(pos);
         }
         st.tier = Some(t);
-        if st.arena.memory_over(0) > 0 {
-            self.move_out_on_its_own();
-        }
     }
 
     /// One step of moving the records read least out to the file, while
@@ -250,9 +254,7 @@ impl Table {
             let in_memory = |k: &[u8]| {
                 entries
                     .find(arena, ord, self.hash(k), k)
-                    .filter(|&(pos, n)| {
-                        (0..n).any(|i| !arena::in_file(entries.loc(Entries::nth(pos, i))))
-                    })
+                    .filter(|&(pos, n)| any_in_memory(entries, pos, n))
             };
             let Some((key, (pos, n))) = t.queue.victim(in_memory, |k| self.hash(k)) else {
                 break;
@@ -310,12 +312,9 @@ impl Table {
     /// Has the mover look after this table, once its holder asked for
     /// automatic work ([`Table::compact_on_its_own`]), and wakes it.
     pub(super) fn move_out_on_its_own(&self) {
-        let Some(me) = self.auto.me.get() else { return };
-        if !self.moved.swap(true, AtomicOrdering::AcqRel) && !MOVER.looks_after(me.clone()) {
-            self.moved.store(false, AtomicOrdering::Release);
-            return;
+        if MOVER.enlist(&self.moved, self.auto.me.get()) {
+            MOVER.wake();
         }
-        MOVER.wake();
     }
 }
 

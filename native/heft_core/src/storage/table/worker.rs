@@ -62,6 +62,22 @@ impl Worker {
         true
     }
 
+    /// Has the thread look after a table once: `enlisted` is the table's
+    /// own flag for this worker, `me` the table as its holder shares it
+    /// (`None` until the holder asked for automatic work: nothing then).
+    /// True if the thread looks after the table (now or already).
+    pub(super) fn enlist(&'static self, enlisted: &AtomicBool, me: Option<&Weak<Table>>) -> bool {
+        let Some(me) = me else { return false };
+        if enlisted.load(Ordering::Relaxed) || enlisted.swap(true, Ordering::AcqRel) {
+            return true;
+        }
+        if self.looks_after(me.clone()) {
+            return true;
+        }
+        enlisted.store(false, Ordering::Release);
+        false
+    }
+
     /// Has the thread start a round now rather than at its next tick (once,
     /// however many ask before it does).
     pub(super) fn wake(&self) {
