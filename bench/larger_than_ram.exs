@@ -187,24 +187,26 @@ defmodule Heft.Bench.LargerThanRam do
         "(pages dirtied, /proc/self/io write_bytes)"
     )
 
-    read1 = Sys.read_bytes()
+    random_lookups(t, n, seconds)
+    Heft.delete(t)
+  end
 
-    faults0 = Sys.major_faults()
+  # Looks up keys 1..n at random for `seconds` and prints the rate, p50
+  # and p99, and the disk bytes read and major faults per lookup.
+  defp random_lookups(t, n, seconds) do
+    {read0, faults0} = {Sys.read_bytes(), Sys.major_faults()}
     deadline = System.monotonic_time(:millisecond) + seconds * 1000
     times = lookups(t, n, deadline, [])
-    read2 = Sys.read_bytes()
-    faults = Sys.major_faults() - faults0
+    {read, faults} = {Sys.read_bytes() - read0, Sys.major_faults() - faults0}
     count = length(times)
     sorted = Enum.sort(times)
 
     IO.puts(
       "random lookups for #{seconds} s: #{fmt(count / seconds)} a second, " <>
         "p50 #{Enum.at(sorted, div(count, 2))} µs, p99 #{Enum.at(sorted, div(count * 99, 100))} µs, " <>
-        "#{fmt((read2 - read1) / count / 1024)} KiB read from disk and " <>
+        "#{fmt(read / count / 1024)} KiB read from disk and " <>
         "#{fmt(faults / count, 2)} major faults per lookup"
     )
-
-    Heft.delete(t)
   end
 
   defp settle(t, budget, until \\ System.monotonic_time(:millisecond) + 60_000) do
@@ -293,18 +295,7 @@ defmodule Heft.Bench.LargerThanRam do
         "memory #{tier.memory_live_bytes >>> 20} MiB, file #{tier.file_live_bytes >>> 20} MiB"
     )
 
-    read1 = Sys.read_bytes()
-    deadline = System.monotonic_time(:millisecond) + seconds * 1000
-    times = lookups(t, n, deadline, [])
-    count = length(times)
-    sorted = Enum.sort(times)
-
-    IO.puts(
-      "random lookups for #{seconds} s: #{fmt(count / seconds)} a second, " <>
-        "p50 #{Enum.at(sorted, div(count, 2))} µs, p99 #{Enum.at(sorted, div(count * 99, 100))} µs, " <>
-        "#{fmt((Sys.read_bytes() - read1) / count / 1024)} KiB read from disk per lookup"
-    )
-
+    random_lookups(t, n, seconds)
     Heft.delete(t)
     File.rm_rf!(table_dir())
   end
