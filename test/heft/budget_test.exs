@@ -72,10 +72,15 @@ defmodule Heft.BudgetTest do
       assert Enum.all?(hot, &Heft.member(t, &1)), inspect(type)
       b = Heft.info(t, :budget)
       assert b.hits > 0 and b.misses == 0
-      # Keys neither read nor recent are gone.
-      refute Heft.member(t, 1)
-      assert Heft.lookup(t, 1) == []
-      assert Heft.info(t, :budget).misses == 2
+      # Keys neither read nor recent are gone: all but the few whose
+      # eviction mark a hot key's shares (the marks are hashed).
+      cold = Enum.reject(1..1_000, &(&1 in hot))
+      gone = Enum.reject(cold, &Heft.member(t, &1))
+      assert length(gone) >= length(cold) * 0.95, inspect({type, length(gone)})
+      misses = Heft.info(t, :budget).misses
+      assert misses == length(gone)
+      assert Heft.lookup(t, hd(gone)) == []
+      assert Heft.info(t, :budget).misses == misses + 1
       Heft.delete(t)
     end
   end
