@@ -184,6 +184,7 @@ defmodule Heft.Native do
   def term_layout_checked, do: :erlang.nif_error(:heft_nif_not_loaded)
   def anonymous_arenas, do: :erlang.nif_error(:heft_nif_not_loaded)
   def debug_panic, do: :erlang.nif_error(:heft_nif_not_loaded)
+  def debug_hold_lock(_tab, _ms), do: :erlang.nif_error(:heft_nif_not_loaded)
 
   # Heft.Memory.sizing/3's codec predictions (sizing.rs; DirtyCpu).
   def sizing_predict(_samples, _keypos, _bag, _compressions, _dictionary_bytes),

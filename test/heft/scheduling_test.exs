@@ -177,6 +177,22 @@ defmodule Heft.SchedulingTest do
     end
   end
 
+  test "a call that meets a long change waits for it on a dirty CPU scheduler", %{t: t, ref: ref} do
+    Heft.insert(t, {1, :one})
+    holder = Task.async(fn -> Native.debug_hold_lock(ref, 300) end)
+    # Until the holder has the lock, the quick call may still get it.
+    assert Heft.Test.Wait.until(fn -> Native.lookup(ref, 1) == :"$heft_cpu" end)
+    assert Native.insert(ref, {2, :two}) == :"$heft_cpu"
+    assert Native.update_counter(ref, 3, {2, 1}, {:default, {3, 0}}) == :"$heft_cpu"
+    assert Native.chunk(ref, :start, 10) == :"$heft_cpu"
+    assert Heft.lookup(t, 1) == [{1, :one}]
+    assert Task.await(holder)
+    assert Heft.lookup(t, 2) == [], "the refused insert changed nothing"
+    assert Heft.lookup(t, 3) == []
+    assert Heft.update_counter(t, 3, {2, 1}, {3, 0}) == 1
+    assert Native.insert(ref, {2, :two}) == true
+  end
+
   test "delete_all_objects of a large table runs on a dirty CPU scheduler" do
     t = Heft.new(:big, [:public])
     Heft.insert(t, for(i <- 1..@big, do: {i, :crypto.strong_rand_bytes(100)}))

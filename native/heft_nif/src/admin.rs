@@ -564,6 +564,17 @@ fn live_tables() -> usize {
     heft_core::table::live_tables()
 }
 
+/// Holds the table's write lock for `ms` milliseconds, as a long change
+/// would (for tests of the calls that meet it).
+#[rustler::nif(schedule = "DirtyCpu")]
+fn debug_hold_lock(tab: Term, ms: u64) -> NifResult<bool> {
+    let t = resolve_arc(tab)?;
+    t.core
+        .hold_lock(std::time::Duration::from_millis(ms))
+        .map_err(errors::core)?;
+    Ok(true)
+}
+
 /// Panics on purpose, so tests can check that a panic becomes an exception.
 #[rustler::nif]
 fn debug_panic() -> bool {

@@ -456,14 +456,8 @@ impl HashIndex {
     /// widens the packing then, see [`Packing`]): also true, whatever the
     /// counts.
     pub fn would_resize(&self, added: usize, removed: usize) -> bool {
-        let full = self.over_load(added);
-        // An insert fills the first empty slot at or after its place: only
-        // once the last `added` slots are all taken can a run reach the
-        // end of the tail.
-        let tail = &self.slots[self.slots.len().saturating_sub(added)..];
-        let spills = tail.iter().any(|&w| w != 0);
         let left = self.len.saturating_sub(removed);
-        (added > 0 && (full || spills))
+        (added > 0 && (self.over_load(added) || self.spills(added)))
             || (removed > 0 && self.wants_shrink(left))
             || self.near_limit()
     }
@@ -472,6 +466,25 @@ impl HashIndex {
     /// limit (it then grows): the one rule `add_at` and `would_resize` share.
     fn over_load(&self, added: usize) -> bool {
         (self.len + added) * LOAD_DEN > self.homes * LOAD_NUM
+    }
+
+    /// Home slots for `added` more entries: grown by half until under the
+    /// load limit.
+    fn grown_homes(&self, added: usize) -> usize {
+        let mut homes = self.homes + self.homes / 2;
+        while (self.len + added) * LOAD_DEN > homes * LOAD_NUM {
+            homes += homes / 2;
+        }
+        homes
+    }
+
+    /// True if adding `added` entries could run into the end of the tail.
+    fn spills(&self, added: usize) -> bool {
+        // An insert fills the first empty slot at or after its place: only
+        // once the last `added` slots are all taken can a run reach the
+        // end of the tail.
+        let tail = &self.slots[self.slots.len().saturating_sub(added)..];
+        tail.iter().any(|&w| w != 0)
     }
 
     fn near_limit(&self) -> bool {
@@ -615,11 +628,7 @@ impl HashIndex {
     fn add_at(&mut self, p: usize, hash: u64, loc: u64) {
         let new = Some((p, hash, loc));
         if self.over_load(1) {
-            let mut homes = self.homes + self.homes / 2;
-            while (self.len + 1) * LOAD_DEN > homes * LOAD_NUM {
-                homes += homes / 2;
-            }
-            self.rebuild(homes, 0, None, new);
+            self.rebuild(self.grown_homes(1), 0, None, new);
             return;
         }
         if self.packing.fits(loc) && !self.near_limit() {
@@ -739,6 +748,18 @@ impl HashIndex {
             self.clear();
             return;
         }
+        let (homes, work) = self.shrunk_homes(self.len);
+        self.resize_work += work;
+        match homes {
+            Some(homes) => self.rebuild(homes, 0, None, None),
+            None => self.refuse_shrink(),
+        }
+    }
+
+    /// Home slots to shrink to, for `len` entries (the current ones, or
+    /// what a removal will leave), or `None` if the smaller layout would
+    /// crowd them; and the entries looked at to decide.
+    fn shrunk_homes(&self, len: usize) -> (Option<usize>, u64) {
         // Each entry's displacement in the current array, to compare with.
         let mut current = Layout::default();
         let mut prev = None;
@@ -747,23 +768,25 @@ impl HashIndex {
             current.add(prev, h, self.home(h), p);
             prev = Some(h);
         }
-        self.resize_work += self.len as u64;
+        let mut work = self.len as u64;
         // The smallest array at most 40% full (twice as far from growing
         // as from shrinking), or failing that one half of the current.
-        let smallest = (self.len * LOAD_DEN * 2).div_ceil(LOAD_NUM).max(MIN_HOMES);
+        let smallest = (len * LOAD_DEN * 2).div_ceil(LOAD_NUM).max(MIN_HOMES);
         let mut tries = vec![smallest];
         if smallest < self.homes / 2 {
             tries.push(self.homes / 2);
         }
-        let now = self.homes;
-        for homes in tries.into_iter().filter(|&h| h < now) {
-            let layout = self.layout(homes);
-            if layout.fits(&current) {
-                self.rebuild(homes, 0, None, None);
-                return;
+        for homes in tries.into_iter().filter(|&h| h < self.homes) {
+            work += self.len as u64;
+            if self.layout(homes).fits(&current) {
+                return (Some(homes), work);
             }
         }
-        // Refused: try again once half of the entries are gone.
+        (None, work)
+    }
+
+    /// A shrink was refused: try again once half of the entries are gone.
+    fn refuse_shrink(&mut self) {
         self.shrink_below = self.len / 2;
         if self.near_limit() {
             self.rebuild(self.homes, 0, None, None);
@@ -771,7 +794,7 @@ impl HashIndex {
     }
 
     /// The layout of the current entries in an array of `homes` homes.
-    fn layout(&mut self, homes: usize) -> Layout {
+    fn layout(&self, homes: usize) -> Layout {
         let mut l = Layout::default();
         let mut prev = None;
         for (_, w) in self.entries() {
@@ -780,8 +803,98 @@ impl HashIndex {
             l.add(prev, h, home, home.max(l.end));
             prev = Some(h);
         }
-        self.resize_work += self.len as u64;
         l
+    }
+
+    /// The resize a change adding up to `added` entries or removing up to
+    /// `removed` would make (growing, shrinking, a longer tail, a wider
+    /// packing), made ahead: the new array is built from `&self`, so under
+    /// a shared lock while readers go on, for [`HashIndex::install`] to put
+    /// in place. `None` if the change would resize nothing.
+    pub fn relaid_for(&self, added: usize, removed: usize) -> Option<Relaid> {
+        if added > 0 && self.over_load(added) {
+            return Some(self.relaid(self.grown_homes(added), 0));
+        }
+        if added > 0 && self.spills(added) {
+            let room = (self.homes / 8).max(256).max(added);
+            return Some(self.relaid(self.homes, room));
+        }
+        let left = self.len.saturating_sub(removed);
+        if removed > 0 && left > 0 && self.wants_shrink(left) {
+            return match self.shrunk_homes(left) {
+                (Some(homes), work) => match self.relaid(homes, 0) {
+                    Relaid::New(n) => Some(Relaid::New(NewLayout {
+                        work: n.work + work,
+                        ..n
+                    })),
+                    refused => Some(refused),
+                },
+                (None, work) => Some(Relaid::Refused(work)),
+            };
+        }
+        if self.near_limit() {
+            return Some(self.relaid(self.homes, 0));
+        }
+        None
+    }
+
+    /// The current entries laid out among `homes` home slots with `room`
+    /// to spare, as [`HashIndex::lay_out`] would. While the packing stays,
+    /// a slot's word stays too: the words are copied to their new places
+    /// straight from the array, in two passes over it (where the last one
+    /// lands, then the copy), with no list of entries in between.
+    fn relaid(&self, homes: usize, room: usize) -> Relaid {
+        let packing = self.packing.with_headroom(self.max_off);
+        if packing != self.packing {
+            let entries: Vec<(u64, u64)> =
+                self.entries().map(|(_, w)| (w, self.loc_of(w))).collect();
+            return self.laid_out(homes, room, &entries);
+        }
+        let mask = packing.hash_mask();
+        let at = |w: u64, next: usize| home_in(w & mask, homes).max(next);
+        let words = || self.slots.iter().copied().filter(|&w| w != 0);
+        let end = words().fold(0, |end, w| at(w, end) + 1);
+        let mut slots = SlotArray::new(slots_for(homes, end + room), &self.name);
+        let mut next = 0;
+        for w in words() {
+            let p = at(w, next);
+            slots[p] = w;
+            slots.counts_mut()[p / BLOCK] += 1;
+            next = p + 1;
+        }
+        Relaid::New(NewLayout {
+            slots,
+            homes,
+            packing,
+            max_off: self.max_off,
+            len: self.len,
+            work: self.len as u64,
+        })
+    }
+
+    /// Puts a layout [`HashIndex::relaid_for`] made in place. The index
+    /// must not have changed since. Returns the old array, for the caller
+    /// to unmap once it has let go of the table's lock.
+    pub fn install(&mut self, r: Relaid) -> Option<Retired> {
+        match r {
+            Relaid::Refused(work) => {
+                self.resize_work += work;
+                self.refuse_shrink();
+                None
+            }
+            Relaid::New(n) => {
+                self.resize_work += n.work;
+                let old = std::mem::replace(&mut self.slots, n.slots);
+                self.homes = n.homes;
+                self.packing = n.packing;
+                self.max_off = n.max_off;
+                self.len = n.len;
+                *self.low.get_mut() = 0;
+                // Twice as far from the next shrink as the entries a resize moves.
+                self.shrink_below = (self.len / 2).min(n.homes / 8);
+                Some(Retired(old))
+            }
+        }
     }
 
     /// The entries' words with their positions, in walk order.
@@ -907,6 +1020,12 @@ impl HashIndex {
     /// of `homes` homes, its tail long enough for every run plus `room`,
     /// with a packing that holds every location.
     fn lay_out(&mut self, homes: usize, room: usize, entries: &[(u64, u64)]) {
+        let r = self.laid_out(homes, room, entries);
+        drop(self.install(r));
+    }
+
+    /// [`HashIndex::lay_out`]'s new array, not yet in place.
+    fn laid_out(&self, homes: usize, room: usize, entries: &[(u64, u64)]) -> Relaid {
         let mut packing = self.packing;
         let mut max_off = 0;
         for &(_, loc) in entries {
@@ -930,16 +1049,37 @@ impl HashIndex {
             slots.counts_mut()[p / BLOCK] += 1;
             next = p + 1;
         }
-        self.resize_work += entries.len() as u64;
-        self.slots = slots;
-        self.homes = homes;
-        self.packing = packing;
-        self.max_off = max_off;
-        self.len = entries.len();
-        *self.low.get_mut() = 0;
-        // Twice as far from the next shrink as the entries a resize moves.
-        self.shrink_below = (self.len / 2).min(homes / 8);
+        Relaid::New(NewLayout {
+            slots,
+            homes,
+            packing,
+            max_off,
+            len: entries.len(),
+            work: entries.len() as u64,
+        })
     }
+}
+
+/// A resize made ahead by [`HashIndex::relaid_for`].
+pub enum Relaid {
+    /// The entries in a new array.
+    New(NewLayout),
+    /// A shrink the entries would not fit: what deciding so cost.
+    Refused(u64),
+}
+
+/// A slot array [`HashIndex::install`] replaced, unmapped when dropped.
+pub struct Retired(#[allow(dead_code)] SlotArray);
+
+/// The entries laid out in a new array, with its parameters.
+pub struct NewLayout {
+    slots: SlotArray,
+    homes: usize,
+    packing: Packing,
+    max_off: u64,
+    len: usize,
+    /// Entries laid out or looked at to make it.
+    work: u64,
 }
 
 /// The index of the first nonzero byte, eight at a time.
@@ -1042,6 +1182,54 @@ mod tests {
 
     fn check_invariants(ix: &HashIndex, hash: impl Fn(u64) -> u64) {
         check(ix, hash, key_of)
+    }
+
+    #[test]
+    fn a_resize_made_ahead_is_the_one_the_change_would_make() {
+        // relaid_for + install, then the change: the same array as the
+        // change alone (which resizes inline), and the change resizes
+        // nothing more.
+        let hash = |k: u64| k.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        let words = |ix: &HashIndex| (ix.homes, ix.slots.to_vec());
+        // Even locations, which the first packing holds (an odd one would
+        // widen it: a resize no count can foresee).
+        let key_of = |loc: u64| loc / 2 - 1;
+        let loc = |k: u64| (k + 1) * 2;
+        for hash_fn in [hash, weak_hash] {
+            let mut ahead = HashIndex::default();
+            let mut inline = HashIndex::default();
+            let (mut grown, mut shrunk) = (0, 0);
+            for k in 0..20_000u64 {
+                if let Some(r) = ahead.relaid_for(1, 0) {
+                    drop(ahead.install(r));
+                    grown += 1;
+                }
+                let work = ahead.resize_work();
+                ahead.insert(hash_fn(k), loc(k), by(hash_fn, key_of, k));
+                assert_eq!(ahead.resize_work(), work, "the insert resized nothing");
+                inline.insert(hash_fn(k), loc(k), by(hash_fn, key_of, k));
+                if inline.homes != ahead.homes || k % 1000 == 0 {
+                    assert_eq!(words(&ahead), words(&inline));
+                }
+            }
+            for k in (0..20_000u64).filter(|k| k % 16 != 0) {
+                if let Some(r) = ahead.relaid_for(0, 1) {
+                    drop(ahead.install(r));
+                    shrunk += 1;
+                }
+                let work = ahead.resize_work();
+                for ix in [&mut ahead, &mut inline] {
+                    let p = ix.find(hash_fn(k), by(hash_fn, key_of, k)).unwrap();
+                    ix.remove_at(p);
+                }
+                assert_eq!(ahead.resize_work(), work, "the removal resized nothing");
+                if inline.homes != ahead.homes || k % 1000 == 0 {
+                    assert_eq!(words(&ahead), words(&inline));
+                }
+            }
+            assert!(grown > 5 && shrunk > 0, "{grown} {shrunk}");
+            check(&ahead, hash_fn, key_of);
+        }
     }
 
     /// A bad hash function with many full collisions, to exercise ties.

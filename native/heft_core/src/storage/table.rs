@@ -34,7 +34,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::{
-    MappedRwLockReadGuard, MappedRwLockWriteGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
+    MappedRwLockReadGuard, MappedRwLockWriteGuard, RwLock, RwLockReadGuard,
+    RwLockUpgradableReadGuard, RwLockWriteGuard,
 };
 
 use crate::arena::{Arena, Backing};
@@ -153,6 +154,8 @@ const QUICK_BOUNDED_BYTES: usize = 64 << 10;
 thread_local! {
     /// Set inside [`quick`].
     static QUICK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Set inside [`quick`] once the call has asked for a table's write lock.
+    static QUICK_LOCKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Compressed bodies on their way into a Prepared, reused per thread.
     static PACKED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -165,6 +168,21 @@ const MAX_EXPIRED_STEPS: usize = 256;
 /// up before it gives up ([`Table::len`]).
 const MAX_DUE_COUNTED: usize = 2048;
 
+#[cfg(test)]
+thread_local! {
+    /// Tests: called by [`Table::make_room`] on this thread once it has
+    /// laid the index out ahead, before it takes the write lock.
+    static WHILE_RELAYING: std::cell::RefCell<Option<Box<dyn FnMut()>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// How long a quick call waits for a table's lock before it gives up with
+/// [`Error::TooLong`] (to be made again where waiting is allowed): longer
+/// than any lock hold but the long ones (an index resize, a large clear),
+/// the background threads' steps of up to 500 us included, and within the
+/// millisecond a normal scheduler may be kept.
+const QUICK_LOCK_WAIT: std::time::Duration = std::time::Duration::from_micros(800);
+
 /// Tables whose storage (index and arena) is still allocated.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 
@@ -173,16 +191,31 @@ static LIVE: AtomicUsize = AtomicUsize::new(0);
 /// long, whatever the order of earlier changes made it (resizing a large
 /// index, clearing a large table), fails with [`Error::TooLong`] before
 /// anything is changed or logged, for the caller to make where long work
-/// is allowed.
+/// is allowed. So does waiting for the table's lock longer than
+/// [`QUICK_LOCK_WAIT`] (another thread resizing its index, say), up to the
+/// call's first write lock: nothing has changed before that, and a retry
+/// must not make a change twice.
 pub fn quick<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(bool);
+    struct Restore(bool, bool);
     impl Drop for Restore {
         fn drop(&mut self) {
             QUICK.set(self.0);
+            QUICK_LOCKED.set(self.1);
         }
     }
-    let _restore = Restore(QUICK.replace(true));
+    let _restore = Restore(QUICK.replace(true), QUICK_LOCKED.replace(false));
     f()
+}
+
+/// How long this thread may wait for a table's lock (`write`: the write
+/// lock): [`QUICK_LOCK_WAIT`] in a quick call up to and including its
+/// first write lock, else as long as it takes.
+fn lock_wait(write: bool) -> Option<std::time::Duration> {
+    if !QUICK.get() || QUICK_LOCKED.get() {
+        return None;
+    }
+    QUICK_LOCKED.set(write);
+    Some(QUICK_LOCK_WAIT)
 }
 
 /// Number of tables, in this process, whose storage is still allocated:
@@ -944,12 +977,60 @@ impl Table {
         })
     }
 
+    /// The table's state for reading: see [`lock_wait`] for how long a
+    /// quick call waits for it.
     fn read(&self) -> Result<MappedRwLockReadGuard<'_, State>, Error> {
-        RwLockReadGuard::try_map(self.state.read(), Option::as_ref).map_err(|_| Error::Deleted)
+        let guard = match lock_wait(false) {
+            Some(wait) => self.state.try_read_for(wait).ok_or(Error::TooLong)?,
+            None => self.state.read(),
+        };
+        RwLockReadGuard::try_map(guard, Option::as_ref).map_err(|_| Error::Deleted)
     }
 
+    /// The table's state for writing, as [`Table::read`].
     fn write(&self) -> Result<MappedRwLockWriteGuard<'_, State>, Error> {
-        RwLockWriteGuard::try_map(self.state.write(), Option::as_mut).map_err(|_| Error::Deleted)
+        let guard = match lock_wait(true) {
+            Some(wait) => self.state.try_write_for(wait).ok_or(Error::TooLong)?,
+            None => self.state.write(),
+        };
+        RwLockWriteGuard::try_map(guard, Option::as_mut).map_err(|_| Error::Deleted)
+    }
+
+    /// Before a change that adds up to `added` index entries or removes up
+    /// to `removed`: if it would resize a large hash index (growing by
+    /// half, shrinking), makes that resize first, the new array built under
+    /// an upgradable read lock, so readers go on meanwhile (writers wait),
+    /// and put in place under the write lock in a moment. Outside quick
+    /// calls only (a quick call refuses such a change). Best effort: the
+    /// change itself still resizes if another write got there in between,
+    /// or the counts were too low.
+    fn make_room(&self, added: usize, removed: usize) {
+        if QUICK.get() {
+            return;
+        }
+        let up = self.state.upgradable_read();
+        let Some(relaid) = up
+            .as_ref()
+            .and_then(|st| st.entries.relaid_for(QUICK_RESIZE_SLOTS, added, removed))
+        else {
+            return;
+        };
+        #[cfg(test)]
+        WHILE_RELAYING.with(|hook| hook.borrow_mut().as_mut().map(|f| f()));
+        let old = RwLockUpgradableReadGuard::upgrade(up)
+            .as_mut()
+            .and_then(|st| st.entries.install(relaid));
+        // Unmapped after the lock is let go.
+        drop(old);
+    }
+
+    /// Holds the write lock for `d`, changing nothing: what a long change
+    /// looks like to other callers (for tests).
+    #[doc(hidden)]
+    pub fn hold_lock(&self, d: std::time::Duration) -> Result<(), Error> {
+        let _st = self.write()?;
+        std::thread::sleep(d);
+        Ok(())
     }
 
     /// Marks the table deleted and hands back its storage, for the caller to
@@ -1498,6 +1579,7 @@ impl Table {
         if !due(&*self.read()?) {
             return Ok(0);
         }
+        self.make_room(0, max);
         let mut st = self.write()?;
         let names = self.names();
         let ord = order(&names);
@@ -1707,6 +1789,7 @@ impl Table {
     /// [`Table::insert`], giving the records' keys the deadline `ttl` asks
     /// for (table/expire.rs).
     pub fn insert_ttl(&self, recs: &[Prepared], ttl: Ttl) -> Result<(), Error> {
+        self.make_room(recs.len(), 0);
         let mut st = self.write()?;
         let names = self.names();
         self.store(&mut st, order(&names), recs, ttl)
@@ -1720,6 +1803,7 @@ impl Table {
 
     /// [`Table::insert_new`] with a time to live, as [`Table::insert_ttl`].
     pub fn insert_new_ttl(&self, recs: &[Prepared], ttl: Ttl) -> Result<bool, Error> {
+        self.make_room(recs.len(), 0);
         let mut st = self.write()?;
         let names = self.names();
         let ord = order(&names);
@@ -1788,6 +1872,7 @@ impl Table {
         key: &[u8],
         out: Option<&mut RecordBuf>,
     ) -> Result<bool, Error> {
+        self.make_room(0, 1);
         let mut st = self.write()?;
         let names = self.names();
         let ord = order(&names);
@@ -1814,6 +1899,7 @@ impl Table {
     /// match `r`'s object (`=:=`): in a bag the one, in a duplicate_bag
     /// every copy. Returns how many were removed.
     pub fn remove_object(&self, r: &Prepared) -> Result<usize, Error> {
+        self.make_room(0, 1);
         let mut st = self.write()?;
         let names = self.names();
         let ord = order(&names);
@@ -1865,6 +1951,7 @@ impl Table {
         max: usize,
         doomed: impl Fn(&[u8]) -> bool,
     ) -> Result<(usize, Option<Cursor>), Error> {
+        self.make_room(0, max);
         let mut st = self.write()?;
         let names = self.names();
         let ord = order(&names);
@@ -1987,6 +2074,7 @@ impl Table {
         expected: Option<(&RecordBuf, &Item)>,
         new: Option<&Prepared>,
     ) -> Result<bool, Error> {
+        self.make_room(usize::from(new.is_some()), usize::from(new.is_none()));
         let mut st = self.write()?;
         let names = self.names();
         let ord = order(&names);
@@ -3395,6 +3483,105 @@ mod tests {
             // A small table is cleared and resized in quick calls.
             quick(|| t.insert(&[t.prepare(&key(1), &body(1, 1))])).unwrap();
             quick(|| t.clear()).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_quick_call_does_not_wait_long_for_the_lock() {
+        // Another thread holds the write lock (as an index resize does):
+        // quick reads and writes give up with TooLong, changing nothing,
+        // while it still holds it; calls outside quick wait for it.
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Barrier;
+        let t = table_of(Kind::Set, Compression::None);
+        t.insert(&[t.prepare(&key(1), &body(1, 10))]).unwrap();
+        let (held, released) = (Barrier::new(2), AtomicBool::new(false));
+        std::thread::scope(|s| {
+            let holder = s.spawn(|| {
+                let guard = t.state.write();
+                held.wait();
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                released.store(true, AtomicOrdering::SeqCst);
+                drop(guard);
+            });
+            held.wait();
+            let k = key(1);
+            let mut out = RecordBuf::default();
+            assert!(matches!(
+                quick(|| t.get(t.hash(&k), &k, &mut out)),
+                Err(Error::TooLong)
+            ));
+            let k2 = key(2);
+            assert!(matches!(
+                quick(|| t.insert(&[t.prepare(&k2, &body(2, 10))])),
+                Err(Error::TooLong)
+            ));
+            assert!(
+                !released.load(AtomicOrdering::SeqCst),
+                "the quick calls gave up while the lock was held"
+            );
+            assert!(
+                t.get(t.hash(&k), &k, &mut out).unwrap(),
+                "waits outside quick"
+            );
+            assert!(released.load(AtomicOrdering::SeqCst));
+            holder.join().unwrap();
+        });
+        let k2 = key(2);
+        assert!(
+            !t.contains(t.hash(&k2), &k2).unwrap(),
+            "the refused insert changed nothing"
+        );
+        assert_eq!(t.len().unwrap(), 1);
+        // Uncontended, quick calls take the lock as any other.
+        quick(|| t.insert(&[t.prepare(&k2, &body(2, 10))])).unwrap();
+        assert!(quick(|| t.contains(t.hash(&k2), &k2)).unwrap());
+    }
+
+    #[test]
+    fn readers_go_on_while_a_large_index_is_resized() {
+        // Growing and shrinking a large hash index lays it out again ahead,
+        // under an upgradable lock: at that moment (the test's hook) a
+        // quick read from another thread gets in, a quick write does not.
+        for kind in [Kind::Set, Kind::Bag] {
+            let t = Arc::new(table_of(kind, Compression::None));
+            let (n, kept) = (100_000i64, 20);
+            let relaid = std::rc::Rc::new(std::cell::Cell::new(0));
+            let (t2, seen) = (t.clone(), relaid.clone());
+            let hook = move || {
+                seen.set(seen.get() + 1);
+                let t = t2.clone();
+                let (read, write) = std::thread::spawn(move || {
+                    let k = key(0);
+                    let mut out = RecordBuf::default();
+                    let read = quick(|| t.get(t.hash(&k), &k, &mut out));
+                    let k = key(-1);
+                    let write = quick(|| t.insert(&[t.prepare(&k, &body(1, 1))]));
+                    (read, write)
+                })
+                .join()
+                .unwrap();
+                assert!(matches!(read, Ok(true)), "a reader got in: {read:?}");
+                assert!(matches!(write, Err(Error::TooLong)), "no writer did");
+            };
+            WHILE_RELAYING.with(|h| *h.borrow_mut() = Some(Box::new(hook)));
+            for i in 0..n {
+                t.insert(&[t.prepare(&key(i), &body(i, 8))]).unwrap();
+            }
+            let grown = relaid.get();
+            assert!(grown >= 2, "{kind:?}: grew ahead {grown} times");
+            for i in (0..n).filter(|i| i % kept != 0) {
+                let k = key(i);
+                assert!(t.remove(t.hash(&k), &k, None).unwrap());
+            }
+            assert!(relaid.get() > grown, "{kind:?}: shrank ahead");
+            WHILE_RELAYING.with(|h| *h.borrow_mut() = None);
+            assert_eq!(t.len().unwrap(), (n / kept) as usize);
+            let mut out = RecordBuf::default();
+            for i in 0..n {
+                let k = key(i);
+                assert_eq!(t.get(t.hash(&k), &k, &mut out).unwrap(), i % kept == 0);
+            }
         }
     }
 

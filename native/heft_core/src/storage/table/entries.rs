@@ -13,7 +13,7 @@ use super::{key_in, record_in, Direction, Kind};
 use crate::arena::Arena;
 use crate::atoms::AtomTable;
 use crate::hash::KeyedHash;
-use crate::index::{HashIndex, Inserted, Slot};
+use crate::index::{HashIndex, Inserted, Relaid, Retired, Slot};
 use crate::order;
 use crate::ordered::{self, OrderedIndex};
 use crate::record::Header;
@@ -180,6 +180,25 @@ impl Entries {
                     && ix.would_resize(added(), removed)
             }
             Entries::Ordered(_) => false,
+        }
+    }
+
+    /// A hash index larger than `slots` that a change adding up to `added`
+    /// entries or removing up to `removed` would resize: that resize, made
+    /// ahead from `&self` ([`HashIndex::relaid_for`]).
+    pub(super) fn relaid_for(&self, slots: usize, added: usize, removed: usize) -> Option<Relaid> {
+        match self {
+            Entries::Hash(ix, _) if ix.capacity() > slots => ix.relaid_for(added, removed),
+            _ => None,
+        }
+    }
+
+    /// Puts a resize [`Entries::relaid_for`] made in place; returns the
+    /// old array to unmap.
+    pub(super) fn install(&mut self, r: Relaid) -> Option<Retired> {
+        match self {
+            Entries::Hash(ix, _) => ix.install(r),
+            Entries::Ordered(_) => None,
         }
     }
 
