@@ -153,11 +153,11 @@ defmodule Heft do
   >   as written out in full.
   > - The owner-transfer message is tagged `:"HEFT-TRANSFER"`.
   > - A reference that stands for an object of the VM (the references of
-  >   `:atomics`, `:counters` and NIF resources) is stored as a reference
-  >   only: the table does not keep its object alive, as ETS does. Once no
-  >   process holds the reference any more, the object is freed and the
-  >   stored reference is stale (`:atomics.info/1` of it raises). Keep such
-  >   objects referenced elsewhere as long as the table holds them.
+  >   `:atomics`, `:counters`, ETS tables and NIF resources) keeps its
+  >   object alive while a record holds it, as in ETS, except inside a
+  >   fun's captured variables: there it is stored as a reference only,
+  >   and once no process holds it the object is freed and the stored
+  >   reference is stale (`:atomics.info/1` of it raises).
   > - An unnamed table is a `Heft.Table` struct, not a reference.
   > - `next/2` accepts a key that is no longer in the table and continues
   >   from where it was (ETS raises unless the table is fixed), so a

@@ -550,6 +550,8 @@ pub struct TermEncoder<'c> {
     exact_zero: bool,
     /// A float zero (either sign) was written since the last `record`.
     pub saw_zero: bool,
+    /// A magic reference (vm_refs.rs) was written since the last `record`.
+    pub saw_vm_ref: bool,
     /// Canonical maps being encoded, one inside another.
     map_depth: u32,
     /// In a set's body: the key's word when the key is a small integer or
@@ -586,6 +588,7 @@ impl<'c> TermEncoder<'c> {
             recent_next: 0,
             exact_zero: false,
             saw_zero: false,
+            saw_vm_ref: false,
             map_depth: 0,
             key_word: None,
             key_binary: None,
@@ -729,6 +732,7 @@ impl<'c> TermEncoder<'c> {
         canonical_body: bool,
     ) -> Result<(), EncodeError> {
         self.saw_zero = false;
+        self.saw_vm_ref = false;
         let key_term = elems
             .clone()
             .nth(keypos - 1)
@@ -1277,6 +1281,7 @@ impl<'c> TermEncoder<'c> {
     ) -> Result<Option<(u32, usize)>, EncodeError> {
         let bin = t.to_binary();
         self.spend(bin.len() / 64)?;
+        self.saw_vm_ref |= crate::vm_refs::seen(bin.as_slice());
         let id = w.etf(bin.as_slice());
         Ok((!canonical).then_some((id, 0)))
     }

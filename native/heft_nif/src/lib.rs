@@ -19,6 +19,7 @@ mod select;
 mod sieve;
 mod sizing;
 mod tab_file;
+mod vm_refs;
 
 use std::sync::atomic::Ordering;
 
@@ -35,6 +36,7 @@ fn load(env: Env, info: Term) -> bool {
     }));
     // Terms read without VM calls where their layout is this VM's.
     codec::check_term_layout(env);
+    vm_refs::find_magic_mark(env);
     if let Ok(map) = info.decode::<std::collections::HashMap<String, bool>>() {
         if let Some(v) = map.get("neg_zero_is_zero") {
             codec::NEG_ZERO_IS_ZERO.store(*v, Ordering::Relaxed);

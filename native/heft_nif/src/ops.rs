@@ -96,16 +96,19 @@ macro_rules! write_variants {
         fn $normal<'a>(env: Env<'a>, $tab: Term<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
             // A change that would resize a large index (or clear a large
             // table) is refused here, unmade, and retried on DirtyCpu.
+            crate::vm_refs::begin_write();
             let r = heft_core::table::quick(|| $imp(env, Sched::Normal, $tab, $($arg,)* $($($extra),*)?));
             crate::persist::after_write(env, $tab, r)
         }
         #[rustler::nif(schedule = "DirtyCpu")]
         fn $cpu<'a>(env: Env<'a>, $tab: Term<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
+            crate::vm_refs::begin_write();
             let r = $imp(env, Sched::Cpu, $tab, $($arg,)* $($($extra),*)?);
             crate::persist::after_write(env, $tab, r)
         }
         #[rustler::nif(schedule = "DirtyIo")]
         fn $io<'a>(env: Env<'a>, $tab: Term<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
+            crate::vm_refs::begin_write();
             let r = crate::persist::with_room(env, $tab, || $imp(env, Sched::Io, $tab, $($arg,)* $($($extra),*)?));
             crate::persist::after_write(env, $tab, r)
         }
@@ -446,13 +449,15 @@ fn prepare_encoded(
     // Compressing costs about as much as encoding 2 bytes per unit.
     enc.spend(enc.encoded_body().len() / 2)?;
     let (key, body) = (enc.encoded_key(), enc.encoded_body());
-    Ok(
-        if bag && enc.saw_zero && NEG_ZERO_IS_ZERO.load(Ordering::Relaxed) {
-            t.core.prepare_ignoring_zero_sign(key, body)
-        } else {
-            t.core.prepare(key, body)
-        },
-    )
+    let mut p = if bag && enc.saw_zero && NEG_ZERO_IS_ZERO.load(Ordering::Relaxed) {
+        t.core.prepare_ignoring_zero_sign(key, body)
+    } else {
+        t.core.prepare(key, body)
+    };
+    if enc.saw_vm_ref {
+        p.holds_vm_refs();
+    }
+    Ok(p)
 }
 
 fn prepare_all<'a>(
@@ -790,7 +795,10 @@ fn rewrite<'a, R>(
         if let Err(retry) = retry_or(env, enc.record(env, &elems, t.keypos, false))? {
             return Ok(Err(retry));
         }
-        let new = t.core.prepare(enc.encoded_key(), enc.encoded_body());
+        let mut new = t.core.prepare(enc.encoded_key(), enc.encoded_body());
+        if enc.saw_vm_ref {
+            new.holds_vm_refs();
+        }
         let expected = found.then(|| (&buf, &buf.items()[0]));
         if t.core
             .replace_if(h, &k, expected, Some(&new))

@@ -387,6 +387,7 @@ pub fn after_write<'a>(
     tab: Term<'a>,
     result: NifResult<Term<'a>>,
 ) -> NifResult<Term<'a>> {
+    let vm_refs = crate::vm_refs::take_seen();
     if errors::take_would_block() {
         return Ok(errors::retry_io(env));
     }
@@ -400,6 +401,7 @@ pub fn after_write<'a>(
     let Ok(t) = resolve_again(tab) else {
         return Ok(result);
     };
+    crate::vm_refs::keep(env, &t, vm_refs);
     crate::compact::after_write(&t.core);
     match &t.persist {
         Some(p) if p.persisted.config().sync == SyncMode::Commit => await_durable(env, &t, result),

@@ -272,6 +272,8 @@ pub struct TableRes {
     pub persist: Option<crate::persist::PersistRes>,
     /// Who has the table fixed (safe_fixtable/2, fix.rs).
     pub fixations: crate::fix::Fixations,
+    /// Live copies of the magic references its records hold (vm_refs.rs).
+    pub vm_objects: crate::vm_refs::Objects,
 }
 
 #[rustler::resource_impl]
@@ -307,6 +309,7 @@ impl TableRes {
             meta: Mutex::new(meta),
             persist: None,
             fixations: Default::default(),
+            vm_objects: Default::default(),
         }
     }
 
@@ -709,6 +712,7 @@ enum Reap {
 /// The heavy half of a delete, without locks: frees the storage and
 /// starts closing a persistent table.
 fn release(res: &ResourceArc<TableRes>, how: Reap) {
+    res.vm_objects.clear();
     if let Some(mut storage) = res.core.take_storage() {
         // Gone from the directory when delete/1 returns; unmapped later.
         storage.remove_files();

@@ -772,6 +772,22 @@ pub fn atoms_all(bytes: &[u8], ok: &mut impl FnMut(u64) -> bool) -> Result<bool,
     Ok(true)
 }
 
+/// Calls `f` with every ETF piece in the encoded terms `bytes` (one term
+/// or several in a row, walked in order).
+pub fn etfs_all(bytes: &[u8], f: &mut impl FnMut(&[u8])) -> Result<(), DecodeError> {
+    let mut r = Reader::new(bytes);
+    while r.remaining() > 0 {
+        if bytes[r.position()] == tag::ETF {
+            r.u8()?;
+            let n = r.count(1)?;
+            f(r.bytes(n)?);
+        } else {
+            part(&mut r)?;
+        }
+    }
+    Ok(())
+}
+
 /// The canonical encoding (docs/term-format.md, "Keys") of the encoded term
 /// `bytes`: map pairs sorted by their encoded keys, a `KEY` tag replaced by
 /// `key` (itself made canonical), and with `normalize_zero` every `-0.0`

@@ -209,6 +209,38 @@ fn creation(r: &mut In<'_>, wide: bool) -> Result<u32, DecodeError> {
     }
 }
 
+/// The bit of a reference's second ID word that marks a magic reference
+/// (one standing for an object of the VM: an `:atomics`, a `:counters`, a
+/// NIF resource), as the running VM writes it; 0 until [`set_magic_mark`]
+/// (then no reference counts as magic).
+static MAGIC_MARK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Sets the bit [`is_magic_ref`] looks for (the NIF finds it at load, from
+/// a reference it knows to be magic and one it knows not to be).
+pub fn set_magic_mark(mask: u32) {
+    MAGIC_MARK.store(mask, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The ID words of a reference piece (`bytes`, starting with 131), if it
+/// is one.
+pub fn ref_words(bytes: &[u8]) -> Option<&[u8]> {
+    match piece(bytes).ok()? {
+        Piece::Ref { words, .. } => Some(words),
+        _ => None,
+    }
+}
+
+/// True if `bytes` (an ETF piece) is a magic reference: its second ID word
+/// has the mark [`set_magic_mark`] set.
+pub fn is_magic_ref(bytes: &[u8]) -> bool {
+    let mark = MAGIC_MARK.load(std::sync::atomic::Ordering::Relaxed);
+    mark != 0
+        && bytes.get(1) == Some(&tag::NEWER_REFERENCE)
+        && ref_words(bytes)
+            .and_then(|w| w.get(4..8))
+            .is_some_and(|w| u32::from_be_bytes(w.try_into().expect("4 bytes")) & mark != 0)
+}
+
 /// Parses a whole ETF piece (starting with the version byte) that must hold
 /// exactly one term.
 pub fn piece(bytes: &[u8]) -> Result<Piece<'_>, DecodeError> {

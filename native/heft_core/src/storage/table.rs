@@ -24,6 +24,7 @@ pub use expire::Ttl;
 pub mod learn;
 mod objects;
 mod tier;
+mod vm_refs;
 mod worker;
 
 use std::cmp::Ordering;
@@ -303,9 +304,17 @@ pub struct Prepared {
     /// Bag kinds, for an object compared ignoring the sign of zero: its
     /// canonical form with zeros normalized (see [`objects`]).
     normalized: Option<Vec<u8>>,
+    /// The record holds a magic reference (table/vm_refs.rs).
+    vm_refs: bool,
 }
 
 impl Prepared {
+    /// Says that the record holds a magic reference ([`etf::is_magic_ref`]):
+    /// once its table stores one, it counts them (table/vm_refs.rs).
+    pub fn holds_vm_refs(&mut self) {
+        self.vm_refs = true;
+    }
+
     /// The record as it will be stored (header, key, body).
     pub fn bytes(&self) -> &[u8] {
         &self.bytes
@@ -552,8 +561,9 @@ pub struct Stats {
     /// pages in use and directory (see each index's `heap_bytes`).
     pub index_bytes: u64,
     /// Other heap memory: the atom dictionary (estimated from capacities),
-    /// the arena's free lists, the zstd dictionaries and a bounded table's
-    /// eviction queue.
+    /// the arena's free lists, the zstd dictionaries, a bounded table's
+    /// eviction queue, deadlines, a tiered table's queue and the counts of
+    /// magic references (table/vm_refs.rs).
     pub meta_bytes: u64,
     /// The zstd dictionaries (their bytes and digests; part of
     /// `meta_bytes`).
@@ -651,6 +661,8 @@ pub struct State {
     /// A tiered table's queue of keys with records in memory
     /// (table/tier.rs).
     tier: Option<tier::Tier>,
+    /// The VM objects its records name, once one has (table/vm_refs.rs).
+    vm_refs: Option<vm_refs::VmRefs>,
 }
 
 impl Drop for State {
@@ -787,6 +799,10 @@ impl State {
     }
 
     fn release(&mut self, loc: u64) {
+        if let Some(v) = self.vm_refs.as_mut() {
+            let (_, bytes) = record_in(&self.arena, loc);
+            v.remove(bytes, &self.dicts);
+        }
         let h = self.record_at(loc).0;
         self.raw_bytes -= (h.key_len + h.raw_len) as u64;
         self.stored_bytes -= h.total_len() as u64;
@@ -808,12 +824,18 @@ impl State {
                 }
             }
         }
+        if self.vm_refs.is_none() && recs.iter().any(|r| r.vm_refs) {
+            self.vm_refs = Some(vm_refs::VmRefs::default());
+        }
         for (loc, r) in locs.iter().zip(recs) {
             let dst = self
                 .arena
                 .get_mut(*loc, r.bytes.len())
                 .expect("a block just allocated lies inside the arena");
             dst.copy_from_slice(&r.bytes);
+            if let Some(v) = self.vm_refs.as_mut() {
+                v.add(&r.bytes, &self.dicts);
+            }
             self.raw_bytes += (r.key_len + r.raw_len) as u64;
             self.stored_bytes += r.bytes.len() as u64;
             self.tally.add(r.packed.codec, r.packed.dict);
@@ -857,6 +879,9 @@ impl State {
     /// Frees blocks `place` filled, when the change is not applied after all.
     fn unplace(&mut self, recs: &[&Prepared], locs: &[u64]) {
         for (r, loc) in recs.iter().zip(locs) {
+            if let Some(v) = self.vm_refs.as_mut() {
+                v.remove(&r.bytes, &self.dicts);
+            }
             self.raw_bytes -= (r.key_len + r.raw_len) as u64;
             self.stored_bytes -= r.bytes.len() as u64;
             self.tally.remove(r.packed.codec, r.packed.dict);
@@ -966,6 +991,7 @@ impl Table {
                 evict: None,
                 expiry: None,
                 tier: matches!(opts.backing, Backing::Tiered(..)).then(tier::Tier::new),
+                vm_refs: None,
             })),
             atoms: Arc::new(RwLock::new(AtomTable::new())),
             backing: opts.backing.clone(),
@@ -1763,6 +1789,7 @@ impl Table {
             bytes,
             raw: keep_raw.then(|| body.to_vec()),
             normalized: None,
+            vm_refs: false,
         }
     }
 
@@ -2187,8 +2214,32 @@ impl Table {
         if let Some(t) = st.tier.as_mut() {
             t.clear();
         }
+        if let Some(v) = st.vm_refs.as_mut() {
+            v.clear();
+        }
         self.note_on_disk(&st);
         Ok(n)
+    }
+
+    /// How many records hold the magic reference `piece` (its ETF bytes):
+    /// while some do, the NIF keeps its object alive (table/vm_refs.rs).
+    pub fn vm_ref_count(&self, piece: &[u8]) -> Result<usize, Error> {
+        Ok(self.read()?.vm_refs.as_ref().map_or(0, |v| v.count(piece)))
+    }
+
+    /// The magic references no record holds any more, since the last call
+    /// (table/vm_refs.rs); none, without taking the write lock, for a table
+    /// that never stored one.
+    pub fn take_dead_vm_refs(&self) -> Result<Vec<Vec<u8>>, Error> {
+        if self.read()?.vm_refs.is_none() {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .write()?
+            .vm_refs
+            .as_mut()
+            .map(|v| v.take_dead())
+            .unwrap_or_default())
     }
 
     /// [`Table::chunk_in`] forward.
@@ -2520,7 +2571,8 @@ impl Table {
             meta_bytes: self.slow_meta_bytes(&st, order(&names))
                 + ev.map_or(0, evict::Evict::heap_bytes)
                 + ex.map_or(0, expire::Expiry::heap_bytes)
-                + st.tier.as_ref().map_or(0, tier::Tier::heap_bytes),
+                + st.tier.as_ref().map_or(0, tier::Tier::heap_bytes)
+                + st.vm_refs.as_ref().map_or(0, vm_refs::VmRefs::heap_bytes),
             dictionary_bytes: self.dicts.memory() as u64,
             arena_mapped_bytes: st.arena.mapped_bytes(),
             arena_used_bytes: st.arena.used_bytes() + file.map_or(0, |f| f.used_bytes),
@@ -2714,7 +2766,7 @@ mod tests {
         table_of(Kind::Set, compression)
     }
 
-    fn table_of(kind: Kind, compression: Compression) -> Table {
+    pub(super) fn table_of(kind: Kind, compression: Compression) -> Table {
         Table::new(&Options {
             backing: Backing::Memory,
             compression,

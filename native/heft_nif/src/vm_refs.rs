@@ -1,0 +1,124 @@
+//! Keeping alive the VM objects a table's records name: the magic
+//! references of `:atomics`, `:counters` and NIF resources. The VM frees
+//! such an object once no term refers to it; ETS's copy of a record is
+//! such a term, Heft's ETF bytes are not. So while some record of a table
+//! holds a magic reference (heft_core table/vm_refs.rs counts them), the
+//! table keeps a copy of the reference in a process-independent
+//! environment of its own, and drops it once no record does.
+//!
+//! A write NIF notes the magic references its terms hold as it encodes them
+//! ([`seen`], between [`begin_write`] and [`take_seen`]); after the write,
+//! [`keep`] saves those the table now holds and lets go of those it no
+//! longer does (removals anywhere, the expiry sweep included, are counted
+//! by the core and picked up at the table's next write).
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::Mutex;
+use rustler::env::OwnedEnv;
+use rustler::{Encoder, Env, Resource, ResourceArc};
+
+use crate::resource::TableRes;
+
+thread_local! {
+    /// Set during a write NIF: [`seen`] collects into `SEEN`.
+    static COLLECT: Cell<bool> = const { Cell::new(false) };
+    static SEEN: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A table's live copies of the magic references its records hold, each
+/// in an environment of its own (so one is freed without the others).
+#[derive(Default)]
+pub struct Objects {
+    /// Set once the table has kept one: until then writes skip [`keep`].
+    used: AtomicBool,
+    kept: Mutex<HashMap<Vec<u8>, OwnedEnv>>,
+}
+
+impl Objects {
+    /// Lets every object go (the table is deleted).
+    pub fn clear(&self) {
+        self.kept.lock().clear();
+    }
+}
+
+/// A write NIF begins: collect the magic references it encodes.
+pub fn begin_write() {
+    COLLECT.set(true);
+    SEEN.with_borrow_mut(Vec::clear);
+}
+
+/// The encoder met the ETF piece `bytes`: true if it is a magic reference
+/// (noted if a write is collecting).
+pub fn seen(bytes: &[u8]) -> bool {
+    let magic = heft_core::etf::is_magic_ref(bytes);
+    if magic && COLLECT.get() {
+        SEEN.with_borrow_mut(|s| s.push(bytes.to_vec()));
+    }
+    magic
+}
+
+/// The write NIF ended: the magic references it encoded.
+pub fn take_seen() -> Vec<Vec<u8>> {
+    COLLECT.set(false);
+    SEEN.with_borrow_mut(std::mem::take)
+}
+
+/// After a write to `t` that encoded the magic references `seen`: keeps
+/// each one the table's records now hold, and lets go of those none holds
+/// any more.
+pub fn keep(env: Env, t: &TableRes, seen: Vec<Vec<u8>>) {
+    let objects = &t.vm_objects;
+    if seen.is_empty() && !objects.used.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut kept = objects.kept.lock();
+    for piece in seen {
+        if kept.contains_key(&piece) || t.core.vm_ref_count(&piece).unwrap_or(0) == 0 {
+            continue;
+        }
+        // The writer's term is alive for this call, so the bytes decode to
+        // the reference itself, which the copy in `own` keeps alive.
+        let Some((term, _)) = env.binary_to_term(&piece) else {
+            continue;
+        };
+        let own = OwnedEnv::new();
+        let _ = own.save(term);
+        kept.insert(piece, own);
+        objects.used.store(true, Ordering::Relaxed);
+    }
+    for piece in t.core.take_dead_vm_refs().unwrap_or_default() {
+        if t.core.vm_ref_count(&piece).unwrap_or(0) == 0 {
+            kept.remove(&piece);
+        }
+    }
+}
+
+/// A resource of no content: a reference the VM makes magic.
+struct Probe;
+
+#[rustler::resource_impl]
+impl Resource for Probe {}
+
+/// Finds, at load, the bit that marks a magic reference in its ETF bytes
+/// (heft_core etf.rs): the bit of the second ID word set in a resource's
+/// reference and not in a plain one. If no single such bit is found, no
+/// reference counts as magic and none is kept alive (the moduledoc's
+/// differences from ETS say so).
+pub fn find_magic_mark(env: Env) {
+    let words = |t: rustler::Term| {
+        heft_core::etf::ref_words(t.to_binary().as_slice())
+            .and_then(|w| w.get(4..8))
+            .map(|w| u32::from_be_bytes(w.try_into().expect("4 bytes")))
+    };
+    let magic = words(ResourceArc::new(Probe).encode(env));
+    let plain = words(env.make_ref().encode(env));
+    if let (Some(m), Some(p)) = (magic, plain) {
+        let mark = m & !p;
+        if mark.is_power_of_two() {
+            heft_core::etf::set_magic_mark(mark);
+        }
+    }
+}
