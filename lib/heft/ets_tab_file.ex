@@ -50,6 +50,137 @@ defmodule Heft.EtsTabFile do
     end)
   end
 
+  # The header items written, of those info/1 gives (ETS writes all of
+  # its own; its file2tab reads the six @mandatory ones, :compressed,
+  # :read_concurrency and :write_concurrency).
+  @header_items [
+    :name,
+    :named_table,
+    :type,
+    :keypos,
+    :protection,
+    :owner,
+    :heir,
+    :node,
+    :compressed,
+    :read_concurrency,
+    :write_concurrency,
+    :decentralized_counters,
+    :size
+  ]
+
+  @spec write(Heft.tab(), Path.t(), keyword) :: :ok | {:error, term}
+  def write(tab, filename, opts) do
+    extended = Keyword.get(opts, :extended_info, [])
+    dest = filename |> IO.chardata_to_string() |> Path.expand()
+
+    # disk_log makes the file itself: in a directory of our own (so no
+    # link can be planted where it writes), then renamed over `dest`.
+    with {:ok, dir} <- private_dir(Path.dirname(dest)) do
+      file = Path.join(dir, "tab")
+
+      try do
+        with :ok <- log(tab, file, extended, Keyword.get(opts, :sync, false)),
+             do: :file.rename(file, dest)
+      after
+        _ = :file.delete(file)
+        _ = :file.del_dir(dir)
+      end
+    end
+  end
+
+  defp log(tab, file, extended, sync) do
+    name = {__MODULE__, make_ref()}
+
+    case :disk_log.open(name: name, file: String.to_charlist(file)) do
+      {:ok, ^name} ->
+        result =
+          try do
+            log_all(name, tab, extended, sync)
+          catch
+            {:disk_log, reason} -> {:error, reason}
+          end
+
+        case {result, :disk_log.close(name)} do
+          {:ok, {:error, reason}} -> {:error, reason}
+          {result, _} -> result
+        end
+
+      {:error, reason} ->
+        {:error, reason}
+    end
+  end
+
+  defp log_all(log, tab, extended, sync) do
+    info = Heft.info(tab)
+    md5? = :md5sum in extended
+
+    header =
+      (for(k <- @header_items, do: {k, Keyword.fetch!(info, k)}) ++
+         [
+           major_version: 1,
+           minor_version: 0,
+           extended_info: Enum.filter([:object_count, :md5sum], &(&1 in extended))
+         ])
+      |> List.to_tuple()
+
+    md5 = put(log, [header], md5? && :erlang.md5_init())
+    {md5, count} = put_objects(log, Heft.select(tab, [{:_, [], [:"$_"]}], 100), md5, 0)
+
+    ending =
+      if(:object_count in extended, do: [count: count], else: []) ++
+        if md5?, do: [md5: :erlang.md5_final(md5)], else: []
+
+    if ending != [], do: put(log, [[:"$end_of_table", ending]], false)
+    if sync, do: ok!(:disk_log.sync(log))
+    :ok
+  end
+
+  defp put_objects(_log, :"$end_of_table", md5, count), do: {md5, count}
+
+  defp put_objects(log, {objects, cont}, md5, count),
+    do: put_objects(log, Heft.select(cont), put(log, objects, md5), count + length(objects))
+
+  # Logs `terms`; with an MD5 context, as their external format, which
+  # goes into the digest (what ETS's file2tab checks).
+  defp put(log, terms, false) do
+    ok!(:disk_log.log_terms(log, terms))
+    false
+  end
+
+  defp put(log, terms, md5) do
+    bins = Enum.map(terms, &:erlang.term_to_binary/1)
+    ok!(:disk_log.blog_terms(log, bins))
+    Enum.reduce(bins, md5, &:erlang.md5_update(&2, &1))
+  end
+
+  defp ok!(:ok), do: :ok
+  defp ok!({:error, reason}), do: throw({:disk_log, reason})
+
+  # A new directory beside `parent`'s files, mode 0700, that holds nothing:
+  # once it is ours alone and empty, nothing in it can be another's link.
+  defp private_dir(parent) do
+    dir = Path.join(parent, ".heft-tab-" <> Base.url_encode64(:rand.bytes(9), padding: false))
+
+    case :file.make_dir(dir) do
+      :ok ->
+        with :ok <- :file.change_mode(dir, 0o700),
+             {:ok, []} <- :file.list_dir(dir) do
+          {:ok, dir}
+        else
+          _ ->
+            _ = :file.del_dir(dir)
+            {:error, :eexist}
+        end
+
+      {:error, :eexist} ->
+        private_dir(parent)
+
+      {:error, reason} ->
+        {:error, reason}
+    end
+  end
+
   @spec info(Path.t()) :: {:ok, keyword} | {:error, term}
   def info(filename) do
     with_log(filename, false, fn log ->

@@ -223,6 +223,89 @@ defmodule Heft.TabFileTest do
     end
   end
 
+  describe "format: :ets" do
+    # tab2file(format: :ets) of a Heft table against :ets.tab2file of an
+    # ETS table holding the same objects: ETS's file2tab (verifying) and
+    # tabfile_info read both alike, and so does Heft's file2tab.
+    test "ETS reads what Heft writes in its format", %{tmp_dir: dir} do
+      objects = for i <- 1..700, do: {i, "v#{i}", {:rec, [i]}, %{i: i}, 1.5 * i}
+
+      for type <- [:set, :ordered_set, :bag, :duplicate_bag],
+          opts <- [[], [:named_table, :public, {:keypos, 2}]],
+          ext <- [[], [:object_count], [:md5sum], [:md5sum, :object_count]] do
+        name = :"ets_format_#{System.unique_integer([:positive])}"
+        t = Heft.new(name, [type | opts])
+        Heft.insert(t, objects)
+        path = Path.join(dir, "#{name}.tab")
+        assert Heft.tab2file(t, path, format: :ets, extended_info: ext) == :ok
+        Heft.delete(t)
+
+        info = :ets.tabfile_info(String.to_charlist(path))
+        assert {:ok, items} = info
+
+        assert Map.new(Keyword.take(items, [:name, :type, :keypos, :named_table, :size])) ==
+                 %{
+                   name: name,
+                   type: type,
+                   named_table: :named_table in opts,
+                   keypos: Keyword.get(opts, :keypos, 1),
+                   size: 700
+                 }
+
+        assert Heft.tabfile_info(path) == info
+
+        verify = ext != []
+        assert {:ok, e} = :ets.file2tab(String.to_charlist(path), verify: verify)
+        assert Enum.sort(:ets.tab2list(e)) == Enum.sort(objects), inspect({type, opts, ext})
+        assert :ets.info(e, :type) == type
+        :ets.delete(e)
+
+        assert {:ok, h} = Heft.file2tab(path, verify: verify)
+        assert Enum.sort(Heft.tab2list(h)) == Enum.sort(objects)
+        Heft.delete(h)
+      end
+
+      assert Path.wildcard(Path.join(dir, ".heft-tab-*"), match_dot: true) == []
+    end
+
+    test "a changed object fails ETS's checksum", %{tmp_dir: dir} do
+      t = Heft.new(:ets_format, [])
+      Heft.insert(t, for(i <- 1..100, do: {i, "value #{i}"}))
+      path = Path.join(dir, "t.tab")
+      assert Heft.tab2file(t, path, format: :ets, extended_info: [:md5sum]) == :ok
+      bytes = File.read!(path)
+      {at, _} = :binary.match(bytes, "value 50")
+      File.write!(path, :binary.replace(bytes, "value 50", "value 5X"))
+      assert byte_size(File.read!(path)) == byte_size(bytes) and at > 0
+      assert :ets.file2tab(String.to_charlist(path), verify: true) == {:error, :checksum_error}
+      assert Heft.file2tab(path, verify: true) == {:error, :checksum_error}
+    end
+
+    test "a link at the file is replaced, not written through", %{tmp_dir: dir} do
+      target = Path.join(dir, "target")
+      File.write!(target, "keep")
+      path = Path.join(dir, "t.tab")
+      File.ln_s!(target, path)
+      t = Heft.new(:ets_format, [])
+      Heft.insert(t, {1, 2})
+      assert Heft.tab2file(t, path, format: :ets) == :ok
+      assert File.read!(target) == "keep"
+      assert {:ok, e} = :ets.file2tab(String.to_charlist(path))
+      assert :ets.tab2list(e) == [{1, 2}]
+    end
+
+    test "bad options raise; a missing directory is an error", %{tmp_dir: dir} do
+      t = Heft.new(:ets_format, [])
+      assert_raise ArgumentError, fn -> Heft.tab2file(t, Path.join(dir, "x"), format: :dets) end
+
+      assert_raise ArgumentError, fn ->
+        Heft.tab2file(t, Path.join(dir, "x"), format: :ets, extended_info: [:crc])
+      end
+
+      assert Heft.tab2file(t, Path.join([dir, "none", "x"]), format: :ets) == {:error, :enoent}
+    end
+  end
+
   describe "files ETS's tab2file wrote" do
     # Each file is read by :ets.file2tab/2 of this VM and by Heft: same
     # answer, same objects, same options.

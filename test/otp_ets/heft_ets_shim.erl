@@ -15,6 +15,8 @@
 %%     ordered_set of ETS).
 %%   - `{write_concurrency, {debug_hash_fixed_number_of_locks, N}}', a
 %%     debugging option of ETS's hash tables, is `{write_concurrency, true}'.
+%%   - `tab2file/2,3' write ETS's format (`{format, ets}'), which the suite
+%%     reads with `disk_log' itself.
 %%
 %% The match specification functions that touch no table
 %% (`match_spec_compile/1', `match_spec_run/2', `is_compiled_ms/1',
@@ -108,7 +110,8 @@ match_object(T, P) -> ?H(match_object, [T, P]).
 match_object(T, P, N) -> ?H(match_object, [T, P, N]).
 match_delete(T, P) -> ?H(match_delete, [T, P]).
 
-tab2file(T, F) -> ?H(tab2file, [T, F]).
+tab2file(T, F) -> ?H(tab2file, [T, F, [{format, ets}]]).
+tab2file(T, F, O) when is_list(O) -> ?H(tab2file, [T, F, [{format, ets} | O]]);
 tab2file(T, F, O) -> ?H(tab2file, [T, F, O]).
 file2tab(F) -> ?H(file2tab, [F]).
 file2tab(F, O) -> ?H(file2tab, [F, O]).
