@@ -498,11 +498,12 @@ defmodule Heft do
   files and dumps are the work of the table's own two threads.
 
   A call that finds the table locked by a long change (a resize, emptying
-  a large table) waits for it at most 800 µs on its normal scheduler,
+  a large table) waits for it at most 200 µs on its normal scheduler,
   then waits on a dirty CPU scheduler instead, having changed nothing. A
   resize of a large set or bag index lays the new index out while readers
-  go on; only the table's writers wait for it (15 ms at a million keys,
-  longer when the cores are busy: docs/benchmarks.md, "Readers and a
+  go on; only the table's writers wait for it (15 ms at a million keys
+  and 22 ms at 1.5 million on an idle core, up to 100 ms when readers and
+  a compaction keep the cores busy: docs/benchmarks.md, "Readers and a
   writer while compacting"). ETS grows its hash table a bucket at a time,
   so its writers do not wait so long.
   """

@@ -89,6 +89,9 @@ defmodule Heft.VmObjectsTest do
   end
 
   defp freed_below(base, bytes) do
-    Heft.Test.Wait.until(fn -> collect() && :erlang.memory(:total) - base < bytes end)
+    Heft.Test.Wait.until(fn ->
+      collect()
+      :erlang.memory(:total) - base < bytes
+    end)
   end
 end

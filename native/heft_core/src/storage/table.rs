@@ -178,11 +178,12 @@ thread_local! {
 }
 
 /// How long a quick call waits for a table's lock before it gives up with
-/// [`Error::TooLong`] (to be made again where waiting is allowed): longer
-/// than any lock hold but the long ones (an index resize, a large clear),
-/// the background threads' steps of up to 500 us included, and within the
-/// millisecond a normal scheduler may be kept.
-const QUICK_LOCK_WAIT: std::time::Duration = std::time::Duration::from_micros(800);
+/// [`Error::TooLong`] (to be made again where waiting is allowed): far
+/// longer than a call's own hold (microseconds), shorter than the long
+/// ones (a resize, a large clear, a background step of up to 500 us). A
+/// wait blocks the normal scheduler's thread, and every process queued on
+/// it, so it is kept to a fifth of the millisecond a call may take there.
+const QUICK_LOCK_WAIT: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// Tables whose storage (index and arena) is still allocated.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
