@@ -980,7 +980,13 @@ defmodule Heft do
   def delete(tab) do
     ref = ref(tab)
 
-    case Native.delete_table(ref) do
+    result =
+      case Native.delete_table(ref) do
+        :"$heft_cpu" -> Native.delete_table_cpu(ref)
+        result -> result
+      end
+
+    case result do
       :"$heft_io" ->
         case Native.persist_close_io(ref, true) do
           {:error, reason} when reason not in [:poisoned] -> {:error, reason}
@@ -1681,8 +1687,15 @@ defmodule Heft do
   exist, or it is private and the caller is not its owner.
   """
   @spec safe_fixtable(tab, boolean) :: true
-  def safe_fixtable(tab, fix) when is_boolean(fix),
-    do: Native.safe_fixtable(ref(tab), fix, :erlang.monotonic_time())
+  def safe_fixtable(tab, fix) when is_boolean(fix) do
+    ref = ref(tab)
+    now = :erlang.monotonic_time()
+
+    case Native.safe_fixtable(ref, fix, now) do
+      :"$heft_cpu" -> Native.safe_fixtable_cpu(ref, fix, now)
+      true -> true
+    end
+  end
 
   def safe_fixtable(_tab, fix),
     do: raise(ArgumentError, "safe_fixtable/2 needs a boolean, got: #{inspect(fix)}")

@@ -159,6 +159,7 @@ defmodule Heft.Native do
   def new(_name, _opts), do: :erlang.nif_error(:heft_nif_not_loaded)
   def new_io(_name, _opts), do: :erlang.nif_error(:heft_nif_not_loaded)
   def delete_table(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def delete_table_cpu(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
   def give_away(_tab, _pid, _data), do: :erlang.nif_error(:heft_nif_not_loaded)
   def set_heir(_tab, _heir), do: :erlang.nif_error(:heft_nif_not_loaded)
   def set_protection(_tab, _protection), do: :erlang.nif_error(:heft_nif_not_loaded)
@@ -179,6 +180,7 @@ defmodule Heft.Native do
 
   def kernel_view(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
   def safe_fixtable(_tab, _on, _now), do: :erlang.nif_error(:heft_nif_not_loaded)
+  def safe_fixtable_cpu(_tab, _on, _now), do: :erlang.nif_error(:heft_nif_not_loaded)
   def fixations(_tab), do: :erlang.nif_error(:heft_nif_not_loaded)
   def live_tables, do: :erlang.nif_error(:heft_nif_not_loaded)
   def term_layout_checked, do: :erlang.nif_error(:heft_nif_not_loaded)

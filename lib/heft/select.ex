@@ -54,7 +54,7 @@ defmodule Heft.Select do
 
     case source(ref, spec, :read, dir, dir == :backward) do
       {:overrun, _range, _cursor, _open} = source ->
-        {_size, keypos, _ordered} = Native.select_access(ref, false)
+        {keypos, _ordered} = Native.select_access(ref, false)
         {results, :done} = overrun({ref, ms, keypos, :all}, source, [], 0)
         Enum.reverse(results)
 
@@ -193,7 +193,7 @@ defmodule Heft.Select do
   # objects 1..5 comes back, 2 at a time, as [4, 5], [2, 3], [1], as from
   # ETS, and what is kept between calls is what ETS keeps.
   defp next({:heft_select, ref, _spec, ms, limit, source, pending} = cont, first?) do
-    {_size, keypos, ordered} = Native.select_access(ref, false)
+    {keypos, ordered} = Native.select_access(ref, false)
     walk = {ref, ms, keypos, limit}
 
     {results, source, pending} =
@@ -460,7 +460,7 @@ defmodule Heft.Select do
   # any other table is select (as in ETS). `overrun` asks for ETS's walk
   # past the end of a key range where it can find matches (overrun/4).
   defp source(ref, spec, access, dir \\ :forward, overrun \\ false) do
-    {_size, keypos, ordered} = Native.select_access(ref, access == :write)
+    {keypos, ordered} = Native.select_access(ref, access == :write)
     if Process.get(@stats), do: counting()
     dir = if ordered, do: dir, else: :forward
 
@@ -631,7 +631,7 @@ defmodule Heft.Select do
           :scan | {:lookup, [term]} | {:range, MatchSpec.bound(), MatchSpec.bound()}
   def plan(ref, spec) do
     _ = MatchSpec.compile!(spec)
-    {_size, keypos, ordered} = Native.select_access(ref, false)
+    {keypos, ordered} = Native.select_access(ref, false)
     MatchSpec.plan(spec, keypos, ordered)
   end
 end

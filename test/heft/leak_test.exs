@@ -38,6 +38,29 @@ defmodule Heft.LeakTest do
            "mapped arena bytes: #{heft_mapped_bytes()}, expected #{mapped0}"
   end
 
+  test "an owner that exits while a long change holds its table leaves nothing behind" do
+    # The exit does not wait for the lock: the reaper thread frees the
+    # table once the change lets go.
+    Heft.delete(Heft.new(:warmup, []))
+    live0 = settled_live_tables()
+    parent = self()
+
+    owner =
+      spawn(fn ->
+        send(parent, {:table, Heft.new(:owned, [:public])})
+        receive do: (:never -> :ok)
+      end)
+
+    t = receive do: ({:table, t} -> t)
+    assert Heft.Native.live_tables() == live0 + 1
+    holder = Task.async(fn -> Heft.Native.debug_hold_lock(t.ref, 300) end)
+    assert Heft.Test.Wait.until(fn -> Heft.Native.lookup(t.ref, 1) == :"$heft_cpu" end)
+    Process.exit(owner, :kill)
+    assert Heft.Test.Wait.until(fn -> Heft.info(t) == :undefined end)
+    assert Task.await(holder)
+    assert Heft.Test.Wait.until(fn -> Heft.Native.live_tables() == live0 end)
+  end
+
   # The tables of earlier tests may still be going (owners that died, the
   # reaper not done yet): the count once it has stopped changing.
   defp settled_live_tables do

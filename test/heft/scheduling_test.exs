@@ -193,6 +193,20 @@ defmodule Heft.SchedulingTest do
     assert Native.insert(ref, {2, :two}) == true
   end
 
+  test "delete/1 and safe_fixtable/2 meeting a long change wait on a dirty scheduler",
+       %{t: t, ref: ref} do
+    holder = Task.async(fn -> Native.debug_hold_lock(ref, 300) end)
+    assert Heft.Test.Wait.until(fn -> Native.lookup(ref, 1) == :"$heft_cpu" end)
+    assert Native.safe_fixtable(ref, true, :erlang.monotonic_time()) == :"$heft_cpu"
+    assert Native.delete_table(ref) == :"$heft_cpu"
+    assert Heft.info(t, :fixed) == false, "the refused calls changed nothing"
+    assert Heft.safe_fixtable(t, true)
+    assert Heft.info(t, :fixed) == true
+    assert Heft.delete(t)
+    assert Task.await(holder)
+    assert Heft.info(t) == :undefined
+  end
+
   test "delete_all_objects of a large table runs on a dirty CPU scheduler" do
     t = Heft.new(:big, [:public])
     Heft.insert(t, for(i <- 1..@big, do: {i, :crypto.strong_rand_bytes(100)}))

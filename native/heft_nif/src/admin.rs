@@ -284,9 +284,20 @@ fn new_io<'a>(env: Env<'a>, name: Atom, opts: Term<'a>) -> NifResult<Term<'a>> {
 }
 
 /// Deletes the table. A persistent table answers `:"$heft_io"` instead:
-/// closing it and removing its files is I/O (persist.rs `persist_close_io`).
+/// closing it and removing its files is I/O (persist.rs `persist_close_io`);
+/// so does `:"$heft_cpu"` a table whose lock a long change holds
+/// (`delete_table_cpu` waits for it).
 #[rustler::nif]
 fn delete_table<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
+    delete_impl(env, tab, true)
+}
+
+#[rustler::nif(schedule = "DirtyCpu")]
+fn delete_table_cpu<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
+    delete_impl(env, tab, false)
+}
+
+fn delete_impl<'a>(env: Env<'a>, tab: Term<'a>, quick: bool) -> NifResult<Term<'a>> {
     let t = resolve_arc(tab)?;
     if !t.may_write(env) {
         return Err(badarg(
@@ -295,6 +306,9 @@ fn delete_table<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
     }
     if t.persist.is_some() {
         return Ok(errors::retry_io(env));
+    }
+    if quick && !t.core.lock_free_within(heft_core::table::QUICK_LOCK_WAIT) {
+        return Ok(errors::retry_cpu(env));
     }
     resource::delete(&t);
     Ok(true.encode(env))
@@ -521,8 +535,22 @@ fn kernel_view<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
 /// Fixes (`on` true) or unfixes the table once for the caller, as
 /// `safe_fixtable/2`; `now` is the caller's `erlang:monotonic_time()`.
 /// Needs read access, as in ETS.
+/// On a normal scheduler, `:"$heft_cpu"` when the table's lock is held
+/// long (`safe_fixtable_cpu` then waits for it).
 #[rustler::nif]
-fn safe_fixtable<'a>(env: Env<'a>, tab: Term<'a>, on: bool, now: i64) -> NifResult<bool> {
+fn safe_fixtable<'a>(env: Env<'a>, tab: Term<'a>, on: bool, now: i64) -> NifResult<Term<'a>> {
+    match heft_core::table::quick(|| fix_impl(env, tab, on, now)) {
+        Err(rustler::Error::Term(_)) if errors::take_too_long() => Ok(errors::retry_cpu(env)),
+        r => r.map(|ok| ok.encode(env)),
+    }
+}
+
+#[rustler::nif(schedule = "DirtyCpu")]
+fn safe_fixtable_cpu<'a>(env: Env<'a>, tab: Term<'a>, on: bool, now: i64) -> NifResult<bool> {
+    fix_impl(env, tab, on, now)
+}
+
+fn fix_impl<'a>(env: Env<'a>, tab: Term<'a>, on: bool, now: i64) -> NifResult<bool> {
     let t = resolve(tab)?;
     if !t.may_read(env) {
         return Err(badarg("the table is private: only its owner may fix it"));

@@ -710,9 +710,19 @@ enum Reap {
 }
 
 /// The heavy half of a delete, without locks: frees the storage and
-/// starts closing a persistent table.
+/// starts closing a persistent table. On the reaper thread, for an owner's
+/// exit that finds the table's lock held long (another process's large
+/// batch, say): the exit does not wait for it.
 fn release(res: &ResourceArc<TableRes>, how: Reap) {
     res.vm_objects.clear();
+    if how == Reap::Thread && !res.core.lock_free_within(heft_core::table::QUICK_LOCK_WAIT) {
+        let res = res.clone();
+        return to_reaper(Box::new(move || take_and_close(&res, Reap::Thread)));
+    }
+    take_and_close(res, how);
+}
+
+fn take_and_close(res: &ResourceArc<TableRes>, how: Reap) {
     if let Some(mut storage) = res.core.take_storage() {
         // Gone from the directory when delete/1 returns; unmapped later.
         storage.remove_files();
@@ -727,23 +737,32 @@ fn release(res: &ResourceArc<TableRes>, how: Reap) {
 /// reaper thread, since unmapping gigabytes takes milliseconds.
 const REAP_INLINE: u64 = 16 << 20;
 
-static REAPER: LazyLock<StdMutex<Sender<State>>> = LazyLock::new(|| {
-    let (tx, rx) = mpsc::channel::<State>();
+/// Work for the reaper thread.
+type Job = Box<dyn FnOnce() + Send>;
+
+static REAPER: LazyLock<StdMutex<Sender<Job>>> = LazyLock::new(|| {
+    let (tx, rx) = mpsc::channel::<Job>();
     let spawned = std::thread::Builder::new()
         .name("heft-reaper".into())
-        .spawn(move || rx.into_iter().for_each(drop));
+        .spawn(move || rx.into_iter().for_each(|job| job()));
     if spawned.is_err() {
-        // No thread: the channel's receiver is gone and `reap` drops inline.
+        // No thread: the channel's receiver is gone and `to_reaper` runs
+        // the job inline.
     }
     StdMutex::new(tx)
 });
+
+/// Runs `job` on the reaper thread (inline if it could not be started).
+fn to_reaper(job: Job) {
+    let tx = REAPER.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Err(mpsc::SendError(job)) = tx.send(job) {
+        job();
+    }
+}
 
 fn reap(storage: State, how: Reap) {
     if how == Reap::Inline && storage.mapped_bytes() <= REAP_INLINE {
         return drop(storage);
     }
-    let tx = REAPER.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    if let Err(mpsc::SendError(storage)) = tx.send(storage) {
-        drop(storage);
-    }
+    to_reaper(Box::new(move || drop(storage)));
 }

@@ -23,12 +23,11 @@ write_variants!(delete_objects_impl => delete_objects, delete_objects_cpu, delet
 write_variants!(replace_objects_impl => replace_objects, replace_objects_cpu, replace_objects_io (tab, pairs));
 write_variants!(delete_arity_impl => delete_arity, delete_arity_cpu, delete_arity_io (tab, arity, cursor));
 
-/// `{size, keypos, ordered?}`, after checking that the caller may read the table (or
-/// write it, with `write`): select functions raise as ETS does even when
-/// nothing would match. Reads no record, so it never needs a dirty
-/// scheduler.
+/// `{keypos, ordered?}`, after checking that the caller may read the table
+/// (or write it, with `write`): select functions raise as ETS does even
+/// when nothing would match. Takes no lock, so it never waits.
 #[rustler::nif]
-fn select_access(env: Env, tab: Term, write: bool) -> NifResult<(usize, usize, bool)> {
+fn select_access(env: Env, tab: Term, write: bool) -> NifResult<(usize, bool)> {
     let t = resolve(tab)?;
     let allowed = if write {
         t.may_write(env)
@@ -42,12 +41,7 @@ fn select_access(env: Env, tab: Term, write: bool) -> NifResult<(usize, usize, b
             "the table is private to its owner"
         }));
     }
-    let ordered = t.core.kind() == Kind::OrderedSet;
-    Ok((
-        t.core.stored_len().map_err(errors::core)?,
-        t.keypos,
-        ordered,
-    ))
+    Ok((t.keypos, t.core.kind() == Kind::OrderedSet))
 }
 
 /// Opens the table for writing on a dirty scheduler: batches go there at

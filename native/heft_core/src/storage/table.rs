@@ -183,7 +183,7 @@ thread_local! {
 /// ones (a resize, a large clear, a background step of up to 500 us). A
 /// wait blocks the normal scheduler's thread, and every process queued on
 /// it, so it is kept to a fifth of the millisecond a call may take there.
-const QUICK_LOCK_WAIT: std::time::Duration = std::time::Duration::from_micros(200);
+pub const QUICK_LOCK_WAIT: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// Tables whose storage (index and arena) is still allocated.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -1058,6 +1058,12 @@ impl Table {
         let _st = self.write()?;
         std::thread::sleep(d);
         Ok(())
+    }
+
+    /// True if the table's lock is free within `wait` (taken and let go):
+    /// for a caller that must not wait longer, before one that takes it.
+    pub fn lock_free_within(&self, wait: std::time::Duration) -> bool {
+        self.state.try_write_for(wait).is_some()
     }
 
     /// Marks the table deleted and hands back its storage, for the caller to
