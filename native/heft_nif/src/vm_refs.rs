@@ -34,13 +34,20 @@ thread_local! {
 pub struct Objects {
     /// Set once the table has kept one: until then writes skip [`keep`].
     used: AtomicBool,
-    kept: Mutex<HashMap<Vec<u8>, OwnedEnv>>,
+    kept: Mutex<Kept>,
+}
+
+#[derive(Default)]
+struct Kept {
+    objects: HashMap<Vec<u8>, OwnedEnv>,
+    /// Kept without the table's word that a record holds them yet.
+    unconfirmed: Vec<Vec<u8>>,
 }
 
 impl Objects {
     /// Lets every object go (the table is deleted).
     pub fn clear(&self) {
-        self.kept.lock().clear();
+        *self.kept.lock() = Kept::default();
     }
 }
 
@@ -67,8 +74,11 @@ pub fn take_seen() -> Vec<Vec<u8>> {
 }
 
 /// After a write to `t` that encoded the magic references `seen`: keeps
-/// each one the table's records now hold, and lets go of those none holds
-/// any more.
+/// each one it does not keep yet, then lets go of those no record holds
+/// (the core's dead list, and the new ones if the write stored none, as
+/// an `insert_new/2` that found its key). The table is asked in a quick
+/// call, so this never waits long for its lock; if it would, what to let
+/// go of is asked again after the table's next write.
 pub fn keep(env: Env, t: &TableRes, seen: Vec<Vec<u8>>) {
     let objects = &t.vm_objects;
     if seen.is_empty() && !objects.used.load(Ordering::Relaxed) {
@@ -76,7 +86,7 @@ pub fn keep(env: Env, t: &TableRes, seen: Vec<Vec<u8>>) {
     }
     let mut kept = objects.kept.lock();
     for piece in seen {
-        if kept.contains_key(&piece) || t.core.vm_ref_count(&piece).unwrap_or(0) == 0 {
+        if kept.objects.contains_key(&piece) {
             continue;
         }
         // The writer's term is alive for this call, so the bytes decode to
@@ -86,13 +96,16 @@ pub fn keep(env: Env, t: &TableRes, seen: Vec<Vec<u8>>) {
         };
         let own = OwnedEnv::new();
         let _ = own.save(term);
-        kept.insert(piece, own);
+        kept.objects.insert(piece.clone(), own);
+        kept.unconfirmed.push(piece);
         objects.used.store(true, Ordering::Relaxed);
     }
-    for piece in t.core.take_dead_vm_refs().unwrap_or_default() {
-        if t.core.vm_ref_count(&piece).unwrap_or(0) == 0 {
-            kept.remove(&piece);
-        }
+    let asked = std::mem::take(&mut kept.unconfirmed);
+    match heft_core::table::quick(|| t.core.unheld_vm_refs(&asked)) {
+        Ok(unheld) => unheld.iter().for_each(|piece| {
+            kept.objects.remove(piece);
+        }),
+        Err(_) => kept.unconfirmed = asked,
     }
 }
 

@@ -850,26 +850,8 @@ impl HashIndex {
                 self.entries().map(|(_, w)| (w, self.loc_of(w))).collect();
             return self.laid_out(homes, room, &entries);
         }
-        let mask = packing.hash_mask();
-        let at = |w: u64, next: usize| home_in(w & mask, homes).max(next);
-        let words = || self.slots.iter().copied().filter(|&w| w != 0);
-        let end = words().fold(0, |end, w| at(w, end) + 1);
-        let mut slots = SlotArray::new(slots_for(homes, end + room), &self.name);
-        let mut next = 0;
-        for w in words() {
-            let p = at(w, next);
-            slots[p] = w;
-            slots.counts_mut()[p / BLOCK] += 1;
-            next = p + 1;
-        }
-        Relaid::New(NewLayout {
-            slots,
-            homes,
-            packing,
-            max_off: self.max_off,
-            len: self.len,
-            work: self.len as u64,
-        })
+        let words = self.slots.iter().copied().filter(|&w| w != 0);
+        self.placed(homes, room, packing, words, self.max_off, self.len)
     }
 
     /// Puts a layout [`HashIndex::relaid_for`] made in place. The index
@@ -1035,17 +1017,31 @@ impl HashIndex {
             max_off = max_off.max(loc & low_mask(SPLIT));
         }
         let packing = packing.with_headroom(max_off);
+        let words = entries.iter().map(|&(h, loc)| packing.pack(h, loc));
+        self.placed(homes, room, packing, words, max_off, entries.len())
+    }
+
+    /// A new array of `homes` homes holding `words` (`len` slot words of
+    /// `packing`, in walk order), each at its home or just after the one
+    /// before, with a tail long enough for every run plus `room`: two
+    /// passes over `words`, the first to size the tail.
+    fn placed(
+        &self,
+        homes: usize,
+        room: usize,
+        packing: Packing,
+        words: impl Iterator<Item = u64> + Clone,
+        max_off: u64,
+        len: usize,
+    ) -> Relaid {
         let mask = packing.hash_mask();
-        let at = |hash: u64, next: usize| home_in(hash & mask, homes).max(next);
-        let mut end = 0;
-        for &(h, _) in entries {
-            end = at(h, end) + 1;
-        }
+        let at = |w: u64, next: usize| home_in(w & mask, homes).max(next);
+        let end = words.clone().fold(0, |end, w| at(w, end) + 1);
         let mut slots = SlotArray::new(slots_for(homes, end + room), &self.name);
         let mut next = 0;
-        for &(h, loc) in entries {
-            let p = at(h, next);
-            slots[p] = packing.pack(h, loc);
+        for w in words {
+            let p = at(w, next);
+            slots[p] = w;
             slots.counts_mut()[p / BLOCK] += 1;
             next = p + 1;
         }
@@ -1054,8 +1050,8 @@ impl HashIndex {
             homes,
             packing,
             max_off,
-            len: entries.len(),
-            work: entries.len() as u64,
+            len,
+            work: len as u64,
         })
     }
 }

@@ -2234,19 +2234,22 @@ impl Table {
         Ok(self.read()?.vm_refs.as_ref().map_or(0, |v| v.count(piece)))
     }
 
-    /// The magic references no record holds any more, since the last call
-    /// (table/vm_refs.rs); none, without taking the write lock, for a table
-    /// that never stored one.
-    pub fn take_dead_vm_refs(&self) -> Result<Vec<Vec<u8>>, Error> {
-        if self.read()?.vm_refs.is_none() {
+    /// Of the magic references no record has held since the last call and
+    /// of `also`, those no record holds now (table/vm_refs.rs), under one
+    /// lock; none, without taking the write lock, for a table that never
+    /// stored one.
+    pub fn unheld_vm_refs(&self, also: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, Error> {
+        if also.is_empty() && self.read()?.vm_refs.is_none() {
             return Ok(Vec::new());
         }
-        Ok(self
-            .write()?
-            .vm_refs
-            .as_mut()
-            .map(|v| v.take_dead())
-            .unwrap_or_default())
+        let mut st = self.write()?;
+        let Some(v) = st.vm_refs.as_mut() else {
+            return Ok(also.to_vec());
+        };
+        let mut unheld = v.take_dead();
+        unheld.extend(also.iter().cloned());
+        unheld.retain(|piece| v.count(piece) == 0);
+        Ok(unheld)
     }
 
     /// [`Table::chunk_in`] forward.

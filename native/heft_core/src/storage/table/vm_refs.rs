@@ -141,7 +141,7 @@ mod tests {
             for compression in [Compression::None, Compression::Zlib(1)] {
                 let t = table_of(kind, compression);
                 put(&t, 1, std::slice::from_ref(&plain));
-                assert!(t.take_dead_vm_refs().unwrap().is_empty());
+                assert!(t.unheld_vm_refs(&[]).unwrap().is_empty());
                 put(&t, 2, &[a.clone(), b.clone()]);
                 put(&t, 3, std::slice::from_ref(&a));
                 assert_eq!(t.vm_ref_count(&a).unwrap(), 2);
@@ -153,14 +153,14 @@ mod tests {
                 assert_eq!(t.vm_ref_count(&b).unwrap(), b_left);
                 let k = int_key(3);
                 assert!(t.remove(t.hash(&k), &k, None).unwrap());
-                let dead = t.take_dead_vm_refs().unwrap();
+                let dead = t.unheld_vm_refs(&[]).unwrap();
                 match kind {
                     Kind::Bag => assert!(dead.is_empty(), "{kind:?}"),
                     _ => assert_eq!(dead, vec![b.clone(), a.clone()], "{kind:?}"),
                 }
                 put(&t, 4, std::slice::from_ref(&b));
                 t.clear().unwrap();
-                let mut dead = t.take_dead_vm_refs().unwrap();
+                let mut dead = t.unheld_vm_refs(&[]).unwrap();
                 dead.sort();
                 let mut all = match kind {
                     Kind::Bag => vec![a.clone(), b.clone()],
@@ -169,6 +169,12 @@ mod tests {
                 all.sort();
                 assert_eq!(dead, all, "{kind:?}");
                 assert_eq!(t.vm_ref_count(&b).unwrap(), 0);
+                // Asked about: unheld if no record holds it.
+                put(&t, 5, std::slice::from_ref(&a));
+                assert_eq!(
+                    t.unheld_vm_refs(&[a.clone(), b.clone()]).unwrap(),
+                    vec![b.clone()]
+                );
             }
         }
     }
