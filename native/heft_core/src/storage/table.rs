@@ -835,7 +835,7 @@ impl State {
                 .expect("a block just allocated lies inside the arena");
             dst.copy_from_slice(&r.bytes);
             if let Some(v) = self.vm_refs.as_mut() {
-                v.add(&r.bytes, &self.dicts);
+                v.add(&r.bytes, r.vm_refs, &self.dicts);
             }
             self.raw_bytes += (r.key_len + r.raw_len) as u64;
             self.stored_bytes += r.bytes.len() as u64;

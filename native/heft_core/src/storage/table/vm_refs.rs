@@ -3,10 +3,12 @@
 //! term refers to them. ETS keeps such an object alive while a record holds
 //! its reference; Heft stores the reference as ETF bytes, which do not. So a
 //! table that has stored one counts, for each such reference (by its ETF
-//! bytes), the records that hold it: every record placed and every record
-//! freed is walked for them (this table's records only, once it has stored
-//! the first). The NIF keeps a live copy of each reference counted, and
-//! lets it go once [`VmRefs::dead`] says no record holds it any more.
+//! bytes), the records that hold it. A record is walked for them (key and
+//! body, decompressed) when it is placed and when it is freed, if its key
+//! is one whose records have held some (tracked keys, with how many of
+//! their records do), or if the NIF's encoder saw one in it: the records
+//! of other keys cost a lookup of their key. The NIF keeps a live copy of
+//! each reference counted, and lets it go once no record holds it.
 
 use std::collections::HashMap;
 
@@ -21,30 +23,52 @@ use crate::record::Header;
 #[derive(Default)]
 pub(super) struct VmRefs {
     counts: HashMap<Vec<u8>, u32>,
+    /// Keys (as stored) with records holding some, and how many.
+    keys: HashMap<Vec<u8>, u32>,
     /// References whose count fell to zero since the NIF last looked.
     dead: Vec<Vec<u8>>,
     scratch: Vec<u8>,
 }
 
 impl VmRefs {
-    /// Counts the references the record `bytes` holds once more.
-    pub(super) fn add(&mut self, bytes: &[u8], dicts: &Dictionaries) {
+    /// The record `bytes` was placed; `seen`: the encoder saw a magic
+    /// reference in it.
+    pub(super) fn add(&mut self, bytes: &[u8], seen: bool, dicts: &Dictionaries) {
         let VmRefs {
-            counts, scratch, ..
+            counts,
+            keys,
+            scratch,
+            ..
         } = self;
+        let Some(key) = key_of(bytes) else { return };
+        if !seen && !keys.contains_key(key) {
+            return;
+        }
+        let mut held = false;
         each(bytes, dicts, scratch, |piece| {
+            held = true;
             *counts.entry(piece.to_vec()).or_default() += 1;
         });
+        if held {
+            *keys.entry(key.to_vec()).or_default() += 1;
+        }
     }
 
-    /// Counts the references the record `bytes` holds once less.
+    /// The record `bytes` is freed.
     pub(super) fn remove(&mut self, bytes: &[u8], dicts: &Dictionaries) {
         let VmRefs {
             counts,
+            keys,
             dead,
             scratch,
         } = self;
+        let Some(key) = key_of(bytes) else { return };
+        let Some(records) = keys.get_mut(key) else {
+            return;
+        };
+        let mut held = false;
         each(bytes, dicts, scratch, |piece| {
+            held = true;
             // A reference not counted (a record loaded from disk: its
             // object is gone with the VM that made it) is passed over.
             if let Some(n) = counts.get_mut(piece) {
@@ -55,12 +79,19 @@ impl VmRefs {
                 }
             }
         });
+        if held {
+            *records -= 1;
+            if *records == 0 {
+                keys.remove(key);
+            }
+        }
     }
 
     /// Every record is gone.
     pub(super) fn clear(&mut self) {
         self.dead
             .extend(self.counts.drain().map(|(piece, _)| piece));
+        self.keys.clear();
     }
 
     /// Records holding `piece`.
@@ -73,15 +104,22 @@ impl VmRefs {
         std::mem::take(&mut self.dead)
     }
 
-    /// Heap bytes of the counts (an estimate: each reference's bytes and
-    /// the map's entry).
+    /// Heap bytes of the counts and keys (an estimate: each one's bytes
+    /// and the maps' entries).
     pub(super) fn heap_bytes(&self) -> u64 {
         let entry = std::mem::size_of::<(Vec<u8>, u32)>() as u64 + 8;
         self.counts
             .keys()
+            .chain(self.keys.keys())
             .map(|k| k.capacity() as u64 + entry)
             .sum::<u64>()
     }
+}
+
+/// The stored key of the record `bytes`.
+fn key_of(bytes: &[u8]) -> Option<&[u8]> {
+    let h = Header::parse(bytes).ok()?;
+    Some(&bytes[h.key_start()..h.body_start()])
 }
 
 /// Calls `f` with each magic reference in the record `bytes` (key and
@@ -123,10 +161,16 @@ mod tests {
     }
 
     fn put(t: &Table, k: u64, refs: &[Vec<u8>]) {
+        put_as(t, k, refs, true)
+    }
+
+    /// `seen`: the record says it holds its magic references, as the NIF's
+    /// encoder does (not a copy the table makes itself).
+    fn put_as(t: &Table, k: u64, refs: &[Vec<u8>], seen: bool) {
         let mut elems = vec![Value::Binary(vec![7; 300])];
         elems.extend(refs.iter().map(|r| Value::Etf(r.clone())));
         let mut p = t.prepare(&int_key(k), &Value::Tuple(elems).to_bytes());
-        if refs.iter().any(|r| crate::etf::is_magic_ref(r)) {
+        if seen && refs.iter().any(|r| crate::etf::is_magic_ref(r)) {
             p.holds_vm_refs();
         }
         t.insert(&[p]).unwrap();
@@ -175,6 +219,18 @@ mod tests {
                     t.unheld_vm_refs(&[a.clone(), b.clone()]).unwrap(),
                     vec![b.clone()]
                 );
+                // A record of a tracked key placed without the encoder's
+                // word (as re-compression places its copies) is counted.
+                let bag = usize::from(kind == Kind::Bag);
+                put_as(&t, 5, &[a.clone(), plain.clone()], false);
+                assert_eq!(t.vm_ref_count(&a).unwrap(), 1 + bag, "{kind:?}");
+                // Unflagged, of a key never tracked: not walked.
+                put_as(&t, 6, std::slice::from_ref(&b), false);
+                assert_eq!(t.vm_ref_count(&b).unwrap(), 0);
+                let k = int_key(5);
+                assert!(t.remove(t.hash(&k), &k, None).unwrap());
+                assert_eq!(t.vm_ref_count(&a).unwrap(), 0, "{kind:?}");
+                assert_eq!(t.unheld_vm_refs(&[]).unwrap(), vec![a.clone()]);
             }
         }
     }
