@@ -419,14 +419,17 @@ fn info_cpu<'a>(env: Env<'a>, tab: Term<'a>) -> NifResult<Term<'a>> {
 /// it answers `:"$heft_cpu"` for `info_cpu`.
 fn info_of<'a>(env: Env<'a>, tab: Term<'a>, quick: bool) -> NifResult<Term<'a>> {
     let t = resolve_arc(tab)?;
+    // The figures and the arena's file under the quick call's timed locks.
+    let figures = || Ok::<_, heft_core::table::Error>((t.core.stats()?, t.core.arena_path()?));
     let s = match quick {
-        true => heft_core::table::quick(|| t.core.stats()),
-        false => t.core.stats(),
+        true => heft_core::table::quick(figures),
+        false => figures(),
     };
     if matches!(s, Err(heft_core::table::Error::TooLong)) {
         return Ok(errors::retry_cpu(env));
     }
-    let s = s.map_err(errors::core)?;
+    let (s, path) = s.map_err(errors::core)?;
+    let path = path.unwrap_or_default();
     let meta = t.meta.lock();
     // An heir that has exited will never take the table: none, then.
     let heir = match &meta.heir {
@@ -435,12 +438,8 @@ fn info_of<'a>(env: Env<'a>, tab: Term<'a>, quick: bool) -> NifResult<Term<'a>> 
     };
     let arena = match &t.backing {
         Backing::Memory => atoms::memory().encode(env),
-        Backing::File(_) => {
-            let path = t.core.arena_path().unwrap_or_default();
-            (atoms::file(), path.to_string_lossy().into_owned()).encode(env)
-        }
+        Backing::File(_) => (atoms::file(), path.to_string_lossy().into_owned()).encode(env),
         Backing::Tiered(_, memory) => {
-            let path = t.core.arena_path().unwrap_or_default();
             let opts = vec![(atoms::memory(), *memory)];
             (atoms::file(), path.to_string_lossy().into_owned(), opts).encode(env)
         }

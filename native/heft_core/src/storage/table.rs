@@ -1113,9 +1113,8 @@ impl Table {
     }
 
     /// The arena file, for a file arena.
-    pub fn arena_path(&self) -> Option<std::path::PathBuf> {
-        let st = self.read().ok()?;
-        st.arena.path().map(|p| p.to_path_buf())
+    pub fn arena_path(&self) -> Result<Option<std::path::PathBuf>, Error> {
+        Ok(self.read()?.arena.path().map(|p| p.to_path_buf()))
     }
 
     /// The table's key hash.
