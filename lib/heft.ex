@@ -1995,7 +1995,8 @@ defmodule Heft do
 
   # --- end of ETS's remaining calls -------------------------------------------
 
-  @info_order [
+  # The items ETS's info/1 gives, in its order; Heft's follow them.
+  @ets_info_items [
     :id,
     :name,
     :named_table,
@@ -2010,38 +2011,45 @@ defmodule Heft do
     :write_concurrency,
     :decentralized_counters,
     :size,
-    :memory,
-    :compression,
-    :arena,
-    :index_bytes,
-    :meta_bytes,
-    :arena_mapped_bytes,
-    :arena_used_bytes,
-    :arena_live_bytes,
-    :arena_free_bytes,
-    :arena_reclaimable_bytes,
-    :arena_resident_bytes,
-    :arena_dirty_bytes,
-    :arena_swap_bytes,
-    :index_resident_bytes,
-    :payload_raw_bytes,
-    :payload_stored_bytes,
-    :dictionary_bytes,
-    :dictionaries,
-    :records_by_codec,
-    :recompression,
-    :training,
-    :compaction,
-    :budget,
-    :expiry,
-    :tier
+    :memory
   ]
+  @info_order @ets_info_items ++
+                [
+                  :compression,
+                  :arena,
+                  :index_bytes,
+                  :meta_bytes,
+                  :arena_mapped_bytes,
+                  :arena_used_bytes,
+                  :arena_live_bytes,
+                  :arena_free_bytes,
+                  :arena_reclaimable_bytes,
+                  :arena_resident_bytes,
+                  :arena_dirty_bytes,
+                  :arena_swap_bytes,
+                  :index_resident_bytes,
+                  :payload_raw_bytes,
+                  :payload_stored_bytes,
+                  :dictionary_bytes,
+                  :dictionaries,
+                  :records_by_codec,
+                  :recompression,
+                  :training,
+                  :compaction,
+                  :budget,
+                  :expiry,
+                  :tier
+                ]
   @kernel_items [
     :arena_resident_bytes,
     :arena_dirty_bytes,
     :arena_swap_bytes,
     :index_resident_bytes
   ]
+
+  @doc false
+  # ETS's info/1 items (Heft.EtsTabFile writes them into ETS's tab file).
+  def __ets_info_items__, do: @ets_info_items
 
   @doc """
   Facts and figures about the table as a keyword list, or `:undefined` if

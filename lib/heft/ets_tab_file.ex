@@ -50,24 +50,12 @@ defmodule Heft.EtsTabFile do
     end)
   end
 
-  # The header items written, of those info/1 gives (ETS writes all of
-  # its own; its file2tab reads the six @mandatory ones, :compressed,
-  # :read_concurrency and :write_concurrency).
-  @header_items [
-    :name,
-    :named_table,
-    :type,
-    :keypos,
-    :protection,
-    :owner,
-    :heir,
-    :node,
-    :compressed,
-    :read_concurrency,
-    :write_concurrency,
-    :decentralized_counters,
-    :size
-  ]
+  # The header's items: ETS's info/1 items, as Heft's info/1 answers them,
+  # but the identifier (a Heft.Table or a name, not ETS's reference) and
+  # the memory (bytes, not ETS's words). ETS's file2tab reads the six
+  # @mandatory ones, :compressed, :read_concurrency and
+  # :write_concurrency.
+  @header_items Heft.__ets_info_items__() -- [:id, :memory]
 
   @spec write(Heft.tab(), Path.t(), keyword) :: :ok | {:error, term}
   def write(tab, filename, opts) do

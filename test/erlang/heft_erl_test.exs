@@ -7,6 +7,7 @@ defmodule Heft.ErlangApiTest do
     __info__: 1,
     __parse_options__: 1,
     __compression_shape__: 1,
+    __ets_info_items__: 0,
     module_info: 0,
     module_info: 1
   ]

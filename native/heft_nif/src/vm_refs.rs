@@ -121,13 +121,9 @@ impl Resource for Probe {}
 /// reference counts as magic and none is kept alive (the moduledoc's
 /// differences from ETS say so).
 pub fn find_magic_mark(env: Env) {
-    let words = |t: rustler::Term| {
-        heft_core::etf::ref_words(t.to_binary().as_slice())
-            .and_then(|w| w.get(4..8))
-            .map(|w| u32::from_be_bytes(w.try_into().expect("4 bytes")))
-    };
-    let magic = words(ResourceArc::new(Probe).encode(env));
-    let plain = words(env.make_ref().encode(env));
+    let second_word = |t: rustler::Term| heft_core::etf::ref_second_word(t.to_binary().as_slice());
+    let magic = second_word(ResourceArc::new(Probe).encode(env));
+    let plain = second_word(env.make_ref().encode(env));
     if let (Some(m), Some(p)) = (magic, plain) {
         let mark = m & !p;
         if mark.is_power_of_two() {

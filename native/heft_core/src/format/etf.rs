@@ -221,11 +221,13 @@ pub fn set_magic_mark(mask: u32) {
     MAGIC_MARK.store(mask, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// The ID words of a reference piece (`bytes`, starting with 131), if it
-/// is one.
-pub fn ref_words(bytes: &[u8]) -> Option<&[u8]> {
+/// The second ID word of a reference piece (`bytes`, starting with 131),
+/// where a magic reference has its mark; `None` for other pieces.
+pub fn ref_second_word(bytes: &[u8]) -> Option<u32> {
     match piece(bytes).ok()? {
-        Piece::Ref { words, .. } => Some(words),
+        Piece::Ref { words, .. } => words
+            .get(4..8)
+            .map(|w| u32::from_be_bytes(w.try_into().expect("4 bytes"))),
         _ => None,
     }
 }
@@ -236,9 +238,7 @@ pub fn is_magic_ref(bytes: &[u8]) -> bool {
     let mark = MAGIC_MARK.load(std::sync::atomic::Ordering::Relaxed);
     mark != 0
         && bytes.get(1) == Some(&tag::NEWER_REFERENCE)
-        && ref_words(bytes)
-            .and_then(|w| w.get(4..8))
-            .is_some_and(|w| u32::from_be_bytes(w.try_into().expect("4 bytes")) & mark != 0)
+        && ref_second_word(bytes).is_some_and(|w| w & mark != 0)
 }
 
 /// Parses a whole ETF piece (starting with the version byte) that must hold

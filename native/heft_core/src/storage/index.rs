@@ -487,6 +487,13 @@ impl HashIndex {
         tail.iter().any(|&w| w != 0)
     }
 
+    /// Empty slots a run that reached the end of the tail gets after it:
+    /// an eighth of the array, so that as many more inserts are needed
+    /// before it can happen again.
+    fn tail_room(&self) -> usize {
+        (self.homes / 8).max(256)
+    }
+
     fn near_limit(&self) -> bool {
         self.packing.near_limit(self.max_off)
     }
@@ -637,9 +644,8 @@ impl HashIndex {
                 return;
             }
             // The run reaches the end of the tail: lay out again with a
-            // tail longer by an eighth of the array, so that as many more
-            // inserts are needed before this can happen again.
-            self.rebuild(self.homes, (self.homes / 8).max(256), None, new);
+            // longer tail.
+            self.rebuild(self.homes, self.tail_room(), None, new);
             return;
         }
         self.rebuild(self.homes, 0, None, new);
@@ -816,8 +822,7 @@ impl HashIndex {
             return Some(self.relaid(self.grown_homes(added), 0));
         }
         if added > 0 && self.spills(added) {
-            let room = (self.homes / 8).max(256).max(added);
-            return Some(self.relaid(self.homes, room));
+            return Some(self.relaid(self.homes, self.tail_room().max(added)));
         }
         let left = self.len.saturating_sub(removed);
         if removed > 0 && left > 0 && self.wants_shrink(left) {

@@ -2229,7 +2229,8 @@ impl Table {
 
     /// How many records hold the magic reference `piece` (its ETF bytes):
     /// while some do, the NIF keeps its object alive (table/vm_refs.rs).
-    pub fn vm_ref_count(&self, piece: &[u8]) -> Result<usize, Error> {
+    #[cfg(test)]
+    pub(crate) fn vm_ref_count(&self, piece: &[u8]) -> Result<usize, Error> {
         Ok(self.read()?.vm_refs.as_ref().map_or(0, |v| v.count(piece)))
     }
 
