@@ -5,7 +5,8 @@ defmodule Heft.Test.MatchSpecGen do
   #
   # Values come from a small domain on purpose, so that patterns and
   # guards often match: integers and floats that are == but not =:=
-  # (1 and 1.0), atoms, binaries, small and nested tuples, lists of every
+  # (1 and 1.0), atoms, binaries (a few long, compressible values among
+  # them), small and nested tuples, lists of every
   # shape (empty, proper, improper, charlists that share prefixes such as
   # ~c"3", ~c"30", ~c"31"), and small maps. Heads hold the partly bound
   # shapes an ordered_set plans as a key range: lists with a bound head and
@@ -24,6 +25,14 @@ defmodule Heft.Test.MatchSpecGen do
   @charlists [~c"3", ~c"30", ~c"31", ~c"4", ~c"", [?3 | ?0], [?3 | :a], ~c"300"]
   @heads [?3, ?4, ?0, 1, 1.0, :a]
   @map_keys [:a, :b, 1]
+  # Long, compressible values: a body holding one is compressed by every
+  # codec, so the scan's tests run on decompressed bytes too.
+  @bulky [
+    :binary.copy("xy", 150),
+    List.duplicate(:a, 120),
+    List.duplicate({:t, 1}, 60),
+    String.duplicate("x", 300)
+  ]
 
   defp pick(list), do: Enum.at(list, :rand.uniform(length(list)) - 1)
   defp chance(p), do: :rand.uniform() < p
@@ -31,6 +40,7 @@ defmodule Heft.Test.MatchSpecGen do
   @doc "A value of the domain, nested at most `depth` levels."
   def value(depth \\ 2) do
     cond do
+      depth > 0 and chance(0.04) -> pick(@bulky)
       depth > 0 and chance(0.15) -> {:t, value(depth - 1)}
       depth > 0 and chance(0.1) -> {value(depth - 1), value(depth - 1)}
       depth > 0 and chance(0.05) -> [value(depth - 1), value(depth - 1)]
