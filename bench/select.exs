@@ -146,14 +146,14 @@ defmodule Heft.Bench.Select do
   # :public set of ~7,000 records of 0-1,499 bytes, one call in five a
   # select with a guard (the others insert, lookup, delete, update_counter).
   # Wall time for all of them, and the p99 of the calls that are not
-  # selects, ETS and Heft alternated, 3 runs each.
+  # selects, ETS and Heft alternated, 5 runs each.
   defp mixed do
     for procs <- [100, 1000] do
-      IO.puts("\n## 6. mixed load, #{procs} processes x 200 calls (median [min-max] of 3)\n")
+      IO.puts("\n## 6. mixed load, #{procs} processes x 200 calls (median [min-max] of 5)\n")
       IO.puts("| store | wall ms | p99 of other calls, µs |\n| --- | ---: | ---: |")
 
       {ets, heft} =
-        alternated(3, fn -> mixed_run(:ets, procs) end, fn -> mixed_run(Heft, procs) end, & &1)
+        alternated(5, fn -> mixed_run(:ets, procs) end, fn -> mixed_run(Heft, procs) end, & &1)
 
       for {label, runs} <- [{"ETS", ets}, {"Heft", heft}] do
         walls = Enum.map(runs, &elem(&1, 0))
