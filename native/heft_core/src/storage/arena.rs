@@ -305,8 +305,8 @@ impl Arena {
     /// size class, see [`offset`]), never 0. A free block of the class, or
     /// of one a little larger ([`fit_classes`]), is reused whole; else the
     /// smallest larger free block is split, its front taken and the rest
-    /// put back as free blocks; only when no free block is large enough
-    /// does the arena grow. Fails with the I/O error of growing the backing
+    /// put back as free blocks; during a compaction, the space it frees
+    /// comes next ([`Arena::take_hole`]); only then does the arena grow. Fails with the I/O error of growing the backing
     /// (for a file arena, `ENOSPC` when the disk is full), leaving the
     /// arena as it was.
     /// A tiered arena places the block in its file instead once memory
@@ -327,6 +327,9 @@ impl Arena {
         debug_assert!(class < CLASSES);
         if let Some(c) = self.smallest_free(class) {
             return Ok(self.take_for(c, class, fit));
+        }
+        if let Some(loc) = self.take_hole(class, fit) {
+            return Ok(loc);
         }
         let size = class_size(class) as u64;
         let off = self.top;

@@ -20,8 +20,12 @@
 //!    *fill* offset, and points the index at. Between fill and scan lies
 //!    only free space. A block freed at or past the scan is a hole too (in
 //!    `late`); one freed below the fill goes on the free lists and may be
-//!    handed out again, as may the bump pointer past `end`: writers never
-//!    wait for space;
+//!    handed out again. Where the free lists have no block for a write,
+//!    the write takes one at the fill, or cut from a hole the scan has yet
+//!    to reach (which the scan then finds live and slides down), before
+//!    the bump pointer moves past `end` ([`Arena::take_hole`]): writers
+//!    never wait for space, and a table written to all along still gets
+//!    its top lowered (a write past `end` keeps it where it was);
 //! 3. [`Arena::finish_compaction`], once the scan reached `end`: if no
 //!    writer grew the arena past `end`, the top comes down to the fill, a
 //!    slice at a time, its pages given back (a file arena's file is cut
@@ -41,6 +45,10 @@ const UNDOOM_BATCH: usize = 16 * 1024;
 
 /// Bytes of the top given back per [`Arena::finish_compaction`] call.
 const LOWER_SLICE: u64 = 2 << 20;
+
+/// Holes a write looks at, from the end of the slide's list and of the
+/// late ones each ([`Arena::take_hole`]).
+const HOLE_LOOKS: usize = 16;
 
 /// Where a compaction is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -268,6 +276,69 @@ impl Arena {
             }
             _ => Some(entry),
         }
+    }
+
+    /// During the slide (and the lowering of the top after it), a block
+    /// of class `class` for a write that found no free block: at the fill,
+    /// where the slide would put the next live block, if the free space
+    /// between fill and scan holds it; else cut from one of the holes at
+    /// the highest offsets (the last the scan reaches), whole if at most
+    /// `fit` classes larger, else its front, the rest staying a hole (a
+    /// hole whose pages were given back is only taken whole), which the
+    /// scan later finds live and slides down like any other. `None`
+    /// outside the slide, or if nothing looked at is large enough.
+    pub(super) fn take_hole(&mut self, class: usize, fit: usize) -> Option<u64> {
+        let size = class_size(class) as u64;
+        let c = self
+            .compaction
+            .as_mut()
+            .filter(|c| c.phase == Phase::Sliding)?;
+        if c.fill + size <= c.scan {
+            let at = c.fill;
+            c.fill += size;
+            self.doomed_bytes -= size;
+            self.live += size;
+            return Some(at | ((class as u64) << CLASS_SHIFT));
+        }
+        let fits = |e: u64| {
+            let k = ((e & !PUNCHED) >> CLASS_SHIFT) as usize;
+            k >= class && (e & PUNCHED == 0 || k <= class + fit)
+        };
+        let listed = (c.next..c.holes.len())
+            .rev()
+            .take(HOLE_LOOKS)
+            .find(|&i| fits(c.holes[i]));
+        let e = match listed {
+            Some(i) => c.holes.remove(i),
+            None => {
+                let (&at, _) = c
+                    .late
+                    .iter()
+                    .rev()
+                    .take(HOLE_LOOKS)
+                    .find(|(_, &e)| fits(e))?;
+                c.late.remove(&at)?
+            }
+        };
+        let k = ((e & !PUNCHED) >> CLASS_SHIFT) as usize;
+        self.punched -= punched_part(e);
+        self.doomed_bytes -= class_size(k) as u64;
+        if k <= class + fit {
+            self.live += class_size(k) as u64;
+            return Some(e & !PUNCHED);
+        }
+        let start = offset(e);
+        self.live += size;
+        let (mut at, end) = (start + size, start + class_size(k) as u64);
+        let c = self.compaction.as_mut().expect("taken from above");
+        while at < end {
+            let rest = floor_class((end - at) as usize);
+            let size = class_size(rest) as u64;
+            c.late.insert(at, at | ((rest as u64) << CLASS_SHIFT));
+            self.doomed_bytes += size;
+            at += size;
+        }
+        Some(start | ((class as u64) << CLASS_SHIFT))
     }
 
     /// Step 3, called until it returns true, once [`Arena::next_block`]
@@ -561,6 +632,32 @@ mod tests {
                 "{seed}: {} for {live}",
                 a.used_bytes()
             );
+        }
+    }
+
+    #[test]
+    fn writes_during_the_slide_fill_holes_and_the_top_still_comes_down() {
+        for seed in [5, 6, 7] {
+            let (mut a, mut held) = holey(MemoryPages::Huge, seed);
+            let mut rng = Rng(seed ^ 99);
+            let mut wrote = 0;
+            compact(&mut a, &mut held, |a, held, taken| {
+                for _ in 0..20 {
+                    let r = rng.next();
+                    let loc = a.alloc(1 + (r >> 20) as usize % 900).unwrap();
+                    a.get_mut(loc, block_size(loc)).unwrap().fill(r as u8);
+                    held.push((loc, r as u8, block_size(loc)));
+                    wrote += 1;
+                }
+                check(a, held, taken);
+            });
+            check(&a, &held, &[]);
+            assert!(wrote > 1000, "{seed}: the writes ran during the slide");
+            // Packed, the writes' blocks with the rest: without holes to
+            // write into, the writes grew the arena past the old top and
+            // the space below it stayed behind as free blocks.
+            assert_eq!(a.free_bytes(), 0, "{seed}");
+            assert_eq!(a.top, FIRST_OFFSET + a.live_bytes(), "{seed}");
         }
     }
 
