@@ -36,7 +36,7 @@
 //! scan and the holes not yet passed go back on the free lists.
 //! [`Arena::clear`] ends one; the caller's later steps then do nothing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use super::*;
 
@@ -73,6 +73,10 @@ pub(super) struct Compaction {
     next: usize,
     /// Blocks freed at or past the scan since the purge began, by offset.
     late: BTreeMap<u64, u64>,
+    /// The given-back pages of holes the scan passed that the fill has not
+    /// reached (start and length, by offset): still not in memory, so
+    /// still counted as given back, until a block is written there.
+    passed: VecDeque<(u64, u64)>,
 }
 
 /// A compaction the caller runs: see the module doc.
@@ -129,6 +133,7 @@ impl Arena {
             holes: Vec::new(),
             next: 0,
             late: BTreeMap::new(),
+            passed: VecDeque::new(),
         });
         Some(Ticket { id })
     }
@@ -202,7 +207,8 @@ impl Arena {
     }
 
     /// Step 2: what lies at the scan. A hole is passed over (its pages, if
-    /// given back, count as used again: the slide may move a block there).
+    /// given back, count as used again once the fill reaches them and a
+    /// block may be written there: [`Arena::fill_to`]).
     pub fn next_block(&mut self, t: &Ticket) -> Next {
         let Some(c) = self.compaction_of(t).filter(|c| c.phase == Phase::Sliding) else {
             return Next::End;
@@ -222,8 +228,57 @@ impl Arena {
             return Next::Live(at);
         };
         c.scan += block_size(e) as u64;
-        self.punched -= punched_part(e);
+        if e & PUNCHED != 0 {
+            let loc = e & !PUNCHED;
+            if let Some(pages) = punchable(offset(loc), block_size(loc) as u64) {
+                c.passed.push_back(pages);
+            }
+        }
         Next::Hole
+    }
+
+    /// Moves the running compaction's fill up by `size` bytes (a block is
+    /// written below it): the given-back pages of passed holes that the
+    /// bytes below the new fill touch count as used again.
+    fn fill_to(&mut self, size: u64) {
+        let Some(c) = self.compaction.as_mut() else {
+            return;
+        };
+        c.fill += size;
+        let reach = c.fill.div_ceil(PAGE) * PAGE;
+        while let Some(&(start, len)) = c.passed.front() {
+            if start >= reach {
+                break;
+            }
+            let cut = (start + len).min(reach);
+            self.punched -= cut - start;
+            if cut == start + len {
+                c.passed.pop_front();
+            } else if let Some(front) = c.passed.front_mut() {
+                *front = (cut, start + len - cut);
+            }
+        }
+    }
+
+    /// The given-back pages of passed holes at or past `from`, no longer
+    /// counted (the top comes down over them, or the space goes back on
+    /// the free lists, which count what they give back themselves).
+    fn forget_passed_from(&mut self, from: u64) {
+        let Some(c) = self.compaction.as_mut() else {
+            return;
+        };
+        while let Some(&(start, len)) = c.passed.back() {
+            if start + len <= from {
+                break;
+            }
+            let keep = from.saturating_sub(start);
+            self.punched -= len - keep;
+            if keep == 0 {
+                c.passed.pop_back();
+            } else if let Some(back) = c.passed.back_mut() {
+                *back = (start, keep);
+            }
+        }
     }
 
     /// Step 2, before a batch of [`Arena::slide`]s, under the read lock:
@@ -256,7 +311,7 @@ impl Arena {
         let size = block_size(loc) as u64;
         let (from, to) = (c.scan, c.fill);
         c.scan += size;
-        c.fill += size;
+        self.fill_to(size);
         if from != to {
             let (from, to) = (from as usize, to as usize);
             self.bytes_mut().copy_within(from..from + size as usize, to);
@@ -295,7 +350,7 @@ impl Arena {
             .filter(|c| c.phase == Phase::Sliding)?;
         if c.fill + size <= c.scan {
             let at = c.fill;
-            c.fill += size;
+            self.fill_to(size);
             self.doomed_bytes -= size;
             self.live += size;
             return Some(at | ((class as u64) << CLASS_SHIFT));
@@ -360,6 +415,7 @@ impl Arena {
             c.end = lo;
             c.scan = lo;
             self.top = lo;
+            self.forget_passed_from(lo);
             self.doomed_bytes -= top - lo;
             if !matches!(self.pages, Pages::File(..)) {
                 let (start, stop) = (lo.div_ceil(PAGE) * PAGE, top.div_ceil(PAGE) * PAGE);
@@ -371,6 +427,7 @@ impl Arena {
                 return false;
             }
         } else if fill < end {
+            self.forget_passed_from(fill);
             self.doomed_bytes -= end - fill;
             self.free_range(fill, end, RestPages::GiveBack);
         }
@@ -417,6 +474,7 @@ impl Arena {
             return;
         };
         let (fill, scan, purging) = (c.fill, c.scan, c.phase == Phase::Purging);
+        self.forget_passed_from(fill);
         let c = self.compaction.take().expect("checked above");
         if scan > fill {
             self.doomed_bytes -= scan - fill;
@@ -503,17 +561,21 @@ mod tests {
     /// its bytes, and the counts are exact.
     fn check(a: &Arena, held: &Held, taken: &[u64]) {
         let free = a.free.iter().flatten().copied();
-        let (holes, gap) = match &a.compaction {
-            Some(c) => {
-                let holes: Vec<u64> = c.holes[c.next..]
-                    .iter()
-                    .chain(c.late.values())
-                    .copied()
-                    .collect();
-                (holes, (c.fill < c.scan).then_some((c.fill, c.scan)))
-            }
-            None => (Vec::new(), None),
-        };
+        let (holes, gap, passed) =
+            match &a.compaction {
+                Some(c) => {
+                    let holes: Vec<u64> = c.holes[c.next..]
+                        .iter()
+                        .chain(c.late.values())
+                        .copied()
+                        .collect();
+                    let passed: u64 = c.passed.iter().map(|&(_, len)| len).sum();
+                    assert!(c.passed.iter().all(|&(start, len)| start >= c.fill
+                        && start + len <= c.scan.div_ceil(PAGE) * PAGE));
+                    (holes, (c.fill < c.scan).then_some((c.fill, c.scan)), passed)
+                }
+                None => (Vec::new(), None, 0),
+            };
         let free: Vec<u64> = free.chain(holes).chain(taken.iter().copied()).collect();
         let mut spans: Vec<(u64, u64)> = held
             .iter()
@@ -538,7 +600,7 @@ mod tests {
         assert_eq!(live + a.free_bytes() + FIRST_OFFSET, a.top);
         assert_eq!(
             a.punched,
-            free.iter().map(|&e| punched_part(e)).sum::<u64>()
+            free.iter().map(|&e| punched_part(e)).sum::<u64>() + passed
         );
     }
 
