@@ -724,6 +724,54 @@ mod tests {
     }
 
     #[test]
+    fn given_back_pages_count_as_used_only_once_the_slide_writes_there() {
+        let mut a = Arena::with_pages(&Backing::Memory, "passed", MemoryPages::Huge).unwrap();
+        let big = a.alloc(4 * PUNCH_MIN).unwrap();
+        let mut held = Held::new();
+        for i in 0..200u8 {
+            let loc = a.alloc(1000).unwrap();
+            a.get_mut(loc, block_size(loc)).unwrap().fill(i);
+            held.push((loc, i, block_size(loc)));
+        }
+        a.free(big);
+        let used = a.used_bytes();
+        assert!(
+            a.punched > 3 * PUNCH_MIN as u64,
+            "the test needs pages given back"
+        );
+        let t = a.begin_compaction(0, 8).unwrap();
+        let (mut holes, _) = a.purge_free(&t, 0, usize::MAX);
+        holes.sort_unstable_by_key(|&e| offset(e));
+        a.start_slide(&t, holes);
+        assert_eq!(a.next_block(&t), Next::Hole);
+        assert_eq!(
+            a.used_bytes(),
+            used,
+            "passed over, nothing written there yet"
+        );
+        check(&a, &held, &[]);
+        // Each block slid into the hole's space brings back the pages it
+        // is written to, and no more.
+        for _ in 0..100 {
+            let Next::Live(at) = a.next_block(&t) else {
+                panic!("a live block")
+            };
+            let i = held.iter().position(|h| offset(h.0) == at).unwrap();
+            held[i].0 = a.slide(&t, held[i].0).unwrap();
+            let fill = a.compaction.as_ref().unwrap().fill;
+            assert!(a.used_bytes() <= used + fill.div_ceil(PAGE) * PAGE);
+            check(&a, &held, &[]);
+        }
+        while let Next::Live(at) = a.next_block(&t) {
+            let i = held.iter().position(|h| offset(h.0) == at).unwrap();
+            held[i].0 = a.slide(&t, held[i].0).unwrap();
+        }
+        while !a.finish_compaction(&t) {}
+        check(&a, &held, &[]);
+        assert_eq!((a.top, a.punched), (FIRST_OFFSET + a.live_bytes(), 0));
+    }
+
+    #[test]
     fn clearing_ends_a_compaction_and_its_later_steps_do_nothing() {
         let (mut a, held) = holey(MemoryPages::Huge, 12345);
         let t = a.begin_compaction(0, 8).unwrap();
