@@ -306,9 +306,9 @@ impl Arena {
     /// of one a little larger ([`fit_classes`]), is reused whole; else the
     /// smallest larger free block is split, its front taken and the rest
     /// put back as free blocks; during a compaction, the space it frees
-    /// comes next ([`Arena::take_hole`]); only then does the arena grow. Fails with the I/O error of growing the backing
-    /// (for a file arena, `ENOSPC` when the disk is full), leaving the
-    /// arena as it was.
+    /// comes next ([`Arena::take_hole`]); only then does the arena grow.
+    /// Fails with the I/O error of growing the backing (for a file arena,
+    /// `ENOSPC` when the disk is full), leaving the arena as it was.
     /// A tiered arena places the block in its file instead once memory
     /// holds its whole share ([`tiered`]).
     pub fn alloc(&mut self, len: usize) -> io::Result<u64> {
