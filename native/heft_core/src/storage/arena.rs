@@ -156,6 +156,21 @@ fn floor_class(len: usize) -> usize {
     }
 }
 
+/// The free bytes `[start, end)` (an even length) as blocks of the
+/// largest classes that fit, in order: each block's offset and class
+/// (every even size up to 64 is a class, so nothing is left over).
+fn cut(start: u64, end: u64) -> impl Iterator<Item = (u64, usize)> {
+    let mut at = start;
+    std::iter::from_fn(move || {
+        (at < end).then(|| {
+            let class = floor_class((end - at) as usize);
+            let block = (at, class);
+            at += class_size(class) as u64;
+            block
+        })
+    })
+}
+
 /// The number of bytes a block of class `class` occupies.
 pub fn class_size(class: usize) -> usize {
     if class < FINE {
@@ -369,14 +384,10 @@ impl Arena {
         offset(loc) | ((class as u64) << CLASS_SHIFT)
     }
 
-    /// Puts the free bytes `[start, end)` on the free lists as blocks of
-    /// the largest classes that fit (sizes are even and every even size up
-    /// to 64 is a class, so nothing is left over), their pages as `pages`
-    /// says.
+    /// Puts the free bytes `[start, end)` on the free lists as the blocks
+    /// [`cut`] makes of them, their pages as `pages` says.
     fn free_range(&mut self, start: u64, end: u64, pages: RestPages) {
-        let mut at = start;
-        while at < end {
-            let class = floor_class((end - at) as usize);
+        for (at, class) in cut(start, end) {
             let size = class_size(class) as u64;
             let entry = at | ((class as u64) << CLASS_SHIFT);
             let entry = match pages {
@@ -391,7 +402,6 @@ impl Arena {
                 RestPages::GiveBack => self.punch(entry),
             };
             self.push_free(class, entry);
-            at += size;
         }
     }
 

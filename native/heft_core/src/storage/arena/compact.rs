@@ -384,14 +384,10 @@ impl Arena {
         }
         let start = offset(e);
         self.live += size;
-        let (mut at, end) = (start + size, start + class_size(k) as u64);
         let c = self.compaction.as_mut().expect("taken from above");
-        while at < end {
-            let rest = floor_class((end - at) as usize);
-            let size = class_size(rest) as u64;
+        for (at, rest) in cut(start + size, start + class_size(k) as u64) {
             c.late.insert(at, at | ((rest as u64) << CLASS_SHIFT));
-            self.doomed_bytes += size;
-            at += size;
+            self.doomed_bytes += class_size(rest) as u64;
         }
         Some(start | ((class as u64) << CLASS_SHIFT))
     }
