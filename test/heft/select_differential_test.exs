@@ -145,21 +145,17 @@ defmodule Heft.SelectDifferentialTest do
   # random writes made to both between its calls. The tables keep the
   # writes (both sides alike), so later specs see them.
   defp check_interleaved(e, h, keypos, spec, where) do
-    {first, next} =
+    {first, next, ets_first, ets_next} =
       Enum.random([
-        {&Heft.select/3, &Heft.select/1},
-        {&Heft.select_reverse/3, &Heft.select_reverse/1}
+        {&Heft.select/3, &Heft.select/1, &:ets.select/3, &:ets.select/1},
+        {&Heft.select_reverse/3, &Heft.select_reverse/1, &:ets.select_reverse/3,
+         &:ets.select_reverse/1}
       ])
-
-    {ets_first, ets_next} =
-      if first == (&Heft.select/3),
-        do: {&:ets.select/3, &:ets.select/1},
-        else: {&:ets.select_reverse/3, &:ets.select_reverse/1}
 
     limit = Enum.random([1, 2, 3, 10])
     msg = "select/3 with writes between calls differs (#{where}), limit #{limit}: "
     before = :ets.tab2list(e)
-    writes = for _ <- 1..8, do: random_write(e, keypos)
+    writes = for _ <- 1..8, do: random_write(before, keypos)
 
     case {outcome(fn -> first.(h, spec, limit) end),
           outcome(fn -> ets_first.(e, spec, limit) end)} do
@@ -229,11 +225,11 @@ defmodule Heft.SelectDifferentialTest do
   defp step(:"$end_of_table", _next), do: :"$end_of_table"
   defp step(cont, next), do: next.(cont)
 
-  # One write, the same on both tables: insert a new object, or delete a
-  # present one (by key or as an object), chosen from ETS's contents now.
-  defp random_write(e, keypos) do
+  # One write, the same on both tables: insert a new object, or delete one
+  # of `present` (by key or as an object): the table's objects before the
+  # walk.
+  defp random_write(present, keypos) do
     [new] = Gen.objects(1, keypos)
-    present = :ets.tab2list(e)
 
     case {:rand.uniform(3), present} do
       {_, []} ->
