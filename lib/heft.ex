@@ -2090,11 +2090,12 @@ defmodule Heft do
     * `:arena_live_bytes` - blocks holding objects, size-class slack (at
       most 12.5%) included.
     * `:arena_free_bytes` - freed blocks waiting for reuse: by a record
-      of their size class or a little smaller, or, cut, by a smaller one
-      (docs/term-format.md, "Records in the arena"). Free neighbours are
-      merged, and the top of the arena given back, by a compaction (see
-      `compact/1`); until then only whole pages of freed large blocks go
-      back to the kernel.
+      of their size class or a little smaller, or, cut, by a smaller one;
+      blocks freed one after another that border each other are merged
+      as they are freed (docs/term-format.md, "Records in the arena").
+      Other free neighbours are merged, and the top of the arena given
+      back, by a compaction (see `compact/1`); until then only whole
+      pages of freed large blocks go back to the kernel.
     * `:arena_reclaimable_bytes` - the part of `:arena_free_bytes` still
       in memory (for a file arena, on disk): what a compaction could give
       back.

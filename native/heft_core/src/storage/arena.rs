@@ -240,6 +240,9 @@ pub struct Arena {
     compaction: Option<compact::Compaction>,
     /// Bytes of free blocks a compaction took off the free lists.
     doomed_bytes: u64,
+    /// Freed blocks that lie side by side, merged as they are freed
+    /// (`[start, end)`, counted in `free_bytes`): see [`Arena::free`].
+    span: Option<(u64, u64)>,
     /// A tiered arena's file, for the records memory does not keep.
     file_tier: Option<Box<tiered::Tier>>,
 }
@@ -311,6 +314,7 @@ impl Arena {
             punched: 0,
             compaction: None,
             doomed_bytes: 0,
+            span: None,
             file_tier: None,
         };
         Ok(arena)
@@ -319,8 +323,10 @@ impl Arena {
     /// Allocates a block for `len` bytes; returns its handle (offset and
     /// size class, see [`offset`]), never 0. A free block of the class, or
     /// of one a little larger ([`fit_classes`]), is reused whole; else the
-    /// smallest larger free block is split, its front taken and the rest
-    /// put back as free blocks; during a compaction, the space it frees
+    /// front of the span of merged freed blocks is taken
+    /// ([`Arena::merge_freed`]); else the smallest larger free block is
+    /// split, its front taken and the rest put back as free blocks; during
+    /// a compaction, the space it frees
     /// comes next ([`Arena::take_hole`]); only then does the arena grow.
     /// Fails with the I/O error of growing the backing (for a file arena,
     /// `ENOSPC` when the disk is full), leaving the arena as it was.
@@ -335,12 +341,39 @@ impl Arena {
         self.alloc_within(len, fit_classes(class_of(len)))
     }
 
+    /// A block of class `class` from the front of the span of merged
+    /// freed blocks, if it holds one.
+    fn take_span(&mut self, class: usize) -> Option<u64> {
+        let size = class_size(class) as u64;
+        let (start, end) = self.span.filter(|(start, end)| end - start >= size)?;
+        self.span = (start + size < end).then_some((start + size, end));
+        self.free_bytes -= size;
+        self.live += size;
+        Some(start | ((class as u64) << CLASS_SHIFT))
+    }
+
+    /// Puts the span of merged freed blocks on the free lists, cut into
+    /// blocks ([`cut`]), their whole pages given back.
+    fn close_span(&mut self) {
+        if let Some((start, end)) = self.span.take() {
+            self.free_bytes -= end - start;
+            self.free_range(start, end, RestPages::GiveBack);
+        }
+    }
+
     /// [`Arena::alloc`], reusing whole only blocks at most `fit` classes
     /// larger than `len` needs.
     fn alloc_within(&mut self, len: usize, fit: usize) -> io::Result<u64> {
         let class = class_of(len);
         debug_assert!(class < CLASSES);
-        if let Some(c) = self.smallest_free(class) {
+        let free = self.smallest_free(class);
+        if let Some(c) = free.filter(|&c| c <= class + fit) {
+            return Ok(self.take_for(c, class, fit));
+        }
+        if let Some(loc) = self.take_span(class) {
+            return Ok(loc);
+        }
+        if let Some(c) = free {
             return Ok(self.take_for(c, class, fit));
         }
         if let Some(loc) = self.take_hole(class, fit) {
@@ -480,11 +513,35 @@ impl Arena {
             return;
         }
         let class = (loc >> CLASS_SHIFT) as usize;
+        let size = class_size(class) as u64;
+        self.live -= size;
+        if self.compaction.is_none() && (size as usize) < PUNCH_MIN {
+            self.merge_freed(offset(loc), size);
+            return;
+        }
         let entry = self.punch(loc);
-        self.live -= class_size(class) as u64;
         if let Some(entry) = self.doom(entry) {
             self.push_free(class, entry);
         }
+    }
+
+    /// Adds the freed block `[at, at + size)` to the span of merged freed
+    /// blocks if it borders it, else puts the span on the free lists and
+    /// starts a new one with the block. A table bounded in bytes evicts
+    /// its oldest keys one after another, and records written one after
+    /// another lie side by side: merged, their blocks take the next
+    /// records whatever their sizes, where blocks freed one by one would
+    /// fit only records no larger, and the arena would grow for the rest.
+    fn merge_freed(&mut self, at: u64, size: u64) {
+        self.free_bytes += size;
+        self.span = match self.span {
+            Some((start, end)) if end == at => Some((start, at + size)),
+            Some((start, end)) if at + size == start => Some((at, end)),
+            _ => {
+                self.close_span();
+                Some((at, at + size))
+            }
+        };
     }
 
     /// The `len` bytes at block `loc`, or `None` past the end of the arena.
@@ -664,6 +721,7 @@ impl Arena {
             }
         }
         self.top = FIRST_OFFSET;
+        self.span = None;
         self.free.iter_mut().for_each(Vec::clear);
         self.nonempty.fill(0);
         self.live = 0;
@@ -981,43 +1039,83 @@ mod tests {
     fn a_slightly_larger_free_block_is_reused_before_growing() {
         let mut a = Arena::new(&Backing::Memory, "fit").unwrap();
         let big = a.alloc(400).unwrap();
+        a.alloc(10).unwrap();
+        let other = a.alloc(64).unwrap();
         a.free(big);
+        // Freed apart from `big`: `big` leaves the span for a free list.
+        a.free(other);
         let used = a.used_bytes();
         let small = a.alloc(380).unwrap();
         assert_eq!(offset(small), offset(big));
         assert_eq!(block_size(small), block_size(big));
         assert_eq!(a.used_bytes(), used);
         a.free(small);
-        assert_eq!(a.live_bytes(), 0);
-        // A far smaller request takes the big block's front, not all of it.
+        assert_eq!(a.live_bytes(), 10);
+        // A far smaller request takes the front of the big block (the span
+        // now), not all of it, nor the block of 64.
         let tiny = a.alloc(8).unwrap();
         assert_eq!(offset(tiny), offset(big));
         assert_eq!(block_size(tiny), 8);
-        assert_eq!(a.live_bytes(), 8);
-        assert_eq!(a.free_bytes(), block_size(big) as u64 - 8);
+        assert_eq!(a.live_bytes(), 10 + 8);
+        assert_eq!(a.free_bytes(), block_size(big) as u64 - 8 + 64);
     }
 
     #[test]
     fn records_that_shrink_fill_the_space_larger_ones_left() {
-        // 1,000 blocks of 400 bytes (416 with slack) freed, then records of
-        // 140 bytes: each 416 is cut into 140 + 256 + 20, the 256 into 140
-        // + 116, so two go in each; the pieces of 116 and 20 hold records
-        // of up to those sizes. None of it grows the arena.
+        // 1,000 blocks of 400 bytes (416 with slack) freed one by one, not
+        // side by side, then records of 140 bytes: each 416 is cut into
+        // 140 + 256 + 20, the 256 into 140 + 116, so two go in each; the
+        // pieces of 116 and 20 hold records of up to those sizes. None of
+        // it grows the arena.
         let mut a = Arena::new(&Backing::Memory, "split").unwrap();
+        let first = a.alloc(20).unwrap();
         let big: Vec<u64> = (0..1000).map(|_| a.alloc(400).unwrap()).collect();
         assert_eq!(block_size(big[0]), 416);
         let used = a.used_bytes();
-        big.iter().for_each(|&b| a.free(b));
+        // Odd blocks first, then even, then the first block: no two freed
+        // in a row border each other. The last freed stays in the span of
+        // merged freed blocks (too small here for all but the last).
+        let order = (1..1000).step_by(2).chain((0..1000).step_by(2));
+        order.for_each(|i| a.free(big[i]));
+        a.free(first);
         (0..2000).for_each(|_| assert_eq!(block_size(a.alloc(140).unwrap()), 140));
-        assert_eq!(a.free_bytes(), 1000 * (116 + 20));
+        assert_eq!(a.free_bytes(), 1000 * (116 + 20) + 20);
         (0..1000).for_each(|_| assert_eq!(block_size(a.alloc(110).unwrap()), 116));
-        (0..1000).for_each(|_| assert_eq!(block_size(a.alloc(19).unwrap()), 20));
+        (0..1001).for_each(|_| assert_eq!(block_size(a.alloc(19).unwrap()), 20));
         assert_eq!(a.used_bytes(), used);
         assert_eq!(a.free_bytes(), 0);
-        assert_eq!(a.live_bytes(), 1000 * 416);
+        assert_eq!(a.live_bytes(), 1000 * 416 + 20);
         // Then the arena grows again.
         a.alloc(140).unwrap();
         assert_eq!(a.used_bytes(), used + 140);
+    }
+
+    #[test]
+    fn blocks_freed_side_by_side_merge_and_take_any_record_that_fits_their_sum() {
+        // What a bounded table's evictions do: the oldest records, written
+        // one after another, freed one after another.
+        let mut a = Arena::new(&Backing::Memory, "merge").unwrap();
+        let blocks: Vec<u64> = (0..1000).map(|_| a.alloc(100).unwrap()).collect();
+        let used = a.used_bytes();
+        blocks[10..20].iter().for_each(|&b| a.free(b));
+        // Backwards too.
+        blocks[30..40].iter().rev().for_each(|&b| a.free(b));
+        // The first ten went on the free lists merged (as blocks of 960
+        // and 40) when the next were freed elsewhere; the other ten are
+        // the span. Each takes a record of 900 (a block of 960).
+        let first = a.alloc(900).unwrap();
+        assert_eq!(offset(first), offset(blocks[10]));
+        let second = a.alloc(900).unwrap();
+        assert_eq!(offset(second), offset(blocks[30]));
+        assert_eq!(a.used_bytes(), used);
+        assert_eq!(a.free_bytes(), 40 + 40);
+        // Blocks 50 and 52 do not border each other: a record of 200 grows
+        // the arena.
+        a.free(blocks[50]);
+        a.free(blocks[52]);
+        let used = a.used_bytes();
+        a.alloc(200).unwrap();
+        assert_eq!(a.used_bytes(), used + 200);
     }
 
     #[test]

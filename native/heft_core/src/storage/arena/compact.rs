@@ -117,6 +117,7 @@ impl Arena {
         if self.compaction.is_some() {
             return None;
         }
+        self.close_span();
         let need = min_gain
             .max(self.top.checked_div(share).unwrap_or(0))
             .max(1);
@@ -579,6 +580,7 @@ mod tests {
             .chain(free.iter().map(|&e| e & !PUNCHED))
             .map(|l| (offset(l), offset(l) + block_size(l) as u64))
             .chain(gap)
+            .chain(a.span)
             .collect();
         spans.sort_unstable();
         let mut at = FIRST_OFFSET;
