@@ -70,6 +70,8 @@ const MAX_STEP: u64 = 1 << 30;
 const FIRST_OFFSET: u64 = 8;
 /// Freed blocks at least this large return their whole pages to the kernel.
 const PUNCH_MIN: usize = 64 * 1024;
+/// Runs of freed blocks merged at once ([`Arena::merge_freed`]).
+const SPANS: usize = 2;
 const PAGE: u64 = 4096;
 /// Marks a free-list entry whose pages were punched out.
 const PUNCHED: u64 = 1 << 63;
@@ -240,9 +242,10 @@ pub struct Arena {
     compaction: Option<compact::Compaction>,
     /// Bytes of free blocks a compaction took off the free lists.
     doomed_bytes: u64,
-    /// Freed blocks that lie side by side, merged as they are freed
-    /// (`[start, end)`, counted in `free_bytes`): see [`Arena::free`].
-    span: Option<(u64, u64)>,
+    /// Runs of freed blocks that lie side by side, merged as they are
+    /// freed (`[start, end)`, counted in `free_bytes`, kept off the free
+    /// lists): see [`Arena::merge_freed`].
+    spans: [Option<(u64, u64)>; SPANS],
     /// A tiered arena's file, for the records memory does not keep.
     file_tier: Option<Box<tiered::Tier>>,
 }
@@ -314,7 +317,7 @@ impl Arena {
             punched: 0,
             compaction: None,
             doomed_bytes: 0,
-            span: None,
+            spans: [None; SPANS],
             file_tier: None,
         };
         Ok(arena)
@@ -341,24 +344,33 @@ impl Arena {
         self.alloc_within(len, fit_classes(class_of(len)))
     }
 
-    /// A block of class `class` from the front of the span of merged
-    /// freed blocks, if it holds one.
+    /// A block of class `class` from the front of the smallest span of
+    /// merged freed blocks that holds one.
     fn take_span(&mut self, class: usize) -> Option<u64> {
         let size = class_size(class) as u64;
-        let (start, end) = self.span.filter(|(start, end)| end - start >= size)?;
-        self.span = (start + size < end).then_some((start + size, end));
+        let len = |s: &Option<(u64, u64)>| s.map_or(0, |(start, end)| end - start);
+        let i = (0..SPANS)
+            .filter(|&i| len(&self.spans[i]) >= size)
+            .min_by_key(|&i| len(&self.spans[i]))?;
+        let (start, end) = self.spans[i]?;
+        self.spans[i] = (start + size < end).then_some((start + size, end));
         self.free_bytes -= size;
         self.live += size;
         Some(start | ((class as u64) << CLASS_SHIFT))
     }
 
-    /// Puts the span of merged freed blocks on the free lists, cut into
-    /// blocks ([`cut`]), their whole pages given back.
-    fn close_span(&mut self) {
-        if let Some((start, end)) = self.span.take() {
+    /// Puts span `i` of merged freed blocks (if any) on the free lists, cut
+    /// into blocks ([`cut`]), their whole pages given back.
+    fn close_span(&mut self, i: usize) {
+        if let Some((start, end)) = self.spans[i].take() {
             self.free_bytes -= end - start;
             self.free_range(start, end, RestPages::GiveBack);
         }
+    }
+
+    /// Puts every span of merged freed blocks on the free lists.
+    fn close_spans(&mut self) {
+        (0..SPANS).for_each(|i| self.close_span(i));
     }
 
     /// [`Arena::alloc`], reusing whole only blocks at most `fit` classes
@@ -525,23 +537,43 @@ impl Arena {
         }
     }
 
-    /// Adds the freed block `[at, at + size)` to the span of merged freed
-    /// blocks if it borders it, else puts the span on the free lists and
-    /// starts a new one with the block. A table bounded in bytes evicts
+    /// Adds the freed block `[at, at + size)` to a span of merged freed
+    /// blocks it borders, else starts a span with it in place of an
+    /// empty one or of the shorter, which goes on the free lists (two
+    /// spans: a run of frees interrupted by one elsewhere, an overwrite of
+    /// a record that had moved, goes on). A table bounded in bytes evicts
     /// its oldest keys one after another, and records written one after
     /// another lie side by side: merged, their blocks take the next
     /// records whatever their sizes, where blocks freed one by one would
     /// fit only records no larger, and the arena would grow for the rest.
     fn merge_freed(&mut self, at: u64, size: u64) {
         self.free_bytes += size;
-        self.span = match self.span {
-            Some((start, end)) if end == at => Some((start, at + size)),
-            Some((start, end)) if at + size == start => Some((at, end)),
-            _ => {
-                self.close_span();
-                Some((at, at + size))
+        for i in 0..SPANS {
+            let Some((start, end)) = self.spans[i] else {
+                continue;
+            };
+            let merged = if end == at {
+                (start, at + size)
+            } else if at + size == start {
+                (at, end)
+            } else {
+                continue;
+            };
+            self.spans[i] = Some(merged);
+            // The block may join the two.
+            let j = (i + 1) % SPANS;
+            if let Some((s, e)) = self.spans[j].filter(|&(s, e)| e == merged.0 || s == merged.1) {
+                self.spans[i] = Some((s.min(merged.0), e.max(merged.1)));
+                self.spans[j] = None;
             }
-        };
+            return;
+        }
+        let len = |s: &Option<(u64, u64)>| s.map_or(0, |(start, end)| end - start);
+        let i = (0..SPANS)
+            .min_by_key(|&i| len(&self.spans[i]))
+            .expect("SPANS > 0");
+        self.close_span(i);
+        self.spans[i] = Some((at, at + size));
     }
 
     /// The `len` bytes at block `loc`, or `None` past the end of the arena.
@@ -721,7 +753,7 @@ impl Arena {
             }
         }
         self.top = FIRST_OFFSET;
-        self.span = None;
+        self.spans = [None; SPANS];
         self.free.iter_mut().for_each(Vec::clear);
         self.nonempty.fill(0);
         self.live = 0;
@@ -1042,8 +1074,9 @@ mod tests {
         a.alloc(10).unwrap();
         let other = a.alloc(64).unwrap();
         a.free(big);
-        // Freed apart from `big`: `big` leaves the span for a free list.
         a.free(other);
+        // Off the spans of merged freed blocks, onto the free lists.
+        a.close_spans();
         let used = a.used_bytes();
         let small = a.alloc(380).unwrap();
         assert_eq!(offset(small), offset(big));
@@ -1051,7 +1084,7 @@ mod tests {
         assert_eq!(a.used_bytes(), used);
         a.free(small);
         assert_eq!(a.live_bytes(), 10);
-        // A far smaller request takes the front of the big block (the span
+        // A far smaller request takes the front of the big block (a span
         // now), not all of it, nor the block of 64.
         let tiny = a.alloc(8).unwrap();
         assert_eq!(offset(tiny), offset(big));
@@ -1062,29 +1095,30 @@ mod tests {
 
     #[test]
     fn records_that_shrink_fill_the_space_larger_ones_left() {
-        // 1,000 blocks of 400 bytes (416 with slack) freed one by one, not
-        // side by side, then records of 140 bytes: each 416 is cut into
-        // 140 + 256 + 20, the 256 into 140 + 116, so two go in each; the
-        // pieces of 116 and 20 hold records of up to those sizes. None of
-        // it grows the arena.
+        // 1,000 blocks of 400 bytes (416 with slack) on the free lists, then
+        // records of 140 bytes: each 416 is cut into 140 + 256 + 20, the
+        // 256 into 140 + 116, so two go in each; the pieces of 116 and 20
+        // hold records of up to those sizes. None of it grows the arena.
         let mut a = Arena::new(&Backing::Memory, "split").unwrap();
-        let first = a.alloc(20).unwrap();
-        let big: Vec<u64> = (0..1000).map(|_| a.alloc(400).unwrap()).collect();
+        // Each with a block of 20 after it that stays: none is merged.
+        let big: Vec<u64> = (0..1000)
+            .map(|_| {
+                let b = a.alloc(400).unwrap();
+                a.alloc(20).unwrap();
+                b
+            })
+            .collect();
         assert_eq!(block_size(big[0]), 416);
         let used = a.used_bytes();
-        // Odd blocks first, then even, then the first block: no two freed
-        // in a row border each other. The last freed stays in the span of
-        // merged freed blocks (too small here for all but the last).
-        let order = (1..1000).step_by(2).chain((0..1000).step_by(2));
-        order.for_each(|i| a.free(big[i]));
-        a.free(first);
+        big.iter().for_each(|&b| a.free(b));
+        a.close_spans();
         (0..2000).for_each(|_| assert_eq!(block_size(a.alloc(140).unwrap()), 140));
-        assert_eq!(a.free_bytes(), 1000 * (116 + 20) + 20);
+        assert_eq!(a.free_bytes(), 1000 * (116 + 20));
         (0..1000).for_each(|_| assert_eq!(block_size(a.alloc(110).unwrap()), 116));
-        (0..1001).for_each(|_| assert_eq!(block_size(a.alloc(19).unwrap()), 20));
+        (0..1000).for_each(|_| assert_eq!(block_size(a.alloc(19).unwrap()), 20));
         assert_eq!(a.used_bytes(), used);
         assert_eq!(a.free_bytes(), 0);
-        assert_eq!(a.live_bytes(), 1000 * 416 + 20);
+        assert_eq!(a.live_bytes(), 1000 * (416 + 20));
         // Then the arena grows again.
         a.alloc(140).unwrap();
         assert_eq!(a.used_bytes(), used + 140);
@@ -1100,22 +1134,30 @@ mod tests {
         blocks[10..20].iter().for_each(|&b| a.free(b));
         // Backwards too.
         blocks[30..40].iter().rev().for_each(|&b| a.free(b));
-        // The first ten went on the free lists merged (as blocks of 960
-        // and 40) when the next were freed elsewhere; the other ten are
-        // the span. Each takes a record of 900 (a block of 960).
+        // Two spans of ten: each takes a record of 900 (a block of 960).
         let first = a.alloc(900).unwrap();
         assert_eq!(offset(first), offset(blocks[10]));
         let second = a.alloc(900).unwrap();
         assert_eq!(offset(second), offset(blocks[30]));
         assert_eq!(a.used_bytes(), used);
         assert_eq!(a.free_bytes(), 40 + 40);
-        // Blocks 50 and 52 do not border each other: a record of 200 grows
-        // the arena.
+        // Blocks 50 and 52 do not border each other (nor the spans' rests
+        // of 40, which go on the free lists): a record of 200 grows the
+        // arena.
         a.free(blocks[50]);
         a.free(blocks[52]);
         let used = a.used_bytes();
-        a.alloc(200).unwrap();
+        let grown = a.alloc(200).unwrap();
         assert_eq!(a.used_bytes(), used + 200);
+        // A run of frees interrupted by one elsewhere goes on: 60..65,
+        // 80, then 65..70 make a span that takes a record of 500.
+        blocks[60..65].iter().for_each(|&b| a.free(b));
+        a.free(blocks[80]);
+        blocks[65..70].iter().for_each(|&b| a.free(b));
+        let used = a.used_bytes();
+        assert_eq!(offset(a.alloc(500).unwrap()), offset(blocks[60]));
+        assert_eq!(a.used_bytes(), used);
+        assert!(offset(grown) > offset(blocks[999]));
     }
 
     #[test]

@@ -117,7 +117,7 @@ impl Arena {
         if self.compaction.is_some() {
             return None;
         }
-        self.close_span();
+        self.close_spans();
         let need = min_gain
             .max(self.top.checked_div(share).unwrap_or(0))
             .max(1);
@@ -580,7 +580,7 @@ mod tests {
             .chain(free.iter().map(|&e| e & !PUNCHED))
             .map(|l| (offset(l), offset(l) + block_size(l) as u64))
             .chain(gap)
-            .chain(a.span)
+            .chain(a.spans.iter().flatten().copied())
             .collect();
         spans.sort_unstable();
         let mut at = FIRST_OFFSET;
