@@ -216,15 +216,13 @@ impl SlotArray {
         &mut self.map[self.len * 8..][..blocks]
     }
 
-    /// Recounts the entries of the blocks that overlap `range`.
-    fn recount(&mut self, range: std::ops::Range<usize>) {
-        if range.is_empty() {
-            return;
-        }
-        for b in range.start / BLOCK..=(range.end - 1) / BLOCK {
-            let end = ((b + 1) * BLOCK).min(self.len);
-            let n = self[b * BLOCK..end].iter().filter(|&&w| w != 0).count();
-            self.counts_mut()[b] = n as u8;
+    /// Counts an entry moved from slot `from` to slot `to` in their
+    /// blocks (counting by what moved, not by reading the blocks again:
+    /// a block is 8 cache lines).
+    fn moved(&mut self, from: usize, to: usize) {
+        if from / BLOCK != to / BLOCK {
+            self.counts_mut()[from / BLOCK] -= 1;
+            self.counts_mut()[to / BLOCK] += 1;
         }
     }
 }
@@ -710,8 +708,10 @@ impl HashIndex {
             let loc = self.loc_of(s);
             if remove(loc) {
                 removed.push(loc);
+                self.slots.counts_mut()[q / BLOCK] -= 1;
             } else {
                 self.slots[w] = s;
+                self.slots.moved(q, w);
                 w += 1;
             }
             q += 1;
@@ -731,11 +731,11 @@ impl HashIndex {
             }
             self.slots[w..target].fill(0);
             self.slots[target] = s;
+            self.slots.moved(q, target);
             w = target + 1;
             q += 1;
         }
         self.slots[w..q].fill(0);
-        self.slots.recount(pos..q);
         self.len -= removed.len();
         self.after_removal();
         removed

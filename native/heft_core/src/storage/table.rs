@@ -1404,7 +1404,7 @@ impl Table {
         ord: Order,
         key: &[u8],
     ) {
-        let find = |k: &[u8]| entries.find(arena, ord, self.hash(k), k);
+        let find = |k: &[u8], h| entries.find(arena, ord, h, k);
         queue.added(key, entries.len(), find, |k| self.hash(k));
     }
 
@@ -1490,7 +1490,7 @@ impl Table {
                 ..
             } = &mut *st;
             let Some(ev) = evict.as_mut() else { return };
-            let find = |k: &[u8]| entries.find(arena, ord, self.hash(k), k);
+            let find = |k: &[u8], h| entries.find(arena, ord, h, k);
             let Some((key, (pos, n))) = ev.victim(find, |k| self.hash(k)) else {
                 return;
             };

@@ -201,13 +201,13 @@ impl Evict {
     }
 
     /// Queues a key new to the table, as the newest. `records` is how many
-    /// the table holds; `find` tells whether a key is still in it and
-    /// `hash_of` gives a key's hash, for tidying.
+    /// the table holds; `find` tells whether a key (with its hash) is still
+    /// in it and `hash_of` gives a key's hash, for tidying.
     pub(super) fn added<T>(
         &mut self,
         key: &[u8],
         records: usize,
-        find: impl FnMut(&[u8]) -> Option<T>,
+        find: impl FnMut(&[u8], u64) -> Option<T>,
         hash_of: impl FnMut(&[u8]) -> u64,
     ) {
         if self.queued * MARK_BITS >= self.marks.len() * 64 {
@@ -237,7 +237,7 @@ impl Evict {
     /// queue holds no key of the table.
     pub(super) fn victim<T>(
         &mut self,
-        find: impl FnMut(&[u8]) -> Option<T>,
+        find: impl FnMut(&[u8], u64) -> Option<T>,
         hash_of: impl FnMut(&[u8]) -> u64,
     ) -> Option<(Vec<u8>, T)> {
         // Every queued key can be looked at twice: visited, then (the
@@ -251,7 +251,7 @@ impl Evict {
         &mut self,
         how: Walk,
         steps: usize,
-        mut find: impl FnMut(&[u8]) -> Option<T>,
+        mut find: impl FnMut(&[u8], u64) -> Option<T>,
         mut hash_of: impl FnMut(&[u8]) -> u64,
     ) -> Option<(Vec<u8>, T)> {
         let mut passed = 0;
@@ -264,13 +264,14 @@ impl Evict {
                 continue;
             };
             let key = &self.ahead.chunks[0][start..end];
+            let hash = hash_of(key);
             // A visited key is kept without looking it up: it is dropped
             // at a later pass if it has left the table.
             let spared = how == Walk::Evict && {
                 passed += 1;
-                passed < MAX_VISITED && self.visited(hash_of(key))
+                passed < MAX_VISITED && self.visited(hash)
             };
-            let found = if spared { None } else { find(key) };
+            let found = if spared { None } else { find(key, hash) };
             if !spared && found.is_none() {
                 self.hand = end;
                 self.queued -= 1;
@@ -387,12 +388,13 @@ mod tests {
     }
 
     fn victim(e: &mut Evict, live: &BTreeSet<Vec<u8>>) -> Option<Vec<u8>> {
-        e.victim(|k| live.contains(k).then_some(()), h).map(|v| v.0)
+        e.victim(|k, _| live.contains(k).then_some(()), h)
+            .map(|v| v.0)
     }
 
     /// A model table: the set of keys present.
     fn add(e: &mut Evict, live: &BTreeSet<Vec<u8>>, k: &[u8]) {
-        e.added(k, live.len(), |k| live.contains(k).then_some(()), h);
+        e.added(k, live.len(), |k, _| live.contains(k).then_some(()), h);
     }
 
     /// A queue of keys `0..n`, all in the model table.
@@ -464,7 +466,10 @@ mod tests {
         // Every survivor is still queued, once.
         let mut got = BTreeSet::new();
         while let Some(v) = e
-            .victim(|k| (live.contains(k) && !got.contains(k)).then_some(()), h)
+            .victim(
+                |k, _| (live.contains(k) && !got.contains(k)).then_some(()),
+                h,
+            )
             .map(|v| v.0)
         {
             assert!(got.insert(v));

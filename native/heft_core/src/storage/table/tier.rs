@@ -251,9 +251,9 @@ impl Table {
                 ..
             } = &mut *st;
             let Some(t) = tier.as_mut() else { break };
-            let in_memory = |k: &[u8]| {
+            let in_memory = |k: &[u8], h| {
                 entries
-                    .find(arena, ord, self.hash(k), k)
+                    .find(arena, ord, h, k)
                     .filter(|&(pos, n)| any_in_memory(entries, pos, n))
             };
             let Some((key, (pos, n))) = t.queue.victim(in_memory, |k| self.hash(k)) else {
