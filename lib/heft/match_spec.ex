@@ -175,6 +175,13 @@ defmodule Heft.MatchSpec do
   end
 
   defp limited(kinds, true) do
+    case ets_range(kinds) do
+      {:quirk, range} -> range
+      _ -> ordered_plan(kinds)
+    end
+  end
+
+  defp ordered_plan(kinds) do
     bound = for {:bound, key} <- kinds, do: key
     partial = for {:partial, key} <- kinds, do: key
 
@@ -188,15 +195,121 @@ defmodule Heft.MatchSpec do
         {:lookup, [hd(bound)]}
 
       true ->
-        hull(Enum.map(bound, &{{&1, true}, {&1, true}}) ++ Enum.map(partial, &run/1))
+        hull(Enum.map(bound, &run({:bound, &1})) ++ Enum.map(partial, &run({:partial, &1})))
     end
   end
 
-  # The run of keys a partly bound key stands for.
-  defp run(key) do
+  # What an ordered_set's ETS walks for clauses that are all bound or
+  # partly bound: from the clause key that "can match lesser" than the
+  # others to the one that "can match greater" (ets_end/2). That is the
+  # range in term order of what they match (`:exact`), except where
+  # ETS's comparison is not term order (can_match/3): then
+  # `{:quirk, plan}`, the range ETS walks (or, every clause bound and
+  # both ends `==`, the one key it looks up), which misses matches the
+  # term order would find; a select/3 continuation walks on past its end
+  # (overruns?/2), as ETS's does.
+  defp ets_range(kinds) do
+    keys = for {kind, _} = k <- kinds, kind in [:bound, :partial], do: k
+
+    with [_, _ | _] <- keys,
+         {least, most} = {ets_end(keys, :lt), ets_end(keys, :gt)},
+         ets = {:range, elem(run(least), 0), elem(run(most), 1)},
+         false <- ets === hull(Enum.map(keys, &run/1)) do
+      all_bound = Enum.all?(keys, &match?({:bound, _}, &1))
+
+      if all_bound and elem(least, 1) == elem(most, 1),
+        do: {:quirk, {:lookup, [elem(least, 1)]}},
+        else: {:quirk, ets}
+    else
+      _ -> :exact
+    end
+  end
+
+  # The run of keys a bound or partly bound key stands for.
+  defp run({:bound, key}), do: {{key, true}, {key, true}}
+
+  defp run({:partial, key}) do
     {:bound, b} = prefix(key)
     {{b, true}, {b, true}}
   end
+
+  # The clause key ETS walks from (`:lt`) or to (`:gt`): analyze_pattern
+  # in erl_db_tree.c takes the first clause's, then each later one that
+  # "can match lesser" (greater) than it.
+  defp ets_end([first | rest], dir) do
+    Enum.reduce(rest, first, fn {_, key} = k, {_, at} = acc ->
+      if can_match(key, at, dir) == :yes, do: k, else: acc
+    end)
+  end
+
+  # ETS's do_partly_bound_can_match_lesser (`:lt`) and _greater (`:gt`),
+  # step for step: `:yes`, `:no`, or `:cont` (undecided here: the caller
+  # goes on with the next element). Not term order: two numbers of
+  # different types (an integer and a float) that are `==` decide `:no`
+  # (ETS compares terms of different tags once, and stops), so of the
+  # clause keys `[1, 0]` and `[1.0 | :"$3"]` ETS walks to `[1, 0]`, and
+  # never reaches `[1.0, 2]`, which the second matches. A tuple of more
+  # (`:lt`) or fewer (`:gt`) elements is undecided too.
+  defp can_match(a, b, dir) do
+    cond do
+      unbound?(a) ->
+        if unbound?(b), do: :no, else: :yes
+
+      unbound?(b) ->
+        :no
+
+      a === b ->
+        :cont
+
+      is_tuple(a) and is_tuple(b) and tuple_size(a) != tuple_size(b) ->
+        if tuple_size(a) < tuple_size(b) == (dir == :lt), do: :yes, else: :cont
+
+      is_tuple(a) and is_tuple(b) ->
+        can_match_all(Tuple.to_list(a), Tuple.to_list(b), dir)
+
+      match?([_ | _], a) and match?([_ | _], b) ->
+        can_match_list(a, b, dir)
+
+      is_number(a) and is_number(b) and is_float(a) != is_float(b) and a == b ->
+        :no
+
+      a == b ->
+        :cont
+
+      a < b == (dir == :lt) ->
+        :yes
+
+      true ->
+        :no
+    end
+  end
+
+  defp can_match_all([a | as], [b | bs], dir) do
+    case can_match(a, b, dir) do
+      :cont -> can_match_all(as, bs, dir)
+      decided -> decided
+    end
+  end
+
+  defp can_match_all([], [], _dir), do: :cont
+
+  defp can_match_list([a | as], [b | bs], dir) do
+    case can_match(a, b, dir) do
+      :cont when as === bs ->
+        :cont
+
+      :cont when is_list(as) and as != [] and is_list(bs) and bs != [] ->
+        can_match_list(as, bs, dir)
+
+      :cont ->
+        can_match(as, bs, dir)
+
+      decided ->
+        decided
+    end
+  end
+
+  defp unbound?(a), do: is_atom(a) and (a == :_ or variable?(a))
 
   # ETS walks the whole table: Heft looks up the keys guards pin, or walks
   # the range that holds every clause's matches.
@@ -362,17 +475,18 @@ defmodule Heft.MatchSpec do
   @doc false
   # Whether ETS, walking an ordered_set for `spec` (a `{:range, lo, hi}`
   # plan), can find matches past the range's end: a clause's bound key
-  # holds a map, which matches larger maps (OTP 26 and older; Heft.Select's
-  # overrun).
+  # holds a map, which matches larger maps (OTP 26 and older), or ETS's
+  # range missed matches (ets_range/1; Heft.Select's overrun).
   @spec overruns?(t, pos_integer) :: boolean
   def overruns?(spec, keypos) do
     kinds = Enum.map(spec, &kind(&1, keypos, true))
 
     :unlimited not in kinds and
-      Enum.any?(kinds, fn
-        {:bound, key} -> has_map?(key)
-        _ -> false
-      end)
+      (match?({:quirk, {:range, _, _}}, ets_range(kinds)) or
+         Enum.any?(kinds, fn
+           {:bound, key} -> has_map?(key)
+           _ -> false
+         end))
   end
 
   defp compare_seq([x | xs], [y | ys], end_) do

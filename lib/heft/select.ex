@@ -53,8 +53,10 @@ defmodule Heft.Select do
     ms = MatchSpec.compile!(spec)
 
     case source(ref, spec, :read, dir, dir == :backward) do
-      {:overrun, _range, _cursor, _open} = source ->
+      {:overrun, _dir, range, cursor, open} ->
+        # ETS's select_reverse/2 walks forward and reverses.
         {keypos, _ordered} = Native.select_access(ref, false)
+        source = {:overrun, :forward, range, cursor, open}
         {results, :done} = overrun({ref, ms, keypos, :all}, source, [], 0)
         Enum.reverse(results)
 
@@ -76,7 +78,7 @@ defmodule Heft.Select do
   def select_limit(ref, spec, limit, dir \\ :forward) do
     check_limit!(limit)
     ms = spec |> tagged() |> MatchSpec.compile!()
-    source = source(ref, spec, :read, dir, dir == :forward)
+    source = source(ref, spec, :read, dir, true)
     next({:heft_select, instance(ref), spec, ms, limit, source, []}, true)
   end
 
@@ -126,9 +128,10 @@ defmodule Heft.Select do
       (cursor == :start or match?({hash, key} when is_integer(hash) and is_binary(key), cursor))
   end
 
-  defp valid_source?({:overrun, {_lo, hi}, cursor, open}) when is_boolean(open),
+  defp valid_source?({:overrun, dir, {lo, hi}, cursor, open}) when is_boolean(open),
     do:
-      match?({_, b} when is_boolean(b), hi) and valid_source?({:scan, :forward, nil, cursor, nil})
+      match?({_, b} when is_boolean(b), lo) and match?({_, b} when is_boolean(b), hi) and
+        valid_source?({:scan, dir, nil, cursor, nil})
 
   defp valid_source?(_source), do: false
 
@@ -213,7 +216,7 @@ defmodule Heft.Select do
   # several it walks, and a full chunk resumes.
   defp ordered_chunk(_walk, :done, acc, _lone), do: {Enum.reverse(acc), :done, []}
 
-  defp ordered_chunk(walk, {:overrun, _, _, _} = source, [], _lone) do
+  defp ordered_chunk(walk, {:overrun, _, _, _, _} = source, [], _lone) do
     {tagged, source} = overrun(walk, source, [], 0)
     {Enum.map(tagged, &elem(&1, 0)), source, []}
   end
@@ -458,7 +461,8 @@ defmodule Heft.Select do
   # Checks access (raising as ETS does even when nothing would match) and
   # plans the walk. Only an ordered_set walks :backward: select_reverse of
   # any other table is select (as in ETS). `overrun` asks for ETS's walk
-  # past the end of a key range where it can find matches (overrun/4).
+  # past the end of a key range where it can find matches (overrun/4), in
+  # the walk's direction.
   defp source(ref, spec, access, dir \\ :forward, overrun \\ false) do
     {keypos, ordered} = Native.select_access(ref, access == :write)
     if Process.get(@stats), do: counting()
@@ -478,7 +482,7 @@ defmodule Heft.Select do
 
           {:range, lo, hi} ->
             if overrun and MatchSpec.overruns?(spec, keypos),
-              do: {:overrun, {lo, hi}, :start, false},
+              do: {:overrun, dir, {lo, hi}, :start, false},
               else: {:scan, dir, {lo, hi}, :start, MatchSpec.sieve(spec, keypos)}
 
           :scan ->
@@ -543,12 +547,13 @@ defmodule Heft.Select do
   # it walks on without the check, and stops only when a stretch of 1000
   # ends beyond the end, its chunk fills, or the table ends. Past the end
   # nothing can match, except a larger map matching a map in a bound key
-  # (OTP 26 and older; MatchSpec.overruns?/2). For such specs Heft walks as
-  # ETS does, where ETS walks toward the range's end after trapping
-  # (select/3 and its continuations, select_reverse/2); the other
-  # directions walk past the range's start, where nothing can match.
+  # (OTP 26 and older), or where ETS's own comparison of the clause keys
+  # put the end short of their matches (both MatchSpec.overruns?/2). For
+  # such specs Heft walks as ETS does: select/3, select_reverse/3 and
+  # their continuations in their direction, select/2 and select_reverse/2
+  # (which ETS walks forward) forward.
   #
-  # The source is `{:overrun, {lo, hi}, cursor, open}`: `open` once
+  # The source is `{:overrun, dir, {lo, hi}, cursor, open}`: `open` once
   # the end is no longer checked. Returns {results, source} with up to
   # `limit` results (`:all`: every one) of a `ms` that tags them with
   # their object (plain results for `:all`), in key order.
@@ -557,13 +562,20 @@ defmodule Heft.Select do
   defp overrun(walk, source, acc, visited, got \\ 0)
 
   defp overrun({ref, ms, keypos, limit} = walk, source, acc, visited, got) do
-    {:overrun, {lo, hi} = range, cursor, open} = source
-    now = if open, do: {lo, nil}, else: range
-    {objects, next} = walk(ref, :forward, now, cursor, @ets_stretch - visited)
+    {:overrun, dir, {lo, hi} = range, cursor, open} = source
+
+    now =
+      cond do
+        not open -> range
+        dir == :forward -> {lo, nil}
+        true -> {nil, hi}
+      end
+
+    {objects, next} = walk(ref, dir, now, cursor, @ets_stretch - visited)
     results = MatchSpec.run(objects, ms)
     visited = visited + length(objects)
     got = got + length(results)
-    resume = fn cursor, open -> {:overrun, range, cursor, open} end
+    resume = fn cursor, open -> {:overrun, dir, range, cursor, open} end
     done = fn results -> acc |> Enum.reverse(results) |> Enum.concat() end
 
     cond do
@@ -584,7 +596,7 @@ defmodule Heft.Select do
       visited < @ets_stretch ->
         overrun(walk, resume.(next, open), [results | acc], visited, got)
 
-      open and past?(elem(List.last(objects), keypos - 1), hi) ->
+      open and past?(elem(List.last(objects), keypos - 1), dir, range) ->
         {done.([results]), :done}
 
       true ->
@@ -592,12 +604,20 @@ defmodule Heft.Select do
     end
   end
 
-  # Whether `key` lies beyond the upper end `hi`.
-  defp past?(key, {bound, inclusive}) do
+  # Whether `key` lies beyond the end of `range` the walk in `dir` goes to.
+  defp past?(key, :forward, {_lo, {bound, inclusive}}) do
     case MatchSpec.compare_bound(key, bound) do
       :gt -> true
       :eq -> not inclusive
       :lt -> false
+    end
+  end
+
+  defp past?(key, :backward, {{bound, inclusive}, _hi}) do
+    case MatchSpec.compare_bound(key, bound) do
+      :lt -> true
+      :eq -> not inclusive
+      :gt -> false
     end
   end
 
