@@ -74,18 +74,22 @@ defmodule Heft.SelectChunksTest do
     # of the clause keys, which stops, undecided, at 1 against 1.0: of
     # [1, 0] and [1.0 | _] it walks to [1, 0] and misses [1.0, 5]; of two
     # bound keys [1, 0] and [1.0, 5] it looks up the first alone. Its
-    # continuations walk on past the end.
+    # continuations walk on past the end, in either direction.
     objects =
       for(i <- -3..3, do: {[1, i]}) ++
         for(i <- -3..3, do: {[1.0, i + 10]}) ++
-        for(i <- -3..3, do: {[2.0, i]}) ++ [{[2, 0]}, {1}, {[0]}, {[3]}]
+        for(i <- -3..3, do: {[2.0, i]}) ++
+        [{[2, 0]}, {1}, {[0]}, {[3]}, {[{1, 2, 3}, 0]}, {[{1, 2}, 5]}, {[{1, 2}, 7]}]
 
     specs = [
       [{{[1, 0]}, [], [:"$$"]}, {{1}, [], [:"$_"]}, {{[1.0 | :"$3"]}, [], [:"$_"]}],
       [{{[1.0 | :"$1"]}, [], [:"$_"]}, {{[1, 0]}, [], [:"$_"]}],
       [{{[1, 0]}, [], [:"$_"]}, {{[1.0, 10]}, [], [:"$_"]}],
       [{{[2, 0]}, [], [:"$_"]}, {{[2.0 | :"$1"]}, [], [:"$_"]}],
-      [{{[2.0, :_]}, [], [:"$_"]}, {{[2, 0]}, [], [:"$_"]}]
+      [{{[2.0, :_]}, [], [:"$_"]}, {{[2, 0]}, [], [:"$_"]}],
+      # A shorter tuple is undecided for "greater": ETS walks to the end
+      # of [{1, 2} | _] and misses the bound key.
+      [{{[{1, 2, 3}, 0]}, [], [:"$_"]}, {{[{1, 2} | :"$1"]}, [], [:"$_"]}]
     ]
 
     both([:ordered_set], fn m, t ->
