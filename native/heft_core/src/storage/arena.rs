@@ -326,11 +326,11 @@ impl Arena {
     /// Allocates a block for `len` bytes; returns its handle (offset and
     /// size class, see [`offset`]), never 0. A free block of the class, or
     /// of one a little larger ([`fit_classes`]), is reused whole; else the
-    /// front of the span of merged freed blocks is taken
-    /// ([`Arena::merge_freed`]); else the smallest larger free block is
-    /// split, its front taken and the rest put back as free blocks; during
-    /// a compaction, the space it frees
-    /// comes next ([`Arena::take_hole`]); only then does the arena grow.
+    /// front of the shortest span of merged freed blocks that holds it is
+    /// taken ([`Arena::merge_freed`]); else the smallest larger free block
+    /// is split, its front taken and the rest put back as free blocks;
+    /// during a compaction, the space it frees comes next
+    /// ([`Arena::take_hole`]); only then does the arena grow.
     /// Fails with the I/O error of growing the backing (for a file arena,
     /// `ENOSPC` when the disk is full), leaving the arena as it was.
     /// A tiered arena places the block in its file instead once memory
