@@ -404,9 +404,13 @@ defmodule Heft do
       bag). `max_bytes` counts what `info(tab, :memory)` counts (index,
       arena, dictionaries, the atom dictionary and the eviction queue) but
       for the arena's free blocks: evicting a record frees its block for
-      later writes, and compaction gives free blocks back to the kernel
-      (sooner in a bounded table: once they pass 1/64 of the budget), so
-      `:memory` comes back within the budget once it has run.
+      later writes. The blocks of keys evicted one after another lie side
+      by side and are merged, so they take the next records whatever
+      their sizes (under a stream of new keys `:memory` stays within about
+      1% of the budget); free blocks that do not fit the next records go
+      back to the kernel by compaction (sooner in a bounded table: once
+      they pass 1/64 of the budget), and `:memory` comes back within the
+      budget once it has run.
     * A write that takes the table over its bound evicts keys, each with
       all its records, before it returns. A write on a normal scheduler
       evicts at most 64 keys and brings in at most 64 KiB (a larger one
