@@ -265,7 +265,7 @@ defmodule Heft.MatchSpec do
         if tuple_size(a) < tuple_size(b) == (dir == :lt), do: :yes, else: :cont
 
       is_tuple(a) and is_tuple(b) ->
-        can_match_all(Tuple.to_list(a), Tuple.to_list(b), dir)
+        first_decided(Tuple.to_list(a), Tuple.to_list(b), &can_match(&1, &2, dir), :cont)
 
       match?([_ | _], a) and match?([_ | _], b) ->
         can_match_list(a, b, dir)
@@ -283,15 +283,6 @@ defmodule Heft.MatchSpec do
         :no
     end
   end
-
-  defp can_match_all([a | as], [b | bs], dir) do
-    case can_match(a, b, dir) do
-      :cont -> can_match_all(as, bs, dir)
-      decided -> decided
-    end
-  end
-
-  defp can_match_all([], [], _dir), do: :cont
 
   defp can_match_list([a | as], [b | bs], dir) do
     case can_match(a, b, dir) do
@@ -431,10 +422,10 @@ defmodule Heft.MatchSpec do
         if end_ == :lo, do: :gt, else: :lt
 
       is_tuple(a) and is_tuple(b) and tuple_size(a) == tuple_size(b) ->
-        compare_seq(Tuple.to_list(a), Tuple.to_list(b), end_)
+        first_decided(Tuple.to_list(a), Tuple.to_list(b), &compare_ends(&1, &2, end_), :eq)
 
       match?([_ | _], a) and match?([_ | _], b) ->
-        compare_seq([hd(a), tl(a)], [hd(b), tl(b)], end_)
+        first_decided([hd(a), tl(a)], [hd(b), tl(b)], &compare_ends(&1, &2, end_), :eq)
 
       a == b ->
         :eq
@@ -489,14 +480,16 @@ defmodule Heft.MatchSpec do
          end))
   end
 
-  defp compare_seq([x | xs], [y | ys], end_) do
-    case compare_ends(x, y, end_) do
-      :eq -> compare_seq(xs, ys, end_)
-      other -> other
+  # The first answer of `fun` on the pairs of `xs` and `ys` (elements in
+  # order) that is not `undecided`; `undecided` if every one is.
+  defp first_decided([x | xs], [y | ys], fun, undecided) do
+    case fun.(x, y) do
+      ^undecided -> first_decided(xs, ys, fun, undecided)
+      decided -> decided
     end
   end
 
-  defp compare_seq([], [], _end), do: :eq
+  defp first_decided([], [], _fun, undecided), do: undecided
 
   defp clause_range({head, guards, _body}, keypos)
        when is_tuple(head) and tuple_size(head) >= keypos do
