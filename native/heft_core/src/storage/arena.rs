@@ -173,6 +173,11 @@ fn cut(start: u64, end: u64) -> impl Iterator<Item = (u64, usize)> {
     })
 }
 
+/// The bytes of a span of merged freed blocks (0: none).
+fn span_len(span: Option<(u64, u64)>) -> u64 {
+    span.map_or(0, |(start, end)| end - start)
+}
+
 /// The number of bytes a block of class `class` occupies.
 pub fn class_size(class: usize) -> usize {
     if class < FINE {
@@ -348,10 +353,9 @@ impl Arena {
     /// merged freed blocks that holds one.
     fn take_span(&mut self, class: usize) -> Option<u64> {
         let size = class_size(class) as u64;
-        let len = |s: &Option<(u64, u64)>| s.map_or(0, |(start, end)| end - start);
         let i = (0..SPANS)
-            .filter(|&i| len(&self.spans[i]) >= size)
-            .min_by_key(|&i| len(&self.spans[i]))?;
+            .filter(|&i| span_len(self.spans[i]) >= size)
+            .min_by_key(|&i| span_len(self.spans[i]))?;
         let (start, end) = self.spans[i]?;
         self.spans[i] = (start + size < end).then_some((start + size, end));
         self.free_bytes -= size;
@@ -568,9 +572,8 @@ impl Arena {
             }
             return;
         }
-        let len = |s: &Option<(u64, u64)>| s.map_or(0, |(start, end)| end - start);
         let i = (0..SPANS)
-            .min_by_key(|&i| len(&self.spans[i]))
+            .min_by_key(|&i| span_len(self.spans[i]))
             .expect("SPANS > 0");
         self.close_span(i);
         self.spans[i] = Some((at, at + size));
