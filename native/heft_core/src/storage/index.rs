@@ -916,6 +916,31 @@ impl HashIndex {
         found
     }
 
+    /// Fills `out` with the occupied positions from `pos` on, in order,
+    /// and their locations; how many (fewer than `out.len()` only at the
+    /// end). A scan's walk takes its next entries so, a batch at a time.
+    pub fn occupied_batch(&self, pos: usize, out: &mut [(usize, u64)]) -> usize {
+        let (mut n, mut p) = (0, pos);
+        while n < out.len() {
+            let Some(q) = self.occupied_from(p) else {
+                break;
+            };
+            // The rest of `q`'s block, word by word.
+            let end = ((q / BLOCK + 1) * BLOCK).min(self.slots.len());
+            for (i, &w) in self.slots[q..end].iter().enumerate() {
+                if w != 0 {
+                    out[n] = (q + i, self.loc_of(w));
+                    n += 1;
+                    if n == out.len() {
+                        return n;
+                    }
+                }
+            }
+            p = end;
+        }
+        n
+    }
+
     fn occupied_from(&self, pos: usize) -> Option<usize> {
         let first_in = |from: usize| {
             let end = (from / BLOCK + 1) * BLOCK;
@@ -1736,5 +1761,35 @@ mod tests {
         let mut expected: Vec<u64> = by_hash[..10].to_vec();
         expected.extend_from_slice(&by_hash[49_990..]);
         assert_eq!(walked, expected);
+    }
+
+    #[test]
+    fn a_walk_a_batch_at_a_time_finds_what_one_at_a_time_finds() {
+        let mut ix = filled(5_000);
+        // Empty stretches of every length, whole blocks among them.
+        for k in (0..5_000u64).filter(|k| mix(*k) % 7 < 3 || (k / 300) % 3 == 1) {
+            let p = ix.find(mix(k), by(mix, key_of, k)).unwrap();
+            ix.remove_at(p);
+        }
+        let mut one_by_one = Vec::new();
+        let mut p = 0;
+        while let Some(q) = ix.next_occupied(p) {
+            one_by_one.push((q, ix.slot(q)));
+            p = q + 1;
+        }
+        assert!(one_by_one.len() > 1_000);
+        for size in [1, 3, 64, 200] {
+            let (mut batched, mut from) = (Vec::new(), 0);
+            let mut out = vec![(0, 0); size];
+            loop {
+                let n = ix.occupied_batch(from, &mut out);
+                batched.extend_from_slice(&out[..n]);
+                if n < size {
+                    break;
+                }
+                from = out[n - 1].0 + 1;
+            }
+            assert_eq!(batched, one_by_one, "batches of {size}");
+        }
     }
 }

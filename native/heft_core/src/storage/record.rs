@@ -69,7 +69,7 @@ impl Header {
 
     /// Reads a header from the start of `bytes`, which may end before the
     /// record does.
-    #[inline]
+    #[inline(always)]
     pub fn parse_prefix(bytes: &[u8]) -> Result<Header, DecodeError> {
         let mut r = Reader::new(bytes);
         let flags = r.u8()?;

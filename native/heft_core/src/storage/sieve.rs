@@ -367,16 +367,32 @@ fn float_zero(bytes: &[u8]) -> bool {
     }
 }
 
-/// The integer `bytes` encodes, if it is one of 64 bits.
-fn small_int(bytes: &[u8]) -> Option<i64> {
+/// The integer `bytes` starts with, if it is one of 64 bits, and the
+/// length of its encoding.
+#[inline]
+fn small_int(bytes: &[u8]) -> Option<(i64, usize)> {
     match *bytes.first()? {
-        t if t >= tag::SMALL_INT => Some(i64::from(t - tag::SMALL_INT)),
+        t if t >= tag::SMALL_INT => Some((i64::from(t - tag::SMALL_INT), 1)),
         tag::INT => {
             let mut r = Reader::new(bytes);
             r.u8().ok()?;
-            r.varint().ok().map(codec::unzigzag)
+            let v = r.varint().ok()?;
+            Some((codec::unzigzag(v), r.position()))
         }
         _ => None,
+    }
+}
+
+/// Whether two terms ordered as `o` pass `op`; `=:=` and `=/=` as `==`
+/// and `/=` (right for terms of one type that compare by value).
+fn holds(op: Op, o: Ordering) -> bool {
+    match op {
+        Op::Lt => o == Ordering::Less,
+        Op::Le => o != Ordering::Greater,
+        Op::Gt => o == Ordering::Greater,
+        Op::Ge => o != Ordering::Less,
+        Op::Eq | Op::ExactEq => o == Ordering::Equal,
+        Op::Ne | Op::ExactNe => o != Ordering::Equal,
     }
 }
 
@@ -413,6 +429,11 @@ fn check<'b, 'n>(
                 Located::Absent => return Verdict::Fail,
                 Located::Unknown => return Verdict::Maybe,
             };
+            // Two integers of 64 bits, the common case: compared as such.
+            if let (Some((a, len)), Some((b, _))) = (small_int(t), small_int(value)) {
+                read(&t[..len]);
+                return pass_if(holds(*op, a.cmp(&b)));
+            }
             let Some(term) = one_term(t) else {
                 read(t);
                 return Verdict::Maybe;
@@ -425,18 +446,6 @@ fn check<'b, 'n>(
                 Verdict::Pass if !(certain(term) && certain(value)) => Verdict::Maybe,
                 v => v,
             };
-            // Two integers of 64 bits, the common case: compared as such.
-            if let (Some(a), Some(b)) = (small_int(term), small_int(value)) {
-                let o = a.cmp(&b);
-                return pass_if(match op {
-                    Op::Lt => o == Ordering::Less,
-                    Op::Le => o != Ordering::Greater,
-                    Op::Gt => o == Ordering::Greater,
-                    Op::Ge => o != Ordering::Less,
-                    Op::Eq | Op::ExactEq => o == Ordering::Equal,
-                    Op::Ne | Op::ExactNe => o != Ordering::Equal,
-                });
-            }
             match op {
                 Op::ExactEq => {
                     // `=:=`: equal in map-key order (1 and 1.0 differ); a
@@ -452,18 +461,7 @@ fn check<'b, 'n>(
                         sure(Verdict::Pass)
                     }
                 }
-                _ => {
-                    let o = order::compare(term, value, atom_name);
-                    sure(pass_if(match op {
-                        Op::Lt => o == Ordering::Less,
-                        Op::Le => o != Ordering::Greater,
-                        Op::Gt => o == Ordering::Greater,
-                        Op::Ge => o != Ordering::Less,
-                        Op::Eq => o == Ordering::Equal,
-                        Op::Ne => o != Ordering::Equal,
-                        Op::ExactEq | Op::ExactNe => unreachable!("handled above"),
-                    }))
-                }
+                _ => sure(pass_if(holds(*op, order::compare(term, value, atom_name)))),
             }
         }
         Test::Same { a, b } => match (at(a), at(b)) {

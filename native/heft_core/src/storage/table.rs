@@ -48,7 +48,7 @@ use crate::hash::KeyedHash;
 use crate::index::Slot;
 use crate::record::{self, Header};
 use crate::sieve::{Judgement, Sieve};
-use entries::{Entries, Order, Pos};
+use entries::{Entries, Order, Pos, AHEAD_BATCH};
 pub use evict::Budget;
 pub use tier::Moved;
 
@@ -494,6 +494,45 @@ impl Stored<'_> {
     }
 }
 
+/// The entries a walk steps to and their locations, found a batch at a
+/// time ([`Entries::batch_after`]): stepping entry by entry cost a search
+/// of the index for each.
+struct Steps {
+    batch: [(Pos, u64); AHEAD_BATCH],
+    len: usize,
+    at: usize,
+    /// Where the next batch starts after; `None` once the last is taken.
+    from: Option<Pos>,
+    back: bool,
+}
+
+impl Steps {
+    /// The entries after `pos` (before it if `back`).
+    fn after(pos: Option<Pos>, back: bool) -> Steps {
+        Steps {
+            batch: [(Pos::Hash(0), 0); AHEAD_BATCH],
+            len: 0,
+            at: 0,
+            from: pos,
+            back,
+        }
+    }
+
+    #[inline(always)]
+    fn next(&mut self, e: &Entries) -> Option<(Pos, u64)> {
+        if self.at == self.len {
+            self.len = e.batch_after(self.from?, self.back, &mut self.batch);
+            self.at = 0;
+            self.from = (self.len == AHEAD_BATCH).then(|| self.batch[AHEAD_BATCH - 1].0);
+            if self.len == 0 {
+                return None;
+            }
+        }
+        self.at += 1;
+        Some(self.batch[self.at - 1])
+    }
+}
+
 /// What [`Table::chunk_kept`]'s filter says of a record, and what reading
 /// it cost ([`Stored::read_cost`]; 0 if it looked at the key only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -688,7 +727,7 @@ impl State {
 }
 
 impl State {
-    #[inline]
+    #[inline(always)]
     fn record_at(&self, loc: u64) -> (Header, &[u8]) {
         record_in(&self.arena, loc)
     }
@@ -913,13 +952,13 @@ impl State {
 
 /// The record at an indexed offset. The index only ever points at records
 /// this table wrote, so a bad header is a bug, not bad input.
-#[inline]
+#[inline(always)]
 fn record_in(arena: &Arena, loc: u64) -> (Header, &[u8]) {
     whole_record(arena, loc).expect("a whole record at an indexed offset")
 }
 
 /// The record at `loc`, if a valid header and all it announces lie there.
-#[inline]
+#[inline(always)]
 fn whole_record(arena: &Arena, loc: u64) -> Option<(Header, &[u8])> {
     let h = Header::parse_prefix(arena.tail(loc, record::MAX_HEADER)).ok()?;
     Some((h, arena.get(loc, h.total_len())?))
@@ -2370,19 +2409,15 @@ impl Table {
         // Records lie scattered in the arena: the walk asks for the one
         // `AHEAD` records on while it reads this one (most of a scan's time
         // was spent waiting for each record's first cache line). The
-        // positions and locations stepped to ahead are kept in a ring, so
-        // that each is found in the index once.
+        // positions and locations stepped to ahead (found in the index a
+        // batch at a time) are kept in a ring.
         const AHEAD: usize = 8;
-        let step = |pos: Pos| if back { e.prev(pos) } else { e.next(pos) };
-        let mut ring_pos = [None::<Pos>; AHEAD];
-        let mut ring_loc = [0u64; AHEAD];
-        let mut ahead = p;
-        for (pos, loc) in ring_pos.iter_mut().zip(ring_loc.iter_mut()) {
-            ahead = ahead.and_then(step);
-            *pos = ahead;
-            if let Some(x) = ahead {
-                *loc = e.loc(x);
-                a.prefetch(*loc);
+        let mut steps = Steps::after(p, back);
+        let mut ring = [None::<(Pos, u64)>; AHEAD];
+        for r in ring.iter_mut() {
+            *r = steps.next(e);
+            if let Some((_, loc)) = *r {
+                a.prefetch(loc);
             }
         }
         let mut head = 0;
@@ -2418,13 +2453,10 @@ impl Table {
             walked += 1;
             last = Some(loc);
             // The next record is the ring's oldest; the ring steps on.
-            p = ring_pos[head];
-            p_loc = ring_loc[head];
-            ahead = ahead.and_then(step);
-            ring_pos[head] = ahead;
-            if let Some(x) = ahead {
-                ring_loc[head] = e.loc(x);
-                a.prefetch(ring_loc[head]);
+            (p, p_loc) = ring[head].map_or((None, 0), |(pos, loc)| (Some(pos), loc));
+            ring[head] = steps.next(e);
+            if let Some((_, loc)) = ring[head] {
+                a.prefetch(loc);
             }
             head = (head + 1) % AHEAD;
             if range.is_some() {

@@ -108,6 +108,9 @@ impl<'a> LastRead<'a> {
     }
 }
 
+/// The most entries [`Entries::batch_after`] finds at once.
+pub(super) const AHEAD_BATCH: usize = 32;
+
 /// An entry's position; good until the next change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Pos {
@@ -458,6 +461,28 @@ impl Entries {
             (Entries::Ordered(ix), Pos::Ordered(p)) => ix.next(p).map(Pos::Ordered),
             _ => None,
         }
+    }
+
+    /// Fills `out` with the entries after `pos` in walk order (`back`:
+    /// before it, as [`Entries::prev`] steps) and their locations; how
+    /// many (fewer than `out.len()` only at the end).
+    pub(super) fn batch_after(&self, pos: Pos, back: bool, out: &mut [(Pos, u64)]) -> usize {
+        if let (Entries::Hash(ix, _), Pos::Hash(p)) = (self, pos) {
+            let mut found = [(0usize, 0u64); AHEAD_BATCH];
+            let n = ix.occupied_batch(p + 1, &mut found[..out.len().min(AHEAD_BATCH)]);
+            for (o, &(q, loc)) in out.iter_mut().zip(&found[..n]) {
+                *o = (Pos::Hash(q), loc);
+            }
+            return n;
+        }
+        let mut at = pos;
+        for (n, o) in out.iter_mut().enumerate() {
+            let next = if back { self.prev(at) } else { self.next(at) };
+            let Some(next) = next else { return n };
+            *o = (next, self.loc(next));
+            at = next;
+        }
+        out.len()
     }
 
     /// The entry before: the next smaller key of an ordered index; the next
