@@ -168,8 +168,9 @@ impl<'a> Reader<'a> {
         Ok(b)
     }
 
-    /// Reads a LEB128 varint. Most are one or two bytes (lengths of keys
-    /// and records, small integers): those are inlined, the loop is not.
+    /// Reads a LEB128 varint. Most are one to three bytes (lengths of keys
+    /// and records, integers below a million): those are inlined, the
+    /// loop is not.
     #[inline(always)]
     pub fn varint(&mut self) -> Result<u64, DecodeError> {
         match self.buf.get(self.pos..self.pos + 2) {
@@ -181,7 +182,13 @@ impl<'a> Reader<'a> {
                 self.pos += 2;
                 Ok(u64::from(b & 0x7f) | u64::from(c) << 7)
             }
-            _ => self.varint_long(),
+            _ => match self.buf.get(self.pos..self.pos + 3) {
+                Some(&[b, c, d]) if d < 0x80 => {
+                    self.pos += 3;
+                    Ok(u64::from(b & 0x7f) | u64::from(c & 0x7f) << 7 | u64::from(d) << 14)
+                }
+                _ => self.varint_long(),
+            },
         }
     }
 

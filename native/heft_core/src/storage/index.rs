@@ -925,18 +925,20 @@ impl HashIndex {
             let Some(q) = self.occupied_from(p) else {
                 break;
             };
-            // The rest of `q`'s block, word by word.
+            // The rest of `q`'s block, word by word: each written, kept if
+            // occupied (no branch on it), its location unpacked after.
             let end = ((q / BLOCK + 1) * BLOCK).min(self.slots.len());
             for (i, &w) in self.slots[q..end].iter().enumerate() {
-                if w != 0 {
-                    out[n] = (q + i, self.loc_of(w));
-                    n += 1;
-                    if n == out.len() {
-                        return n;
-                    }
+                out[n] = (q + i, w);
+                n += usize::from(w != 0);
+                if n == out.len() {
+                    break;
                 }
             }
             p = end;
+        }
+        for (_, w) in &mut out[..n] {
+            *w = self.loc_of(*w);
         }
         n
     }

@@ -96,6 +96,130 @@ pub struct Sieve {
 struct Split {
     on_key: Vec<Test>,
     on_body: Vec<Test>,
+    /// The same tests as [`Quick`]s, where every one of them has that
+    /// form (and there are some).
+    key_quick: Option<Vec<Quick>>,
+    body_quick: Option<Vec<Quick>>,
+}
+
+/// A test in the form a scan judges fastest: on a root term (the object,
+/// or the key) or one element of it, decided from that element's bytes
+/// without [`locate`]'s general walk. Where the bytes do not decide it
+/// (the element is not an integer of 64 bits, or not the constant's very
+/// bytes), the clause's general tests run instead.
+#[derive(Clone, Debug)]
+enum Quick {
+    /// The root is a tuple of this arity.
+    Arity(u32),
+    /// The root (`None`) or its element `at` is an integer of 64 bits that
+    /// compares to `value` as `op` says.
+    Int { at: Option<u32>, op: Op, value: i64 },
+    /// The root or its element `at` has the very bytes of `value`, a plain
+    /// scalar (not a float zero): `=:=` it. Other bytes leave it to the
+    /// general test.
+    Exact { at: Option<u32>, value: Vec<u8> },
+}
+
+impl Quick {
+    /// The quick form of `test`, whose path leads from the root after
+    /// `skip` steps (1 for a test on the key, whose path starts at the
+    /// key's element).
+    fn of(test: &Test, skip: usize) -> Option<Quick> {
+        let at = |path: &[u32]| match path.get(skip..)? {
+            [] => Some(None),
+            [i] => Some(Some(*i)),
+            _ => None,
+        };
+        match test {
+            Test::Arity { path, arity } if at(path)?.is_none() => Some(Quick::Arity(*arity)),
+            Test::Cmp { path, op, value } => {
+                let at = at(path)?;
+                match small_int(value) {
+                    Some((v, len)) if len == value.len() => Some(Quick::Int {
+                        at,
+                        op: *op,
+                        value: v,
+                    }),
+                    _ if *op == Op::ExactEq && certain(value) => Some(Quick::Exact {
+                        at,
+                        value: value.clone(),
+                    }),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// The quick forms of all of `tests`, if each has one.
+    fn all(tests: &[Test], skip: usize) -> Option<Vec<Quick>> {
+        if tests.is_empty() {
+            return None;
+        }
+        tests.iter().map(|t| Quick::of(t, skip)).collect()
+    }
+}
+
+/// What the quick tests `quick` say of the term `root` starts, and how far
+/// into it they read (all of it where a path led nowhere, as
+/// [`Sieve::judge_reach`] counts); `None` where one of them cannot be
+/// decided so.
+#[inline]
+fn quick_verdict(quick: &[Quick], root: &[u8]) -> Option<(Verdict, usize)> {
+    let top = tuple_header(root);
+    let mut reach = 0;
+    for q in quick {
+        let pass = match q {
+            Quick::Arity(n) => {
+                let (arity, header) = top?;
+                reach = reach.max(header);
+                arity == u64::from(*n)
+            }
+            Quick::Int { at, op, value } => match element(root, top, *at)? {
+                Some((t, off)) => {
+                    let (v, len) = small_int(t)?;
+                    reach = reach.max(off + len);
+                    holds(*op, v.cmp(value))
+                }
+                None => return Some((Verdict::Fail, root.len())),
+            },
+            Quick::Exact { at, value } => match element(root, top, *at)? {
+                Some((t, off)) => {
+                    let t = one_term(t).filter(|t| order::same_bytes(t, value))?;
+                    reach = reach.max(off + t.len());
+                    true
+                }
+                None => return Some((Verdict::Fail, root.len())),
+            },
+        };
+        if !pass {
+            return Some((Verdict::Fail, reach));
+        }
+    }
+    Some((Verdict::Pass, reach))
+}
+
+/// The root term (`at` `None`) or its element `at`, and where that
+/// starts in `root`; `Some(None)` if the root is a smaller tuple. `top` is
+/// the root's tuple header ([`tuple_header`]).
+#[inline]
+fn element(
+    root: &[u8],
+    top: Option<(u64, usize)>,
+    at: Option<u32>,
+) -> Option<Option<(&[u8], usize)>> {
+    let Some(i) = at else {
+        return Some(Some((root, 0)));
+    };
+    let (arity, header) = top?;
+    if u64::from(i) >= arity {
+        return Some(None);
+    }
+    let mut off = header;
+    for _ in 0..i {
+        off += codec::skip(root.get(off..)?).ok()?;
+    }
+    Some(Some((root.get(off..)?, off)))
 }
 
 /// What a sieve says of a record.
@@ -159,8 +283,13 @@ impl Sieve {
         let clauses = clauses
             .into_iter()
             .map(|c| {
-                let (on_key, on_body) = c.into_iter().partition(on_key);
-                Split { on_key, on_body }
+                let (on_key, on_body): (Vec<Test>, Vec<Test>) = c.into_iter().partition(on_key);
+                Split {
+                    key_quick: Quick::all(&on_key, 1),
+                    body_quick: Quick::all(&on_body, 0),
+                    on_key,
+                    on_body,
+                }
             })
             .collect();
         Sieve { clauses }
@@ -220,7 +349,10 @@ impl Sieve {
         // First the key, for every clause.
         let mut needs_body = false;
         for (c, v) in self.clauses.iter().zip(verdicts.iter_mut()) {
-            *v = Verdict::all(&c.on_key, |t| check(t, &key_root, atom_name, &|_| {}));
+            *v = match c.key_quick.as_deref().and_then(|q| quick_verdict(q, key)) {
+                Some((v, _)) => v,
+                None => Verdict::all(&c.on_key, |t| check(t, &key_root, atom_name, &|_| {})),
+            };
             if *v == Verdict::Pass && c.on_body.is_empty() {
                 return Judgement::Matches;
             }
@@ -255,7 +387,14 @@ impl Sieve {
         };
         let mut any_maybe = false;
         for (c, v) in self.clauses.iter().zip(verdicts.iter()) {
-            match v.and(|| Verdict::all(&c.on_body, |t| check(t, &root, atom_name, &read))) {
+            let on_body = || match c.body_quick.as_deref().and_then(|q| quick_verdict(q, body)) {
+                Some((v, r)) => {
+                    reach.set(reach.get().max(r));
+                    v
+                }
+                None => Verdict::all(&c.on_body, |t| check(t, &root, atom_name, &read)),
+            };
+            match v.and(on_body) {
                 Verdict::Pass => return Judgement::Matches,
                 Verdict::Maybe => any_maybe = true,
                 Verdict::Fail => {}
@@ -284,6 +423,7 @@ enum Located<'b> {
 
 /// The term at `path` in the term `bytes` starts; `key` stands for a `KEY`
 /// tag.
+#[inline]
 fn locate<'b>(mut bytes: &'b [u8], key: &'b [u8], path: &[u32]) -> Located<'b> {
     for &i in path {
         if bytes.first() == Some(&tag::KEY) {
@@ -317,6 +457,7 @@ fn locate<'b>(mut bytes: &'b [u8], key: &'b [u8], path: &[u32]) -> Located<'b> {
 }
 
 /// A tuple's arity and the length of its header, if `bytes` starts one.
+#[inline]
 fn tuple_header(bytes: &[u8]) -> Option<(u64, usize)> {
     let t = *bytes.first()?;
     if (tag::SMALL_TUPLE..tag::SMALL_TUPLE + 16).contains(&t)
@@ -403,6 +544,7 @@ fn certain(bytes: &[u8]) -> bool {
 
 /// What `test` says of a record whose terms `at` finds; `read` is told
 /// each piece of them it reads past the path.
+#[inline]
 fn check<'b, 'n>(
     test: &Test,
     at: &impl Fn(&[u32]) -> Located<'b>,
@@ -449,10 +591,12 @@ fn check<'b, 'n>(
             match op {
                 Op::ExactEq => {
                     // `=:=`: equal in map-key order (1 and 1.0 differ); a
-                    // zero of either sign passes, and the VM decides.
-                    sure(pass_if(
-                        order::compare_exact(term, value, atom_name) == Ordering::Equal,
-                    ))
+                    // zero of either sign passes, and the VM decides. A
+                    // scalar of the constant's very bytes (a head's literal
+                    // most records share) needs no comparison.
+                    let equal = (plain_scalar(term) && order::same_bytes(term, value))
+                        || order::compare_exact(term, value, atom_name) == Ordering::Equal;
+                    sure(pass_if(equal))
                 }
                 Op::ExactNe => {
                     if plain_scalar(term) && order::same_bytes(term, value) {
@@ -574,6 +718,97 @@ mod tests {
             path: vec![],
             arity: 3,
         }
+    }
+
+    /// A random scalar or small tuple, of the kinds tests compare with.
+    fn random_value(r: &mut crate::testutil::Rng, depth: u32) -> Value {
+        let ints = [
+            0, 1, 9, 10, 11, 63, 64, 127, 128, -1, -64, 100_000, -100_000,
+        ];
+        match r.below(if depth == 0 { 6 } else { 5 }) {
+            0 => Value::Int(r.pick(&ints)),
+            1 => Value::Int(r.next() as i64 >> r.below(64)),
+            2 => Value::Float(r.pick(&[0.0, -0.0, 1.0, 9.5, 10.0, -3.0])),
+            3 => Value::Atom(r.below(3) as u32 * 70),
+            4 => Value::Binary(vec![r.below(3) as u8; r.below(3) as usize]),
+            _ => Value::Tuple(
+                (0..r.below(4))
+                    .map(|_| random_value(r, depth + 1))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// A random test on a path of zero to two steps from the object.
+    fn random_test(r: &mut crate::testutil::Rng) -> Test {
+        let path: Vec<u32> = (0..r.below(3)).map(|_| r.below(4) as u32).collect();
+        let ops = [
+            Op::Lt,
+            Op::Le,
+            Op::Gt,
+            Op::Ge,
+            Op::Eq,
+            Op::Ne,
+            Op::ExactEq,
+            Op::ExactNe,
+        ];
+        match r.below(4) {
+            0 => Test::Arity {
+                path,
+                arity: r.below(5) as u32,
+            },
+            1 => Test::Is {
+                path,
+                ty: r.pick(&[Type::Integer, Type::Atom, Type::Tuple]),
+            },
+            _ => Test::Cmp {
+                path,
+                op: r.pick(&ops),
+                value: enc(&random_value(r, 1)),
+            },
+        }
+    }
+
+    #[test]
+    fn quick_tests_judge_as_the_general_ones_do() {
+        let mut r = crate::testutil::Rng(0x5eed_1234_abcd);
+        let mut quick_judged = 0;
+        for _ in 0..20_000 {
+            // An object {Key, A, B...} of 1-4 elements, its key stored as
+            // the KEY tag (or, at times, a back reference for element 1).
+            let key = random_value(&mut r, 0);
+            let n = 1 + r.below(4) as usize;
+            let mut w = codec::Writer::new();
+            w.tuple(n);
+            w.key();
+            for i in 1..n {
+                if i == 1 && r.below(8) == 0 {
+                    w.backref(0);
+                } else {
+                    random_value(&mut r, 1).encode(&mut w);
+                }
+            }
+            let (key, body) = (enc(&key), w.buf);
+            let clauses: Vec<Clause> = (0..1 + r.below(2))
+                .map(|_| (0..1 + r.below(3)).map(|_| random_test(&mut r)).collect())
+                .collect();
+            let quick = Sieve::new(clauses.clone(), 1);
+            let mut general = quick.clone();
+            for c in &mut general.clauses {
+                quick_judged += usize::from(c.key_quick.is_some() || c.body_quick.is_some());
+                c.key_quick = None;
+                c.body_quick = None;
+            }
+            assert_eq!(
+                quick.judge_reach(&key, || Some(&body), names),
+                general.judge_reach(&key, || Some(&body), names),
+                "{clauses:?} on key {key:?}, body {body:?}"
+            );
+        }
+        assert!(
+            quick_judged > 5_000,
+            "{quick_judged} clauses had quick forms"
+        );
     }
 
     #[test]
