@@ -501,6 +501,14 @@ defmodule Heft do
   does the write move to a dirty I/O scheduler to make it. Fsyncs, new log
   files and dumps are the work of the table's own two threads.
 
+  A call whose work grows with its input or output (a walk's or a
+  select's chunk, a list of objects written or deleted) charges its
+  process reductions for the time it took, as ETS's `select/2` charges
+  for the objects it examines: 1% of a timeslice (40 reductions) per
+  microsecond, less any wait for the table's lock. A process scanning a
+  large table therefore yields between chunks, and the short calls of
+  other processes on its scheduler do not wait behind the whole scan.
+
   A call that finds the table locked by a long change (a resize, emptying
   a large table) waits for it at most 200 µs on its normal scheduler,
   then waits on a dirty CPU scheduler instead, having changed nothing. A

@@ -19,6 +19,33 @@ defmodule Heft.SchedulingTest do
     assert Heft.info(t, :size) == 100
   end
 
+  # A scan's chunks run on a normal scheduler, tens of microseconds each:
+  # each tells the VM its time, so the scanning process yields as often as
+  # it would running as much Erlang code (or ETS's select), and the short
+  # calls of other processes on its scheduler do not wait behind all of
+  # its chunks. Uncharged, 100,000 records cost the caller a few hundred
+  # reductions (the Elixir code between the chunks).
+  test "a scan charges its caller reductions for its work, as ETS's does", %{t: t} do
+    objects = for k <- 1..100_000, do: {k, rem(k, 7), :binary.copy(<<k::32>>, 8)}
+    e = :ets.new(:sched_ets, [:public])
+    :ets.insert(e, objects)
+    Heft.insert(t, objects)
+    spec = [{{:_, :"$1", :_}, [{:<, :"$1", 1}], [true]}]
+
+    for walk <- [&Heft.select_count(t, &1), &Heft.select(t, &1), &Heft.select_delete(t, &1)] do
+      assert reductions(fn -> :ets.select_count(e, spec) end) > 100_000
+      heft = reductions(fn -> walk.(spec) end)
+      assert heft > 20_000, "#{heft} reductions for a walk of 100,000 records"
+    end
+  end
+
+  defp reductions(fun) do
+    {:reductions, before} = Process.info(self(), :reductions)
+    fun.()
+    {:reductions, later} = Process.info(self(), :reductions)
+    later - before
+  end
+
   test "a long list goes to a dirty CPU scheduler", %{t: t, ref: ref} do
     batch = for i <- 1..10_000, do: {i, i}
     assert Native.insert(ref, batch) == :"$heft_cpu"

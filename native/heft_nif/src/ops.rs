@@ -7,6 +7,7 @@
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use heft_core::sieve::{Judgement, Sieve};
 use heft_core::table::{
@@ -55,12 +56,58 @@ impl Sched {
     }
 }
 
+/// The time a call on a normal scheduler takes, less any wait for a
+/// table's lock, told to the VM as it returns (`enif_consume_timeslice`):
+/// 1% of a timeslice (40 reductions) per microsecond. The JIT runs the
+/// 4,000 reductions of a timeslice of Erlang code in about 45 µs on the
+/// machine of docs/benchmarks.md, and ETS's `select/2` charges about one
+/// reduction per 10 ns of its scan; a 100 µs timeslice for native work
+/// keeps a process making call after call of tens of microseconds (a
+/// scan's chunks) yielding inside its scan, so the calls of other
+/// processes on its scheduler do not wait behind all of its chunks. (At
+/// the ERTS documentation's "about a millisecond" a timeslice, 1,000
+/// processes each selecting from one table saw their slowest calls take
+/// about a second, ETS's 0.2-0.3 s; uncharged, up to 4 s.) A wait for a lock is not the caller's
+/// work: counted, it would make a short write that waited behind a scan's
+/// chunk yield as it returns, and wait a whole round of the run queue.
+/// Only the calls whose work grows with their input or output are timed
+/// (`timed` in `variants!`): two clock reads cost a lookup a tenth of its
+/// time.
+pub(crate) struct Slice<'a> {
+    env: Env<'a>,
+    start: Instant,
+}
+
+impl<'a> Slice<'a> {
+    pub(crate) fn start(env: Env<'a>) -> Slice<'a> {
+        heft_core::table::take_lock_waits();
+        Slice {
+            env,
+            start: Instant::now(),
+        }
+    }
+}
+
+impl Drop for Slice<'_> {
+    fn drop(&mut self) {
+        let waited = heft_core::table::take_lock_waits();
+        let percent = self.start.elapsed().saturating_sub(waited).as_micros();
+        if percent > 0 {
+            rustler::schedule::consume_timeslice(self.env, percent.min(100) as i32);
+        }
+    }
+}
+
 /// Generates the normal, DirtyCpu and DirtyIo NIFs of one operation;
 /// `imp[extra]` passes `extra` after the NIF's own arguments.
+/// `timed` first: the normal variant tells the VM its time (`Slice`), for
+/// calls whose work grows with their input or output.
 macro_rules! variants {
-    ($imp:ident $([$extra:expr])? => $normal:ident, $cpu:ident, $io:ident ($($arg:ident),*)) => {
+    (timed $($rest:tt)*) => { variants!(@gen true, $($rest)*); };
+    (@gen $timed:expr, $imp:ident $([$extra:expr])? => $normal:ident, $cpu:ident, $io:ident ($($arg:ident),*)) => {
         #[rustler::nif]
         fn $normal<'a>(env: Env<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
+            let _slice = $timed.then(|| crate::ops::Slice::start(env));
             // A read that would take long (past many expired keys not yet
             // swept: heft_core table/expire.rs) is refused in a quick call
             // and retried on DirtyCpu, as writes are (`write_variants!`).
@@ -79,6 +126,7 @@ macro_rules! variants {
             $imp(env, Sched::Io, $($arg,)* $($extra)?)
         }
     };
+    ($($rest:tt)*) => { variants!(@gen false, $($rest)*); };
 }
 
 /// Write operations: as `variants!`, and for a `sync: :commit` table the
@@ -90,10 +138,13 @@ macro_rules! variants {
 /// thread makes them ahead of time) answers `:"$heft_io"` from the normal
 /// and DirtyCpu variants; the DirtyIo one makes room and retries.
 /// `imp[extra, ...]` passes the `extra`s after the NIF's own arguments.
+/// `timed` first, as `variants!`.
 macro_rules! write_variants {
-    ($imp:ident $([$($extra:expr),*])? => $normal:ident, $cpu:ident, $io:ident ($tab:ident $(, $arg:ident)*)) => {
+    (timed $($rest:tt)*) => { write_variants!(@gen true, $($rest)*); };
+    (@gen $timed:expr, $imp:ident $([$($extra:expr),*])? => $normal:ident, $cpu:ident, $io:ident ($tab:ident $(, $arg:ident)*)) => {
         #[rustler::nif]
         fn $normal<'a>(env: Env<'a>, $tab: Term<'a>, $($arg: Term<'a>),*) -> NifResult<Term<'a>> {
+            let _slice = $timed.then(|| crate::ops::Slice::start(env));
             // A change that would resize a large index (or clear a large
             // table) is refused here, unmade, and retried on DirtyCpu.
             crate::vm_refs::begin_write();
@@ -113,14 +164,15 @@ macro_rules! write_variants {
             crate::persist::after_write(env, $tab, r)
         }
     };
+    ($($rest:tt)*) => { write_variants!(@gen false, $($rest)*); };
 }
 pub(crate) use write_variants;
 
-write_variants!(write_objects[false, Ttl::Table] => insert, insert_cpu, insert_io (tab, objs));
-write_variants!(write_objects[true, Ttl::Table] => insert_new, insert_new_cpu, insert_new_io (tab, objs));
+write_variants!(timed write_objects[false, Ttl::Table] => insert, insert_cpu, insert_io (tab, objs));
+write_variants!(timed write_objects[true, Ttl::Table] => insert_new, insert_new_cpu, insert_new_io (tab, objs));
 // With a write's `ttl:` (heft_core table/expire.rs).
-write_variants!(write_ttl[false] => insert_ttl, insert_ttl_cpu, insert_ttl_io (tab, objs, ttl));
-write_variants!(write_ttl[true] => insert_new_ttl, insert_new_ttl_cpu, insert_new_ttl_io (tab, objs, ttl));
+write_variants!(timed write_ttl[false] => insert_ttl, insert_ttl_cpu, insert_ttl_io (tab, objs, ttl));
+write_variants!(timed write_ttl[true] => insert_new_ttl, insert_new_ttl_cpu, insert_new_ttl_io (tab, objs, ttl));
 variants!(lookup_impl => lookup, lookup_cpu, lookup_io (tab, key));
 variants!(lookup_element_impl => lookup_element, lookup_element_cpu, lookup_element_io (tab, key, pos));
 variants!(member_impl => member, member_cpu, member_io (tab, key));
@@ -134,18 +186,18 @@ variants!(end_key[Direction::Forward] => first, first_cpu, first_io (tab));
 variants!(step_key[Direction::Forward] => next, next_cpu, next_io (tab, key));
 variants!(end_key[Direction::Backward] => last, last_cpu, last_io (tab));
 variants!(step_key[Direction::Backward] => prev, prev_cpu, prev_io (tab, key));
-variants!(walk_chunk[Direction::Forward] => chunk, chunk_cpu, chunk_io (tab, cursor, max));
+variants!(timed walk_chunk[Direction::Forward] => chunk, chunk_cpu, chunk_io (tab, cursor, max));
 // Last to first: descending keys in an ordered_set; in other tables the
 // key order of `chunk`, each bag key's objects last to first.
-variants!(walk_chunk[Direction::Backward] => chunk_back, chunk_back_cpu, chunk_back_io (tab, cursor, max));
+variants!(timed walk_chunk[Direction::Backward] => chunk_back, chunk_back_cpu, chunk_back_io (tab, cursor, max));
 // The same over a key range of an ordered_set (Heft.Select).
-variants!(range_walk_chunk[Direction::Forward] => range_chunk, range_chunk_cpu, range_chunk_io (tab, range, cursor, max));
-variants!(range_walk_chunk[Direction::Backward] => range_chunk_back, range_chunk_back_cpu, range_chunk_back_io (tab, range, cursor, max));
-variants!(slot_impl => slot, slot_cpu, slot_io (tab, i));
+variants!(timed range_walk_chunk[Direction::Forward] => range_chunk, range_chunk_cpu, range_chunk_io (tab, range, cursor, max));
+variants!(timed range_walk_chunk[Direction::Backward] => range_chunk_back, range_chunk_back_cpu, range_chunk_back_io (tab, range, cursor, max));
+variants!(timed slot_impl => slot, slot_cpu, slot_io (tab, i));
 variants!(size_impl => size, size_cpu, size_io (tab));
 variants!(key_cursor_impl => key_cursor, key_cursor_cpu, key_cursor_io (tab, key));
-variants!(sieve_chunk_impl => sieve_chunk, sieve_chunk_cpu, sieve_chunk_io (tab, sieve, range, cursor, max, dir));
-variants!(sieve_count_impl => sieve_count, sieve_count_cpu, sieve_count_io (tab, sieve, range, cursor, max));
+variants!(timed sieve_chunk_impl => sieve_chunk, sieve_chunk_cpu, sieve_chunk_io (tab, sieve, range, cursor, max, dir));
+variants!(timed sieve_count_impl => sieve_count, sieve_count_cpu, sieve_count_io (tab, sieve, range, cursor, max));
 
 /// The table a handle names: a name atom or a resource.
 /// A table whose owner has died is handled first (resource.rs, "Owner

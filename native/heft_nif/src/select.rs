@@ -19,9 +19,9 @@ use crate::ops::{
 };
 use crate::resource::TableRes;
 
-write_variants!(delete_objects_impl => delete_objects, delete_objects_cpu, delete_objects_io (tab, objs));
-write_variants!(replace_objects_impl => replace_objects, replace_objects_cpu, replace_objects_io (tab, pairs));
-write_variants!(delete_arity_impl => delete_arity, delete_arity_cpu, delete_arity_io (tab, arity, cursor));
+write_variants!(timed delete_objects_impl => delete_objects, delete_objects_cpu, delete_objects_io (tab, objs));
+write_variants!(timed replace_objects_impl => replace_objects, replace_objects_cpu, replace_objects_io (tab, pairs));
+write_variants!(timed delete_arity_impl => delete_arity, delete_arity_cpu, delete_arity_io (tab, arity, cursor));
 
 /// `{keypos, ordered?}`, after checking that the caller may read the table
 /// (or write it, with `write`): select functions raise as ETS does even

@@ -159,6 +159,31 @@ thread_local! {
     static QUICK_LOCKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Compressed bodies on their way into a Prepared, reused per thread.
     static PACKED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// How long quick calls on this thread have waited for tables' locks
+    /// since [`take_lock_waits`].
+    static LOCK_WAITS: std::cell::Cell<std::time::Duration> =
+        const { std::cell::Cell::new(std::time::Duration::ZERO) };
+}
+
+/// How long quick calls on this thread waited for tables' locks since the
+/// last call: a caller that tells a scheduler what its work cost leaves
+/// that out (ops.rs of the NIF).
+pub fn take_lock_waits() -> std::time::Duration {
+    LOCK_WAITS.replace(std::time::Duration::ZERO)
+}
+
+/// `take` the lock at once, or within `wait` (counted in [`LOCK_WAITS`]).
+fn lock_within<G>(
+    now: impl FnOnce() -> Option<G>,
+    within: impl FnOnce() -> Option<G>,
+) -> Result<G, Error> {
+    if let Some(g) = now() {
+        return Ok(g);
+    }
+    let start = std::time::Instant::now();
+    let g = within();
+    LOCK_WAITS.set(LOCK_WAITS.get() + start.elapsed());
+    g.ok_or(Error::TooLong)
 }
 
 /// Expired keys a quick call's walk step passes over before it gives up
@@ -1047,7 +1072,7 @@ impl Table {
     /// quick call waits for it.
     fn read(&self) -> Result<MappedRwLockReadGuard<'_, State>, Error> {
         let guard = match lock_wait(false) {
-            Some(wait) => self.state.try_read_for(wait).ok_or(Error::TooLong)?,
+            Some(wait) => lock_within(|| self.state.try_read(), || self.state.try_read_for(wait))?,
             None => self.state.read(),
         };
         RwLockReadGuard::try_map(guard, Option::as_ref).map_err(|_| Error::Deleted)
@@ -1056,7 +1081,9 @@ impl Table {
     /// The table's state for writing, as [`Table::read`].
     fn write(&self) -> Result<MappedRwLockWriteGuard<'_, State>, Error> {
         let guard = match lock_wait(true) {
-            Some(wait) => self.state.try_write_for(wait).ok_or(Error::TooLong)?,
+            Some(wait) => {
+                lock_within(|| self.state.try_write(), || self.state.try_write_for(wait))?
+            }
             None => self.state.write(),
         };
         RwLockWriteGuard::try_map(guard, Option::as_mut).map_err(|_| Error::Deleted)
@@ -3601,10 +3628,15 @@ mod tests {
             held.wait();
             let k = key(1);
             let mut out = RecordBuf::default();
+            take_lock_waits();
             assert!(matches!(
                 quick(|| t.get(t.hash(&k), &k, &mut out)),
                 Err(Error::TooLong)
             ));
+            assert!(
+                take_lock_waits() >= QUICK_LOCK_WAIT,
+                "the wait is counted, for the caller to leave out of its work"
+            );
             let k2 = key(2);
             assert!(matches!(
                 quick(|| t.insert(&[t.prepare(&k2, &body(2, 10))])),
@@ -3627,9 +3659,12 @@ mod tests {
             "the refused insert changed nothing"
         );
         assert_eq!(t.len().unwrap(), 1);
-        // Uncontended, quick calls take the lock as any other.
+        // Uncontended, quick calls take the lock as any other, waiting
+        // for nothing.
+        take_lock_waits();
         quick(|| t.insert(&[t.prepare(&k2, &body(2, 10))])).unwrap();
         assert!(quick(|| t.contains(t.hash(&k2), &k2)).unwrap());
+        assert_eq!(take_lock_waits(), std::time::Duration::ZERO);
     }
 
     #[test]
