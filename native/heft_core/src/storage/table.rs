@@ -172,7 +172,8 @@ pub fn take_lock_waits() -> std::time::Duration {
     LOCK_WAITS.replace(std::time::Duration::ZERO)
 }
 
-/// `take` the lock at once, or within `wait` (counted in [`LOCK_WAITS`]).
+/// A quick call's lock: taken at once (`now`), or else within its wait
+/// (`within`), the time waited added to [`LOCK_WAITS`].
 fn lock_within<G>(
     now: impl FnOnce() -> Option<G>,
     within: impl FnOnce() -> Option<G>,
