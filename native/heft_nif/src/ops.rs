@@ -67,12 +67,12 @@ impl Sched {
 /// processes on its scheduler do not wait behind all of its chunks. (At
 /// the ERTS documentation's "about a millisecond" a timeslice, 1,000
 /// processes each selecting from one table saw their slowest calls take
-/// about a second, ETS's 0.2-0.3 s; uncharged, up to 4 s.) A wait for a lock is not the caller's
-/// work: counted, it would make a short write that waited behind a scan's
-/// chunk yield as it returns, and wait a whole round of the run queue.
-/// Only the calls whose work grows with their input or output are timed
-/// (`timed` in `variants!`): two clock reads cost a lookup a tenth of its
-/// time.
+/// about a second, ETS's 0.2-0.3 s; uncharged, up to 4 s.) A wait for a
+/// lock is not the caller's work: counted, it would make a short write
+/// that waited behind a scan's chunk yield as it returns, and wait a whole
+/// round of the run queue. Only the calls whose work grows with their
+/// input or output are timed (`timed` in `variants!`, a list written by
+/// `write_objects`): two clock reads cost a lookup a tenth of its time.
 pub(crate) struct Slice<'a> {
     env: Env<'a>,
     start: Instant,
@@ -168,11 +168,11 @@ macro_rules! write_variants {
 }
 pub(crate) use write_variants;
 
-write_variants!(timed write_objects[false, Ttl::Table] => insert, insert_cpu, insert_io (tab, objs));
-write_variants!(timed write_objects[true, Ttl::Table] => insert_new, insert_new_cpu, insert_new_io (tab, objs));
+write_variants!(write_objects[false, Ttl::Table] => insert, insert_cpu, insert_io (tab, objs));
+write_variants!(write_objects[true, Ttl::Table] => insert_new, insert_new_cpu, insert_new_io (tab, objs));
 // With a write's `ttl:` (heft_core table/expire.rs).
-write_variants!(timed write_ttl[false] => insert_ttl, insert_ttl_cpu, insert_ttl_io (tab, objs, ttl));
-write_variants!(timed write_ttl[true] => insert_new_ttl, insert_new_ttl_cpu, insert_new_ttl_io (tab, objs, ttl));
+write_variants!(write_ttl[false] => insert_ttl, insert_ttl_cpu, insert_ttl_io (tab, objs, ttl));
+write_variants!(write_ttl[true] => insert_new_ttl, insert_new_ttl_cpu, insert_new_ttl_io (tab, objs, ttl));
 variants!(lookup_impl => lookup, lookup_cpu, lookup_io (tab, key));
 variants!(lookup_element_impl => lookup_element, lookup_element_cpu, lookup_element_io (tab, key, pos));
 variants!(member_impl => member, member_cpu, member_io (tab, key));
@@ -554,6 +554,8 @@ fn write_objects<'a>(
     only_new: bool,
     ttl: Ttl,
 ) -> NifResult<Term<'a>> {
+    // A list's time is told to the VM (`Slice`); one object's is short.
+    let _slice = (sched == Sched::Normal && objs.is_list()).then(|| Slice::start(env));
     let t = open!(env, tab, sched, true);
     if objs.is_tuple() {
         // One object: no list of one and no vector of one prepared record.
