@@ -733,18 +733,10 @@ pub fn tuple_arity(bytes: &[u8]) -> Option<u64> {
 /// record's top-level elements without building them.
 #[inline]
 pub fn skip(bytes: &[u8]) -> Result<usize, DecodeError> {
-    // Scalars (one-byte small integers and atoms, [], a key; integers,
-    // floats, binaries) are most of what a scan's sieve steps over: no
-    // walk for them.
+    // One-byte terms (small integers and atoms, [], a key) are most of
+    // what a scan's sieve steps over: no walk for them.
     match bytes.first() {
         Some(&t) if is_one_byte(t) => Ok(1),
-        Some(&(tag::INT | tag::FLOAT | tag::BINARY)) => {
-            let mut r = Reader::new(bytes);
-            match part(&mut r)? {
-                (_, Part::Leaf) => Ok(r.position()),
-                (_, Part::Compound(..)) => unreachable!("a scalar's tag"),
-            }
-        }
         _ => skip_walk(bytes),
     }
 }
