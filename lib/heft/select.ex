@@ -382,13 +382,32 @@ defmodule Heft.Select do
     end
   end
 
+  # The objects matched are deleted a batch of at least @chunk at a time
+  # (and at the end): a batch of writes goes to a dirty scheduler, and a
+  # hop there costs about as much as walking 300 records, so a spec that
+  # matches a few objects scattered over the table deletes them in one
+  # call, not one for each chunk that found one. Each is deleted only if
+  # it is still exactly the object matched (select.rs).
   defp delete_matching(ref, ms, source) do
-    fold(ref, source, 0, fn objects, n ->
-      case for {true, object} <- MatchSpec.run(objects, ms), do: object do
-        [] -> n
-        doomed -> n + written(call(delete_objects(ref, doomed)))
-      end
-    end)
+    {n, doomed, _} =
+      fold(ref, source, {0, [], 0}, fn objects, {n, doomed, len} ->
+        matched = for {true, object} <- MatchSpec.run(objects, ms), do: object
+        doomed = [matched | doomed]
+        len = len + length(matched)
+
+        if len >= @chunk,
+          do: {n + delete_doomed(ref, doomed), [], 0},
+          else: {n, doomed, len}
+      end)
+
+    n + delete_doomed(ref, doomed)
+  end
+
+  defp delete_doomed(ref, doomed) do
+    case doomed |> Enum.reverse() |> Enum.concat() do
+      [] -> 0
+      objects -> written(call(delete_objects(ref, objects)))
+    end
   end
 
   # The result of a write NIF, or a throw of its `{:error, reason}` (a
