@@ -90,6 +90,17 @@ pub type Clause = Vec<Test>;
 #[derive(Clone, Debug)]
 pub struct Sieve {
     clauses: Vec<Split>,
+    /// Where the sieve is one clause whose tests all have quick forms and
+    /// all look at one side (the key, or the body), that side: most
+    /// selects' sieves, judged by [`Sieve::judge_alone`] with none of the
+    /// general path's bookkeeping.
+    alone: Option<Side>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Key,
+    Body,
 }
 
 #[derive(Clone, Debug)]
@@ -291,8 +302,40 @@ impl Sieve {
                     on_body,
                 }
             })
-            .collect();
-        Sieve { clauses }
+            .collect::<Vec<Split>>();
+        let alone = match clauses.as_slice() {
+            [c] if c.on_body.is_empty() && c.key_quick.is_some() => Some(Side::Key),
+            [c] if c.on_key.is_empty() && c.body_quick.is_some() => Some(Side::Body),
+            _ => None,
+        };
+        Sieve { clauses, alone }
+    }
+
+    /// Whether [`Sieve::judge_alone`] needs the body: the sieve's one
+    /// clause tests the body alone. (False also where it cannot judge.)
+    #[inline]
+    pub fn alone_on_body(&self) -> bool {
+        self.alone == Some(Side::Body)
+    }
+
+    /// [`Sieve::judge_reach`] of a sieve of one clause of quick tests on
+    /// one side, given the key and, where [`Sieve::alone_on_body`], the
+    /// body as stored uncompressed; `None` for any other sieve or where
+    /// the bytes do not decide (the general path then judges).
+    #[inline]
+    pub fn judge_alone(&self, key: &[u8], body: &[u8]) -> Option<(Judgement, usize)> {
+        let (quick, root) = match (self.alone?, self.clauses.first()?) {
+            (Side::Key, c) => (c.key_quick.as_deref()?, key),
+            (Side::Body, c) => (c.body_quick.as_deref()?, body),
+        };
+        let (v, reach) = quick_verdict(quick, root)?;
+        let judged = match v {
+            Verdict::Pass => Judgement::Matches,
+            Verdict::Maybe => Judgement::Maybe,
+            Verdict::Fail => Judgement::Drops,
+        };
+        // The general path asks for the body only for tests on it.
+        Some((judged, if self.alone == Some(Side::Body) { reach } else { 0 }))
     }
 
     /// What the sieve says of the record with this `key` (its stored,
@@ -772,7 +815,7 @@ mod tests {
     #[test]
     fn quick_tests_judge_as_the_general_ones_do() {
         let mut r = crate::testutil::Rng(0x5eed_1234_abcd);
-        let mut quick_judged = 0;
+        let (mut quick_judged, mut alone_judged, mut alone_matched) = (0, 0, 0);
         for _ in 0..20_000 {
             // An object {Key, A, B...} of 1-4 elements, its key stored as
             // the KEY tag (or, at times, a back reference for element 1).
@@ -799,15 +842,25 @@ mod tests {
                 c.key_quick = None;
                 c.body_quick = None;
             }
+            let judged = general.judge_reach(&key, || Some(&body), names);
             assert_eq!(
                 quick.judge_reach(&key, || Some(&body), names),
-                general.judge_reach(&key, || Some(&body), names),
+                judged,
                 "{clauses:?} on key {key:?}, body {body:?}"
             );
+            if let Some(alone) = quick.judge_alone(&key, &body) {
+                alone_judged += 1;
+                alone_matched += usize::from(alone.0 == Judgement::Matches);
+                assert_eq!(alone, judged, "{clauses:?} alone on {key:?}, {body:?}");
+            }
         }
         assert!(
             quick_judged > 5_000,
             "{quick_judged} clauses had quick forms"
+        );
+        assert!(
+            alone_judged > 300 && alone_matched > 30 && alone_matched < alone_judged - 30,
+            "{alone_judged} judged alone, {alone_matched} matching"
         );
     }
 

@@ -497,6 +497,20 @@ impl Stored<'_> {
         scratch: &mut Vec<u8>,
         atom_name: impl Fn(u32) -> &'n str + Copy,
     ) -> (Judgement, usize) {
+        // A sieve of one clause of quick tests judges the bytes as stored
+        // (a body stored compressed goes the general way).
+        let body_raw = self.header.codec == Codec::Raw;
+        if body_raw || !sieve.alone_on_body() {
+            let s = self.header.body_start();
+            let body = if body_raw {
+                &self.bytes[s..s + self.header.stored_len]
+            } else {
+                &[]
+            };
+            if let Some((judged, reach)) = sieve.judge_alone(self.key(), body) {
+                return (judged, if reach > 0 { self.read_cost(reach) } else { 0 });
+            }
+        }
         let mut asked = false;
         let (judged, reach) = sieve.judge_reach(
             self.key(),
