@@ -90,17 +90,10 @@ pub type Clause = Vec<Test>;
 #[derive(Clone, Debug)]
 pub struct Sieve {
     clauses: Vec<Split>,
-    /// Where the sieve is one clause whose tests all have quick forms and
-    /// all look at one side (the key, or the body), that side: most
-    /// selects' sieves, judged by [`Sieve::judge_alone`] with none of the
-    /// general path's bookkeeping.
-    alone: Option<Side>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Side {
-    Key,
-    Body,
+    /// Whether the sieve is one clause whose tests all have quick forms
+    /// (most selects' sieves), judged by [`Sieve::judge_quick`] with none
+    /// of the general path's bookkeeping.
+    quick_only: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -303,39 +296,65 @@ impl Sieve {
                 }
             })
             .collect::<Vec<Split>>();
-        let alone = match clauses.as_slice() {
-            [c] if c.on_body.is_empty() && c.key_quick.is_some() => Some(Side::Key),
-            [c] if c.on_key.is_empty() && c.body_quick.is_some() => Some(Side::Body),
-            _ => None,
+        let quick_only = match clauses.as_slice() {
+            [c] => {
+                (c.on_key.is_empty() || c.key_quick.is_some())
+                    && (c.on_body.is_empty() || c.body_quick.is_some())
+            }
+            _ => false,
         };
-        Sieve { clauses, alone }
+        Sieve {
+            clauses,
+            quick_only,
+        }
     }
 
-    /// Whether [`Sieve::judge_alone`] needs the body: the sieve's one
-    /// clause tests the body alone. (False also where it cannot judge.)
-    #[inline]
-    pub fn alone_on_body(&self) -> bool {
-        self.alone == Some(Side::Body)
+    /// The same sieve judged by the general tests alone (to check the
+    /// quick ones against).
+    #[cfg(test)]
+    pub(crate) fn general(&self) -> Sieve {
+        let mut s = self.clone();
+        s.quick_only = false;
+        for c in &mut s.clauses {
+            c.key_quick = None;
+            c.body_quick = None;
+        }
+        s
     }
 
-    /// [`Sieve::judge_reach`] of a sieve of one clause of quick tests on
-    /// one side, given the key and, where [`Sieve::alone_on_body`], the
-    /// body as stored uncompressed; `None` for any other sieve or where
-    /// the bytes do not decide (the general path then judges).
+    /// Whether [`Sieve::judge_quick`] may need the body.
     #[inline]
-    pub fn judge_alone(&self, key: &[u8], body: &[u8]) -> Option<(Judgement, usize)> {
-        let (quick, root) = match (self.alone?, self.clauses.first()?) {
-            (Side::Key, c) => (c.key_quick.as_deref()?, key),
-            (Side::Body, c) => (c.body_quick.as_deref()?, body),
+    pub fn quick_needs_body(&self) -> bool {
+        self.quick_only && self.clauses.first().is_some_and(|c| c.body_quick.is_some())
+    }
+
+    /// [`Sieve::judge_reach`] of a sieve of one clause of quick tests,
+    /// given the key and the body (`None` if it cannot be had as it is:
+    /// stored compressed); `None` for any other sieve, or where the bytes
+    /// do not decide (the general path then judges).
+    #[inline]
+    pub fn judge_quick(&self, key: &[u8], body: Option<&[u8]>) -> Option<(Judgement, usize)> {
+        if !self.quick_only {
+            return None;
+        }
+        let c = self.clauses.first()?;
+        // The key first, as the general path: a record it fails is
+        // dropped without a look at the body.
+        if let Some(q) = c.key_quick.as_deref() {
+            if quick_verdict(q, key)?.0 == Verdict::Fail {
+                return Some((Judgement::Drops, 0));
+            }
+        }
+        let Some(q) = c.body_quick.as_deref() else {
+            return Some((Judgement::Matches, 0));
         };
-        let (v, reach) = quick_verdict(quick, root)?;
+        let (v, reach) = quick_verdict(q, body?)?;
         let judged = match v {
             Verdict::Pass => Judgement::Matches,
             Verdict::Maybe => Judgement::Maybe,
             Verdict::Fail => Judgement::Drops,
         };
-        // The general path asks for the body only for tests on it.
-        Some((judged, if self.alone == Some(Side::Body) { reach } else { 0 }))
+        Some((judged, reach))
     }
 
     /// What the sieve says of the record with this `key` (its stored,
@@ -836,19 +855,19 @@ mod tests {
                 .map(|_| (0..1 + r.below(3)).map(|_| random_test(&mut r)).collect())
                 .collect();
             let quick = Sieve::new(clauses.clone(), 1);
-            let mut general = quick.clone();
-            for c in &mut general.clauses {
-                quick_judged += usize::from(c.key_quick.is_some() || c.body_quick.is_some());
-                c.key_quick = None;
-                c.body_quick = None;
-            }
+            quick_judged += quick
+                .clauses
+                .iter()
+                .filter(|c| c.key_quick.is_some() || c.body_quick.is_some())
+                .count();
+            let general = quick.general();
             let judged = general.judge_reach(&key, || Some(&body), names);
             assert_eq!(
                 quick.judge_reach(&key, || Some(&body), names),
                 judged,
                 "{clauses:?} on key {key:?}, body {body:?}"
             );
-            if let Some(alone) = quick.judge_alone(&key, &body) {
+            if let Some(alone) = quick.judge_quick(&key, Some(&body)) {
                 alone_judged += 1;
                 alone_matched += usize::from(alone.0 == Judgement::Matches);
                 assert_eq!(alone, judged, "{clauses:?} alone on {key:?}, {body:?}");

@@ -499,17 +499,13 @@ impl Stored<'_> {
     ) -> (Judgement, usize) {
         // A sieve of one clause of quick tests judges the bytes as stored
         // (a body stored compressed goes the general way).
-        let body_raw = self.header.codec == Codec::Raw;
-        if body_raw || !sieve.alone_on_body() {
+        let body = (self.header.codec == Codec::Raw && sieve.quick_needs_body()).then(|| {
             let s = self.header.body_start();
-            let body = if body_raw {
-                &self.bytes[s..s + self.header.stored_len]
-            } else {
-                &[]
-            };
-            if let Some((judged, reach)) = sieve.judge_alone(self.key(), body) {
-                return (judged, if reach > 0 { self.read_cost(reach) } else { 0 });
-            }
+            &self.bytes[s..s + self.header.stored_len]
+        });
+        if let Some((judged, reach)) = sieve.judge_quick(self.key(), body) {
+            // Nothing read of the body (the key decided) costs nothing.
+            return (judged, if reach > 0 { self.read_cost(reach) } else { 0 });
         }
         let mut asked = false;
         let (judged, reach) = sieve.judge_reach(
@@ -2949,6 +2945,64 @@ mod tests {
                 },
             )
             .unwrap();
+    }
+
+    #[test]
+    fn a_stored_record_is_judged_alike_by_quick_and_general_tests() {
+        use crate::sieve::{Op, Test};
+        let cmp = |path: Vec<u32>, op, v: i64| Test::Cmp {
+            path,
+            op,
+            value: Value::Int(v).to_bytes(),
+        };
+        let arity = Test::Arity {
+            path: vec![],
+            arity: 3,
+        };
+        // On the key alone, the body alone, both, and two clauses.
+        let sieves = [
+            vec![vec![cmp(vec![0], Op::Lt, 100)]],
+            vec![vec![arity.clone(), cmp(vec![1], Op::Ge, 150)]],
+            vec![vec![cmp(vec![0], Op::Lt, 100), cmp(vec![1], Op::Ge, 50)]],
+            vec![
+                vec![cmp(vec![0], Op::Lt, 10)],
+                vec![cmp(vec![1], Op::Gt, 190)],
+            ],
+        ];
+        for compression in [Compression::None, Compression::Zlib(6)] {
+            let t = table(compression);
+            let recs: Vec<Prepared> = (0..200)
+                .map(|i| {
+                    let fill = Value::Binary(vec![b'x'; (i as usize % 4) * 300]);
+                    let body = Value::Tuple(vec![Value::Int(i), Value::Int(i), fill]);
+                    t.prepare(&key(i), &body.to_bytes())
+                })
+                .collect();
+            t.insert(&recs).unwrap();
+            for clauses in &sieves {
+                let quick = Sieve::new(clauses.clone(), 1);
+                let general = quick.general();
+                let dicts = t.dictionaries().clone();
+                let (mut scratch, mut kept) = (Vec::new(), 0);
+                let mut buf = RecordBuf::new();
+                t.chunk_kept(
+                    Direction::Forward,
+                    &KeyRange::default(),
+                    None,
+                    1000,
+                    usize::MAX,
+                    &mut buf,
+                    &mut |r| {
+                        let judged = r.judge(&quick, &dicts, &mut scratch, |_| "");
+                        assert_eq!(judged, r.judge(&general, &dicts, &mut scratch, |_| ""));
+                        kept += usize::from(judged.0 == Judgement::Matches);
+                        Kept::No { read: judged.1 }
+                    },
+                )
+                .unwrap();
+                assert!(kept > 0 && kept < 200, "{clauses:?} kept {kept}");
+            }
+        }
     }
 
     #[test]
