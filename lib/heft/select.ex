@@ -383,11 +383,10 @@ defmodule Heft.Select do
   end
 
   # The objects matched are deleted a batch of at least @chunk at a time
-  # (and at the end): a batch of writes goes to a dirty scheduler, and a
-  # hop there costs about as much as walking 300 records, so a spec that
-  # matches a few objects scattered over the table deletes them in one
-  # call, not one for each chunk that found one. Each is deleted only if
-  # it is still exactly the object matched (select.rs).
+  # (and at the end), not in a call for each chunk that found some: a spec
+  # that matches a few objects scattered over the table deletes them in
+  # one short call. Each is deleted only if it is still exactly the object
+  # matched (select.rs).
   defp delete_matching(ref, ms, source) do
     {n, doomed, _} =
       fold(ref, source, {0, [], 0}, fn objects, {n, doomed, len} ->
@@ -403,10 +402,17 @@ defmodule Heft.Select do
     n + delete_doomed(ref, doomed)
   end
 
-  defp delete_doomed(ref, doomed) do
-    case doomed |> Enum.reverse() |> Enum.concat() do
-      [] -> 0
-      objects -> written(call(delete_objects(ref, objects)))
+  defp delete_doomed(ref, doomed),
+    do: doomed |> Enum.reverse() |> Enum.concat() |> delete_all(ref)
+
+  # A short list is deleted on a normal scheduler as far as its budget
+  # goes; what is left comes back for another call (select.rs).
+  defp delete_all([], _ref), do: 0
+
+  defp delete_all(objects, ref) do
+    case written(call(delete_objects(ref, objects))) do
+      {:more, n, rest} -> n + delete_all(rest, ref)
+      n -> n
     end
   end
 

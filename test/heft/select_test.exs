@@ -328,6 +328,46 @@ defmodule Heft.SelectTest do
       assert Heft.lookup(h, 6) == []
     end
 
+    test "a short list is deleted on the normal scheduler, as far as its budget goes" do
+      h = Heft.new(:quick_delete, [:public])
+      big = {:big, :binary.copy("x", 1_000_000)}
+      small = for k <- 1..5, do: {k, :v}
+      Heft.insert(h, [big | small])
+      [a, b | others] = small
+
+      # Small objects: done in the call, absent ones not counted.
+      assert Heft.Native.delete_objects(h.ref, [a, b, {99, :v}]) == 2
+      # The big record's decoding would go beyond the budget: the objects
+      # before it are deleted, it and those after it come back untouched.
+      assert {:more, 1, [^big | rest]} =
+               Heft.Native.delete_objects(h.ref, [hd(others), big | tl(others)])
+
+      assert rest == tl(others)
+      assert Heft.lookup(h, :big) == [big]
+      # First in the list, it is the dirty scheduler's at once; so is a
+      # list longer than a normal call takes.
+      assert Heft.Native.delete_objects(h.ref, [big]) == :"$heft_cpu"
+      assert Heft.Native.delete_objects(h.ref, List.duplicate({1, :v}, 65)) == :"$heft_cpu"
+      assert Heft.Native.delete_objects_cpu(h.ref, [big | rest]) == 1 + length(rest)
+      assert Heft.tab2list(h) == []
+    end
+
+    test "select_delete counts every object it deletes, big and small, scattered" do
+      h = Heft.new(:scattered_delete, [:public])
+
+      objects =
+        for k <- 1..3_000,
+            do: {k, rem(k, 300), if(rem(k, 700) == 0, do: :binary.copy("y", 300_000), else: k)}
+
+      Heft.insert(h, objects)
+      # Ten objects, two of them big: a normal call stops at the first
+      # big one, the rest goes on.
+      assert Heft.select_delete(h, [{{:_, 100, :_}, [], [true]}]) == 10
+      assert Heft.select_delete(h, [{{:_, 0, :"$1"}, [{:is_binary, :"$1"}], [true]}]) == 1
+      assert Heft.select_delete(h, [{{:"$1", :_, :_}, [{:>, :"$1", 2_000}], [true]}]) == 996
+      assert Heft.info(h, :size) == 3_000 - 10 - 1 - 996
+    end
+
     test "a concurrent writer is never undone" do
       # The writer turns objects into {k, :keep, _} while select_delete
       # removes {_, :old, _}. Deleting by key instead of by exact object

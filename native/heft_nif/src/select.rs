@@ -44,6 +44,10 @@ fn select_access(env: Env, tab: Term, write: bool) -> NifResult<(usize, bool)> {
     Ok((t.keypos, t.core.kind() == Kind::OrderedSet))
 }
 
+mod atoms {
+    rustler::atoms! { more }
+}
+
 /// Opens the table for writing on a dirty scheduler: batches go there at
 /// once (each object costs a lookup, a decode and two encodings, and a
 /// batch must not be cut short half done).
@@ -126,6 +130,10 @@ fn find_exact<'a>(
     // objects of a key): `=:=`, the VM's own comparison, which needs no
     // canonical encoding of the whole object (values may nest maps deeper
     // than a key may).
+    // Decoding costs about as much as encoding half its bytes (a term
+    // node for every two): a normal scheduler's budget bounds it too.
+    let raw: usize = buf.items().iter().map(|it| it.header.raw_len).sum();
+    enc!(enc.spend(raw / 2));
     let mut scratch = Vec::new();
     for it in buf.items() {
         let stored = decode_item(env, t, buf, it, &mut scratch)?;
@@ -174,18 +182,62 @@ pub(crate) fn delete_exact<'a>(
     }
 }
 
+/// Objects a normal-scheduler `delete_objects` takes on; a longer list
+/// goes to a dirty scheduler at once.
+const QUICK_OBJECTS: usize = 64;
+
 /// Deletes each object of the list that is in the table exactly as given;
 /// returns how many it deleted.
+///
+/// A short list is deleted on the normal scheduler (a hop to a dirty one
+/// costs more than deleting a few objects), an object at a time within
+/// its budget: where the next object would go beyond it (or must wait for
+/// the log, or resize a large index) the call returns `{:more, deleted,
+/// rest}`, the objects from that one on left for another call. An object
+/// is never half done, and the first one's refusal is the retry marker,
+/// so each call makes progress or moves the list to a dirty scheduler.
 fn delete_objects_impl<'a>(
     env: Env<'a>,
     sched: Sched,
     tab: Term<'a>,
     objs: Term<'a>,
 ) -> NifResult<Term<'a>> {
+    let objs = list(objs)?;
+    if sched == Sched::Normal {
+        let t = match open(env, tab, sched, true)? {
+            Ok(t) => t,
+            Err(retry) => return Ok(retry),
+        };
+        if objs.len() > QUICK_OBJECTS {
+            return Ok(retry_cpu(env));
+        }
+        let mut enc = TermEncoder::new(&t.atoms, sched.budget());
+        let mut deleted = 0usize;
+        for (i, &obj) in objs.iter().enumerate() {
+            // Why this object was refused, before it changed anything: the
+            // marker of the scheduler that can take it.
+            let retry = match delete_exact(env, &t, &mut enc, obj, Same::Exactly) {
+                Ok(Ok(n)) => {
+                    deleted += n;
+                    continue;
+                }
+                Ok(Err(EncodeError::TooBig)) => retry_cpu(env),
+                Ok(Err(e)) => return Err(badarg(e.message())),
+                Err(_) if errors::take_would_block() => errors::retry_io(env),
+                Err(_) if errors::take_too_long() => retry_cpu(env),
+                Err(e) => return Err(e),
+            };
+            if i == 0 {
+                return Ok(retry);
+            }
+            return Ok((atoms::more(), deleted, objs[i..].to_vec()).encode(env));
+        }
+        return Ok(deleted.encode(env));
+    }
     let t = open_dirty!(env, tab, sched);
     let mut enc = TermEncoder::new(&t.atoms, usize::MAX);
     let mut deleted = 0usize;
-    for obj in list(objs)? {
+    for obj in objs {
         // A log that needs a new segment first: make room here and go on
         // (running the whole list again would miscount).
         let done = loop {
