@@ -350,6 +350,12 @@ defmodule Heft.SelectTest do
       assert Heft.Native.delete_objects(h.ref, List.duplicate({1, :v}, 65)) == :"$heft_cpu"
       assert Heft.Native.delete_objects_cpu(h.ref, [big | rest]) == 1 + length(rest)
       assert Heft.tab2list(h) == []
+      # A bag's key may hold very many objects to compare: dirty.
+      b = Heft.new(:quick_delete_bag, [:bag, :public])
+      Heft.insert(b, [{1, :a}, {1, :b}])
+      assert Heft.Native.delete_objects(b.ref, [{1, :a}]) == :"$heft_cpu"
+      assert Heft.select_delete(b, [{{1, :a}, [], [true]}]) == 1
+      assert Heft.lookup(b, 1) == [{1, :b}]
     end
 
     test "select_delete counts every object it deletes, big and small, scattered" do

@@ -50,7 +50,8 @@ mod atoms {
 
 /// Opens the table for writing on a dirty scheduler: batches go there at
 /// once (each object costs a lookup, a decode and two encodings, and a
-/// batch must not be cut short half done).
+/// batch must not be cut short half done; `delete_objects` takes a short
+/// list on the normal scheduler an object at a time instead).
 macro_rules! open_dirty {
     ($env:expr, $tab:expr, $sched:expr) => {
         match open($env, $tab, $sched, true)? {
@@ -126,14 +127,14 @@ fn find_exact<'a>(
     buf.clear();
     let mut item = None;
     t.core.get(hash, &key, buf).map_err(errors::core)?;
-    // The key's first object that is `obj` exactly (a bag may hold several
-    // objects of a key): `=:=`, the VM's own comparison, which needs no
-    // canonical encoding of the whole object (values may nest maps deeper
-    // than a key may).
     // Decoding costs about as much as encoding half its bytes (a term
     // node for every two): a normal scheduler's budget bounds it too.
     let raw: usize = buf.items().iter().map(|it| it.header.raw_len).sum();
     enc!(enc.spend(raw / 2));
+    // The key's first object that is `obj` exactly (a bag may hold several
+    // objects of a key): `=:=`, the VM's own comparison, which needs no
+    // canonical encoding of the whole object (values may nest maps deeper
+    // than a key may).
     let mut scratch = Vec::new();
     for it in buf.items() {
         let stored = decode_item(env, t, buf, it, &mut scratch)?;
@@ -189,8 +190,9 @@ const QUICK_OBJECTS: usize = 64;
 /// Deletes each object of the list that is in the table exactly as given;
 /// returns how many it deleted.
 ///
-/// A short list is deleted on the normal scheduler (a hop to a dirty one
-/// costs more than deleting a few objects), an object at a time within
+/// A short list of a set's or ordered_set's is deleted on the normal
+/// scheduler (a hop to a dirty one costs more than deleting a few
+/// objects), an object at a time within
 /// its budget: where the next object would go beyond it (or must wait for
 /// the log, or resize a large index) the call returns `{:more, deleted,
 /// rest}`, the objects from that one on left for another call. An object
@@ -208,7 +210,9 @@ fn delete_objects_impl<'a>(
             Ok(t) => t,
             Err(retry) => return Ok(retry),
         };
-        if objs.len() > QUICK_OBJECTS {
+        // A bag's delete compares the object with each of its key's (a key
+        // may have very many): bags' lists go to a dirty scheduler.
+        if objs.len() > QUICK_OBJECTS || t.core.kind().is_bag() {
             return Ok(retry_cpu(env));
         }
         let mut enc = TermEncoder::new(&t.atoms, sched.budget());
