@@ -42,8 +42,12 @@ defmodule Heft.MemoryTest do
           assert n.rss > 0
 
         ps ->
-          {out, 0} = System.cmd(ps, ["-o", "rss=", "-p", System.pid()])
-          assert_in_delta n.rss, String.to_integer(String.trim(out)) * 1024, n.rss * 0.1
+          # Other tests run meanwhile and move the RSS by tens of MB: ps's
+          # reading is compared with the two taken either side of it, once
+          # they agree.
+          {before, by_ps, later} = steady_rss(ps, 5)
+          assert_in_delta before, by_ps, before * 0.1
+          assert_in_delta later, by_ps, later * 0.1
       end
     end
 
@@ -297,5 +301,16 @@ defmodule Heft.MemoryTest do
       assert %{mem_total: t} = :"Elixir.Heft.Memory".host()
       assert t > 0
     end
+  end
+
+  defp steady_rss(ps, tries) do
+    before = Memory.node().rss
+    {out, 0} = System.cmd(ps, ["-o", "rss=", "-p", System.pid()])
+    later = Memory.node().rss
+    reading = {before, String.to_integer(String.trim(out)) * 1024, later}
+
+    if tries > 1 and abs(later - before) > before * 0.02,
+      do: steady_rss(ps, tries - 1),
+      else: reading
   end
 end
