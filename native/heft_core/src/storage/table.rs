@@ -482,9 +482,13 @@ impl Stored<'_> {
         dicts: &Dictionaries,
         scratch: &'s mut Vec<u8>,
     ) -> Result<&'s [u8], compress::CorruptBody> {
+        compress::unpack(&self.header, self.stored_body(), dicts, scratch)
+    }
+
+    /// The record's body as stored (compressed or not).
+    fn stored_body(&self) -> &[u8] {
         let s = self.header.body_start();
-        let stored = &self.bytes[s..s + self.header.stored_len];
-        compress::unpack(&self.header, stored, dicts, scratch)
+        &self.bytes[s..s + self.header.stored_len]
     }
 
     /// What `sieve` says of the record, and what judging it cost in the
@@ -499,10 +503,8 @@ impl Stored<'_> {
     ) -> (Judgement, usize) {
         // A sieve of one clause of quick tests judges the bytes as stored
         // (a body stored compressed goes the general way).
-        let body = (self.header.codec == Codec::Raw && sieve.quick_needs_body()).then(|| {
-            let s = self.header.body_start();
-            &self.bytes[s..s + self.header.stored_len]
-        });
+        let body = (self.header.codec == Codec::Raw && sieve.quick_needs_body())
+            .then(|| self.stored_body());
         if let Some((judged, reach)) = sieve.judge_quick(self.key(), body) {
             // Nothing read of the body (the key decided) costs nothing.
             return (judged, if reach > 0 { self.read_cost(reach) } else { 0 });
@@ -2928,23 +2930,28 @@ mod tests {
             .map(|i| z.prepare(&key(i), &body(i, 1000)))
             .collect();
         z.insert(&recs).unwrap();
+        walk_whole(&z, &mut |r| {
+            assert!(r.read_cost(3) > 1000);
+            Kept::No {
+                read: r.read_cost(3),
+            }
+        });
+    }
+
+    /// Walks all of `t` (up to 1,000 records) in one chunk, no byte budget,
+    /// `keep` judging each record.
+    fn walk_whole(t: &Table, keep: &mut dyn FnMut(&Stored) -> Kept) {
         let mut buf = RecordBuf::new();
-        let _ = z
-            .chunk_kept(
-                Direction::Forward,
-                &KeyRange::default(),
-                None,
-                1000,
-                usize::MAX,
-                &mut buf,
-                &mut |r| {
-                    assert!(r.read_cost(3) > 1000);
-                    Kept::No {
-                        read: r.read_cost(3),
-                    }
-                },
-            )
-            .unwrap();
+        t.chunk_kept(
+            Direction::Forward,
+            &KeyRange::default(),
+            None,
+            1000,
+            usize::MAX,
+            &mut buf,
+            keep,
+        )
+        .unwrap();
     }
 
     #[test]
@@ -2984,22 +2991,12 @@ mod tests {
                 let general = quick.general();
                 let dicts = t.dictionaries().clone();
                 let (mut scratch, mut kept) = (Vec::new(), 0);
-                let mut buf = RecordBuf::new();
-                t.chunk_kept(
-                    Direction::Forward,
-                    &KeyRange::default(),
-                    None,
-                    1000,
-                    usize::MAX,
-                    &mut buf,
-                    &mut |r| {
-                        let judged = r.judge(&quick, &dicts, &mut scratch, |_| "");
-                        assert_eq!(judged, r.judge(&general, &dicts, &mut scratch, |_| ""));
-                        kept += usize::from(judged.0 == Judgement::Matches);
-                        Kept::No { read: judged.1 }
-                    },
-                )
-                .unwrap();
+                walk_whole(&t, &mut |r| {
+                    let judged = r.judge(&quick, &dicts, &mut scratch, |_| "");
+                    assert_eq!(judged, r.judge(&general, &dicts, &mut scratch, |_| ""));
+                    kept += usize::from(judged.0 == Judgement::Matches);
+                    Kept::No { read: judged.1 }
+                });
                 assert!(kept > 0 && kept < 200, "{clauses:?} kept {kept}");
             }
         }
